@@ -1,0 +1,40 @@
+"""The engine: how a DNN runs on an accelerator so that little data crosses the chip boundary.
+
+Public API (DESIGN.md): load a network, pick an accelerator, then fuse, block,
+allocate, partition and plan modules; `evaluate` runs them all into one Report.
+Heavy parts load on first use, so `import engine` stays fast.
+"""
+
+from importlib import import_module
+
+from engine.accelerator import Accelerator, MemoryLevel
+from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, ShapeError,
+                           UnknownNameError)
+from engine.graph import Graph, Op, OpKind, Tensor
+
+# public name -> module that defines it (imported on first access)
+_LAZY = {
+    "load_network": "engine.loading",
+    "save_onnx": "engine.onnx_export",
+    "fuse": "engine.fusion",
+    "FusionPlan": "engine.fusion",
+    "block": "engine.blocking",
+    "allocate": "engine.allocation",
+    "Allocation": "engine.allocation",
+    "partition": "engine.partition",
+    "plan_modules": "engine.modules",
+    "evaluate": "engine.explore",
+    "Report": "engine.explore",
+    "sweep": "engine.sweep",
+}
+
+__all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
+           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'engine' has no attribute '{name}'")

@@ -1,0 +1,52 @@
+"""Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.errors import EngineError
+
+
+def info_table(graph, word_bits: int) -> str:
+    """Per-op table (kind, output shape, MACs, params, output activation bytes) with totals."""
+    rows = [("op", "kind", "output shape", "MACs", "params", "act bytes")]
+    for op in graph.ops:
+        out = graph.tensors[op.outputs[0]]
+        rows.append((op.name, op.kind.value, "x".join(map(str, out.shape)), f"{op.macs:,}",
+                     f"{graph.op_params(op.name):,}", f"{graph.bytes_of(op.outputs, word_bits):,}"))
+    acts = sum(graph.bytes_of(op.outputs, word_bits) for op in graph.ops)
+    rows.append(("total", f"{len(graph.ops)} ops", f"batch {graph.batch}", f"{graph.macs:,}", f"{graph.params:,}",
+                 f"{acts:,}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(cells))
+        if n == 0 or n == len(rows) - 2:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="per-layer ops, MACs, parameters and activation bytes")
+    info.add_argument("network", help="a zoo name or a path to an .onnx file")
+    info.add_argument("--batch", type=int, default=None)
+    info.add_argument("--word-bits", type=int, default=16)
+    args = parser.parse_args(argv)
+    from engine.loading import load_network
+
+    try:
+        graph = load_network(args.network, batch=args.batch)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
+    print(info_table(graph, args.word_bits))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

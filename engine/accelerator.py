@@ -1,0 +1,201 @@
+"""Accelerator descriptions: `Accelerator`, its `MemoryLevel`s, and presets read from data/."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+
+from engine.errors import AcceleratorError, UnknownNameError
+
+PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "accelerators.toml"
+
+KB = 1024
+MB = 1024 * KB
+
+# Per-word access energies (pJ) of the Eyeriss normalised table (MAC = 1 pJ at 16 bits).
+EYERISS_ENERGY = {"mac": 1.0, "rf": 1.0, "array": 2.0, "buffer": 6.0, "dram": 200.0}
+
+# Yang et al. Table 3: pJ per 16-bit access by SRAM size (KB), 64-bit-wide column; DRAM beyond 16 MB.
+YANG_SRAM_PJ = ((1, 1.05), (2, 1.34), (4, 1.68), (8, 2.71), (16, 3.57), (32, 4.80), (64, 7.51),
+                (128, 11.50), (256, 15.51), (512, 23.24), (1024, 32.81))
+YANG_DRAM_PJ = 320.0
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of the memory hierarchy: its size and the energy of one word access."""
+
+    name: str
+    size_bytes: int | None  # None for DRAM (unbounded)
+    energy_pj: float
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A DNN accelerator as the memory models see it (frozen; `with_*` return copies).
+
+    A split on-chip memory (DianNao, ShiDianNao) sets `input/weight/output_buffer_bytes`;
+    `buffer_bytes` is then their sum. `energy` names the per-access energy table.
+    """
+
+    name: str
+    buffer_bytes: int
+    pe_rows: int
+    pe_cols: int
+    rf_bytes: int
+    word_bits: int = 16
+    dataflow: str = "Ow|Cout"
+    clock_hz: float = 800e6
+    dram_bandwidth: float = 6.4e9
+    input_buffer_bytes: int | None = None
+    weight_buffer_bytes: int | None = None
+    output_buffer_bytes: int | None = None
+    energy: str = "eyeriss"
+    source: str = ""
+
+    def __post_init__(self):
+        split = (self.input_buffer_bytes, self.weight_buffer_bytes, self.output_buffer_bytes)
+        if any(b is not None for b in split):
+            if any(b is None for b in split):
+                raise AcceleratorError(f"accelerator '{self.name}': give all three split buffers or none")
+            for label, b in zip(("input", "weight", "output"), split):
+                _check_int(self.name, f"{label} buffer bytes", b, 1, 1024 * MB)
+            object.__setattr__(self, "buffer_bytes", sum(split))
+        _check_int(self.name, "buffer bytes", self.buffer_bytes, 1, 1024 * MB)
+        _check_int(self.name, "PE rows", self.pe_rows, 1, 4096)
+        _check_int(self.name, "PE columns", self.pe_cols, 1, 4096)
+        _check_int(self.name, "RF bytes per PE", self.rf_bytes, 1, 1 * MB)
+        _check_int(self.name, "word bits", self.word_bits, 1, 64)
+        _check_float(self.name, "clock (Hz)", self.clock_hz, 1e3, 1e11)
+        _check_float(self.name, "DRAM bandwidth (bytes/s)", self.dram_bandwidth, 1e3, 1e14)
+        if self.energy not in ("eyeriss", "yang"):
+            raise UnknownNameError("energy table", self.energy, ("eyeriss", "yang"))
+
+    # ---- presets ---------------------------------------------------------
+    @staticmethod
+    def presets() -> tuple[str, ...]:
+        """Every preset name, in the order of the data file."""
+        return tuple(_preset_table())
+
+    @classmethod
+    def preset(cls, name: str) -> "Accelerator":
+        table = _preset_table()
+        if name not in table:
+            raise UnknownNameError("accelerator preset", name, table)
+        return cls(name=name, **table[name])
+
+    # ---- copies ----------------------------------------------------------
+    def with_buffer(self, buffer_bytes: int) -> "Accelerator":
+        """A copy with one unified global buffer of `buffer_bytes` (a split buffer becomes unified)."""
+        return replace(self, buffer_bytes=buffer_bytes, input_buffer_bytes=None,
+                       weight_buffer_bytes=None, output_buffer_bytes=None)
+
+    def with_pe_array(self, rows: int, cols: int) -> "Accelerator":
+        return replace(self, pe_rows=rows, pe_cols=cols)
+
+    def with_rf(self, rf_bytes: int) -> "Accelerator":
+        return replace(self, rf_bytes=rf_bytes)
+
+    def with_word_bits(self, word_bits: int) -> "Accelerator":
+        return replace(self, word_bits=word_bits)
+
+    def with_bandwidth(self, bytes_per_s: float) -> "Accelerator":
+        return replace(self, dram_bandwidth=bytes_per_s)
+
+    # ---- derived ---------------------------------------------------------
+    @property
+    def pes(self) -> int:
+        return self.pe_rows * self.pe_cols
+
+    @property
+    def word_bytes(self) -> float:
+        return self.word_bits / 8
+
+    @property
+    def split_buffers(self) -> bool:
+        return self.input_buffer_bytes is not None
+
+    @property
+    def levels(self) -> tuple[MemoryLevel, ...]:
+        """The hierarchy from the PE's register file out to DRAM, with per-word access energy."""
+        scale = self.word_bits / 16  # tables are per 16-bit word
+        if self.energy == "yang":
+            def pj(size):
+                return sram_energy_pj(size) * scale
+            rf = MemoryLevel("RF", self.rf_bytes, pj(self.rf_bytes))
+            if self.split_buffers:
+                bufs = tuple(MemoryLevel(n, b, pj(b)) for n, b in (
+                    ("IB", self.input_buffer_bytes), ("KB", self.weight_buffer_bytes), ("OB", self.output_buffer_bytes)))
+            else:
+                bufs = (MemoryLevel("buffer", self.buffer_bytes, pj(self.buffer_bytes)),)
+            return (rf, *bufs, MemoryLevel("DRAM", None, YANG_DRAM_PJ * scale))
+        e = {k: v * scale for k, v in EYERISS_ENERGY.items()}
+        return (MemoryLevel("RF", self.rf_bytes, e["rf"]),
+                MemoryLevel("buffer", self.buffer_bytes, e["buffer"]),
+                MemoryLevel("DRAM", None, e["dram"]))
+
+    def energy_pj(self, component: str) -> float:
+        """Per-word energy of 'mac', 'rf', 'array', 'buffer' or 'dram' under this accelerator's table."""
+        scale = self.word_bits / 16
+        if self.energy == "yang":
+            table = {"mac": 1.0, "rf": sram_energy_pj(self.rf_bytes), "array": sram_energy_pj(self.buffer_bytes),
+                     "buffer": sram_energy_pj(self.buffer_bytes), "dram": YANG_DRAM_PJ}
+        else:
+            table = EYERISS_ENERGY
+        if component not in table:
+            raise UnknownNameError("energy component", component, table)
+        return table[component] * scale
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def sram_energy_pj(size_bytes: int) -> float:
+    """Energy of one 16-bit access to an SRAM of `size_bytes` (Yang Table 3, log-linear between rows).
+
+    Below 1 KB the 1 KB figure is used; beyond 16 MB the memory is DRAM (320 pJ).
+    """
+    kb = size_bytes / KB
+    if kb > 16 * 1024:
+        return YANG_DRAM_PJ
+    if kb <= YANG_SRAM_PJ[0][0]:
+        return YANG_SRAM_PJ[0][1]
+    for (k0, e0), (k1, e1) in zip(YANG_SRAM_PJ, YANG_SRAM_PJ[1:]):
+        if kb <= k1:
+            f = (math.log2(kb) - math.log2(k0)) / (math.log2(k1) - math.log2(k0))
+            return e0 + f * (e1 - e0)
+    # Past 1 MB the table's growth per doubling continues up to 16 MB.
+    k0, e0 = YANG_SRAM_PJ[-1]
+    growth = YANG_SRAM_PJ[-1][1] / YANG_SRAM_PJ[-2][1]
+    return e0 * growth ** math.log2(kb / k0)
+
+
+@cache
+def _preset_table() -> dict[str, dict]:
+    raw = tomllib.loads(PRESETS_FILE.read_text())
+    table = {}
+    for name, entry in raw.items():
+        entry = dict(entry)
+        base = entry.pop("base", None)
+        merged = {**table[base], **entry} if base else entry
+        if base:
+            merged["source"] = entry.get("source", merged.get("source", ""))
+        if "input_buffer_bytes" in merged:  # a split memory: the global size is the sum
+            merged["buffer_bytes"] = sum(merged[f"{k}_buffer_bytes"] for k in ("input", "weight", "output"))
+        table[name] = merged
+    return table
+
+
+def _check_int(acc: str, what: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AcceleratorError(f"accelerator '{acc}': {what} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise AcceleratorError(f"accelerator '{acc}': {what} must be between {low} and {high}, got {value}")
+
+
+def _check_float(acc: str, what: str, value, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise AcceleratorError(f"accelerator '{acc}': {what} must be a number between {low:g} and {high:g}, got {value!r}")

@@ -1,0 +1,188 @@
+"""ONNX import: the light models against figures computed straight from the ONNX file, and every error path."""
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+
+import engine
+from engine.onnx_import import load_onnx
+from tests.conftest import LIGHT_MODELS, conv_bn_relu_model
+
+
+def reference_figures(path):
+    """Conv/Gemm MACs and parameter count read directly off the ONNX file (no engine code).
+
+    Parameters: every float initializer or ConstantOfShape output that feeds a node,
+    except BatchNormalization running mean/var (buffers, as torchvision counts them).
+    """
+    model = shape_inference.infer_shapes(onnx.load(path))
+    g = model.graph
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    ints = {i.name: numpy_helper.to_array(i) for i in g.initializer if i.data_type == TensorProto.INT64}
+    weight_shape = {i.name: list(i.dims) for i in g.initializer if i.data_type == TensorProto.FLOAT}
+    for n in g.node:
+        if n.op_type == "ConstantOfShape":
+            weight_shape[n.output[0]] = [int(v) for v in ints[n.input[0]]]
+    derived = {}  # a weight reshaped or unsqueezed by a constant node -> the weight
+    for n in g.node:
+        source = derived.get(n.input[0], n.input[0]) if n.input else None
+        if source in weight_shape and all(t in weight_shape or t in ints or t in derived for t in n.input):
+            derived[n.output[0]] = source
+    macs, used = 0, set()
+    for n in g.node:
+        for slot, t in enumerate(n.input):
+            t = derived.get(t, t)
+            if t in weight_shape and not (n.op_type == "BatchNormalization" and slot >= 3):
+                used.add(t)
+        if n.op_type == "Conv":
+            w = weight_shape[n.input[1]]
+            macs += math.prod(shapes[n.output[0]]) * math.prod(w[1:])
+        elif n.op_type == "Gemm":
+            assert not any(a.name == "transA" and a.i for a in n.attribute)
+            macs += math.prod(shapes[n.output[0]]) * shapes[n.input[0]][-1]
+    params = sum(math.prod(weight_shape[t]) for t in used if math.prod(weight_shape[t]) > 1)
+    return macs, params
+
+
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_matches_reference(light_dir, name):
+    graph = load_onnx(light_dir / name)
+    macs, params = reference_figures(light_dir / name)
+    assert graph.macs == macs
+    assert graph.params == params
+    assert len(LIGHT_MODELS) == 9
+
+
+def test_resnet50_light_matches_torchvision_figures(light_dir):
+    g = load_onnx(light_dir / "light_resnet50.onnx")
+    assert g.params == 25_557_032  # torchvision resnet50
+    assert g.macs == pytest.approx(4.09e9, rel=0.005)
+    assert sum(op.kind == "conv" for op in g.ops) == 53
+    first = g.ops[0]
+    assert [t for _, t in first.merged] == ["Conv", "BatchNormalization", "Relu"]
+    assert g.tensors[first.outputs[0]].shape == (1, 64, 112, 112)
+
+
+def test_batch_scales_activations_and_macs(light_dir):
+    one = load_onnx(light_dir / "light_vgg19.onnx")
+    four = load_onnx(light_dir / "light_vgg19.onnx", batch=4)
+    assert four.macs == 4 * one.macs
+    assert four.params == one.params
+    assert four.tensors[four.inputs[0]].shape == (4, 3, 224, 224)
+
+
+def test_simple_ops_merge_and_are_recorded(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(conv_bn_relu_model(), path)
+    g = load_onnx(path)
+    assert [op.kind for op in g.ops] == ["conv", "pool", "matmul"]
+    conv, pool, fc = g.ops
+    assert conv.merged == (("conv", "Conv"), ("bn", "BatchNormalization"), ("relu", "Relu"))
+    assert conv.weights == ("w", "scale", "bias")  # running mean/var are not parameters
+    assert pool.merged == (("pool", "MaxPool"), ("flatten", "Flatten"))
+    assert fc.inputs == pool.outputs  # the Flatten vanished
+    assert conv.macs == 4 * 8 * 8 * 3 * 3 * 3
+    assert fc.macs == 10 * 64
+    assert g.params == 108 + 8 + 640 + 10
+
+
+def test_unmodelled_operator_stays_as_other(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    nodes = [helper.make_node("Round", ["x"], ["a"], name="round"),
+             helper.make_node("Hardmax", ["a"], ["y"], name="hardmax")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "other.onnx"
+    onnx.save(model, path)
+    g = load_onnx(path)
+    assert [(op.name, op.kind) for op in g.ops] == [("round", "other"), ("hardmax", "other")]
+    assert g.tensors["a"].shape == (1, 4, 8, 8)
+
+
+# ---- error paths ---------------------------------------------------------------
+
+def test_not_onnx(tmp_path):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"this is not a protobuf \x00\xff" * 10)
+    with pytest.raises(engine.ModelFileError, match="not an ONNX model"):
+        load_onnx(path)
+
+
+def test_truncated(tmp_path, light_dir):
+    data = (light_dir / "light_squeezenet.onnx").read_bytes()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(engine.ModelFileError, match="truncated"):
+        load_onnx(path)
+
+
+def test_missing_and_empty_file(tmp_path):
+    with pytest.raises(engine.ModelFileError, match="no such file"):
+        load_onnx(tmp_path / "nope.onnx")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(engine.ModelFileError, match="empty"):
+        load_onnx(tmp_path / "empty.onnx")
+
+
+def test_cyclic_graph(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Relu", ["b"], ["y"], name="third")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "cycle.onnx"
+    onnx.save(model, path)
+    with pytest.raises(engine.ModelFileError, match="cycle") as err:
+        load_onnx(path)
+    assert err.value.node in {"first", "second"}
+
+
+def test_dynamic_shape_names_the_input_and_override_fixes_it(tmp_path):
+    path = tmp_path / "dyn.onnx"
+    onnx.save(conv_bn_relu_model(dynamic=True), path)
+    with pytest.raises(engine.ShapeError, match="input 'x'.*input_shapes="):
+        load_onnx(path)
+    g = load_onnx(path, input_shapes={"x": (2, 3, 8, 8)})
+    assert g.tensors["x"].shape == (2, 3, 8, 8)
+    with pytest.raises(engine.ShapeError, match="not a graph input"):
+        load_onnx(path, input_shapes={"nope": (1, 3, 8, 8)})
+
+
+def test_unsupported_opset(tmp_path):
+    model = conv_bn_relu_model()
+    model.opset_import[0].version = 7
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    with pytest.raises(engine.ModelFileError, match="opset 7"):
+        load_onnx(path)
+
+
+def test_external_data_outside_folder_is_refused(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.zeros(108, dtype=np.float32).tobytes())
+    model = conv_bn_relu_model()
+    w = numpy_helper.from_array(np.zeros((4, 3, 3, 3), dtype=np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="../secret.bin")
+    model.graph.initializer.append(w)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = folder / "ext.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(engine.ModelFileError, match="outside the model's folder"):
+        load_onnx(path)
+
+
+def test_cli_resolves_onnx_light_model_name(capsys):
+    from engine.__main__ import main
+
+    assert main(["info", "light_resnet50.onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "25,557,032" in out and "4,089,184,256" in out
+    assert main(["info", "no_such_net.onnx"]) == 2
