@@ -11,6 +11,9 @@ from engine.accelerator import Accelerator, MemoryLevel
 from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, ShapeError,
                            UnknownNameError)
 from engine.graph import Graph, Op, OpKind, Tensor
+# Imported eagerly: the function shares its module's name, and a lazy import would let the
+# import system bind `engine.partition` to the module whenever the module is imported first.
+from engine.partition import partition
 
 # public name -> module that defines it (imported on first access)
 _LAZY = {
@@ -21,7 +24,6 @@ _LAZY = {
     "block": "engine.blocking",
     "allocate": "engine.allocation",
     "Allocation": "engine.allocation",
-    "partition": "engine.partition",
     "plan_modules": "engine.modules",
     "evaluate": "engine.explore",
     "Report": "engine.explore",
@@ -29,7 +31,12 @@ _LAZY = {
 }
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
-           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", *_LAZY]
+           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", "partition", *_LAZY]
+
+
+# subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
+_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx_import",
+               "onnx_export", "loading"}
 
 
 def __getattr__(name):
@@ -37,4 +44,6 @@ def __getattr__(name):
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return import_module(f"engine.{name}")
     raise AttributeError(f"module 'engine' has no attribute '{name}'")
