@@ -1,0 +1,323 @@
+"""Split a graph between CPU and accelerator (the DLA subgraph-extraction paper, Sec. 3).
+
+Supported ops are gathered into maximal, weakly connected, convex subgraphs
+(no directed path leaves a subgraph and comes back, so contracting each one
+leaves the graph acyclic and the scheduler cannot dead-lock); unsupported ops
+form CPU parts the same way. A post-prune then splits every accelerator
+subgraph into parts with a single input op and a single output op, so that no
+part waits for inputs it needs late or holds back outputs it made early
+(the paper's Fig. 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+
+from engine.errors import EngineError, UnknownNameError
+from engine.graph import Graph, Op, OpKind
+
+ACCELERATOR = "accelerator"
+CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the split: ops that run together on one device.
+
+    `inputs` are activations read from outside the part (network inputs included),
+    `outputs` activations written here and read outside it (or network outputs);
+    `input_ops`/`output_ops` are the ops that read/write them. `crossing_bytes`
+    counts the inputs and outputs that come from or go to the other device (the
+    host, where network inputs start and outputs end, is the CPU side).
+    `region` is the index of the maximal subgraph (before pruning) it came from.
+    """
+
+    device: str
+    ops: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_ops: tuple[str, ...]
+    output_ops: tuple[str, ...]
+    in_bytes: int
+    out_bytes: int
+    crossing_bytes: int
+    region: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The CPU/accelerator split of one graph, before (`maximal`) and after (`parts`) post-pruning.
+
+    Parts are listed in an execution order (a topological order of the contracted graph).
+    `crossing_bytes` counts every tensor that moves between CPU and accelerator once.
+    """
+
+    graph: str
+    word_bits: int
+    maximal: tuple[Part, ...]
+    parts: tuple[Part, ...]
+    crossing_bytes: int
+
+    @property
+    def accelerator_parts(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.device == ACCELERATOR)
+
+    @property
+    def cpu_parts(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.device == CPU)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {op: i for i, p in enumerate(self.parts) for op in p.ops}
+
+    def part_of(self, op: str) -> int:
+        """Index in `parts` of the part that runs `op`."""
+        try:
+            return self._index[op]
+        except KeyError:
+            raise EngineError(f"graph '{self.graph}' has no op '{op}' in this partition") from None
+
+
+def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
+    """Split `graph` into accelerator parts and CPU parts; `supported` is a set of op kinds or a predicate.
+
+    Accelerator subgraphs are grown greedily from seeds in topological order and
+    merged while a merge stays convex, so no two of them can be joined; each is
+    then post-pruned into single-input, single-output parts (DLA paper, Sec. 3).
+    """
+    on_acc = _predicate(supported)
+    device = {op.name: ACCELERATOR if on_acc(op) else CPU for op in graph.ops}
+    regions = _maximal_regions(graph, device)
+    pruned: list[tuple[frozenset, int]] = []
+    done: list[frozenset] = []
+    for r, ops in enumerate(regions):
+        if device[next(iter(ops))] == CPU:
+            pieces = [ops]
+        else:
+            pieces = _post_prune(graph, ops, [*done, *(x for x in regions[r + 1:])])
+        done.extend(pieces)
+        pruned.extend((p, r) for p in pieces)
+    maximal = _describe(graph, [(ops, r) for r, ops in enumerate(regions)], device, word_bits)
+    parts = _describe(graph, pruned, device, word_bits)
+    return Partition(graph.name, word_bits, maximal, parts, _crossing_total(graph, device, word_bits))
+
+
+# ---- which ops the accelerator runs -------------------------------------------------
+def _predicate(supported) -> Callable[[Op], bool]:
+    """`supported` as a predicate on ops; kinds may be OpKind values or their strings."""
+    if callable(supported):
+        return supported
+    if isinstance(supported, (str, OpKind)) or not isinstance(supported, Iterable):
+        raise EngineError(f"supported must be a set of op kinds or a predicate Op -> bool, got {supported!r}")
+    kinds = set()
+    for k in supported:
+        try:
+            kinds.add(OpKind(k))
+        except ValueError:
+            raise UnknownNameError("op kind", str(k), [x.value for x in OpKind]) from None
+    return lambda op: op.kind in kinds
+
+
+# ---- reachability on the graph with some op sets contracted -----------------------------
+class _Quotient:
+    """The op DAG with each of `groups` contracted to one node; descendant/ancestor sets as bitsets.
+
+    A set S of nodes is convex iff no node outside S is both reachable from S and
+    reaching S; with bitsets that is `(desc(S) & anc(S)) & ~S == 0`.
+    """
+
+    def __init__(self, graph: Graph, groups: Iterable[frozenset]):
+        self.unit = {op.name: i for i, op in enumerate(graph.ops)}  # op -> node id
+        n = len(graph.ops)
+        for g in groups:
+            for op in g:
+                self.unit[op] = n
+            n += 1
+        q = nx.DiGraph()
+        q.add_nodes_from(set(self.unit.values()))
+        q.add_edges_from((self.unit[a], self.unit[b]) for a, b in graph.dag.edges if self.unit[a] != self.unit[b])
+        order = list(nx.topological_sort(q))  # raises if a contraction made a cycle: a bug, not bad input
+        self.desc = dict.fromkeys(q, 0)
+        self.anc = dict.fromkeys(q, 0)
+        for u in reversed(order):
+            for v in q.successors(u):
+                self.desc[u] |= self.desc[v] | (1 << v)
+        for u in order:
+            for v in q.predecessors(u):
+                self.anc[u] |= self.anc[v] | (1 << v)
+
+    def mask(self, ops: Iterable[str]) -> int:
+        m = 0
+        for op in ops:
+            m |= 1 << self.unit[op]
+        return m
+
+    def reach(self, mask: int) -> tuple[int, int]:
+        """(descendants, ancestors) of the node set `mask`."""
+        d = a = 0
+        u = 0
+        while mask:
+            if mask & 1:
+                d |= self.desc[u]
+                a |= self.anc[u]
+            mask >>= 1
+            u += 1
+        return d, a
+
+
+def _convex(d: int, a: int, mask: int) -> bool:
+    return (d & a) & ~mask == 0
+
+
+# ---- maximal convex subgraphs --------------------------------------------------------
+def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
+    """Maximal weakly connected convex op sets of one device each, in an execution order."""
+    und = graph.dag.to_undirected(as_view=True)
+    regions: list[frozenset] = []
+    assigned: set[str] = set()
+    for seed in graph.ops:
+        if seed.name in assigned:
+            continue
+        q = _Quotient(graph, regions)
+        region = _grow(q, und, seed.name, lambda v: v not in assigned and device[v] == device[seed.name])
+        regions.append(region)
+        assigned |= region
+    regions = _merge_adjacent(graph, regions, device)
+    return _in_execution_order(graph, regions)
+
+
+def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
+    """Add eligible neighbours to {seed} while the set stays convex, until none can join."""
+    region, mask = {seed}, q.mask([seed])
+    d, a = q.desc[q.unit[seed]], q.anc[q.unit[seed]]
+    grown = True
+    while grown:
+        grown = False
+        for v in sorted({n for u in region for n in und[u]} - region, key=q.unit.__getitem__):
+            if not eligible(v):
+                continue
+            bit = 1 << q.unit[v]
+            nd, na = d | q.desc[q.unit[v]], a | q.anc[q.unit[v]]
+            if _convex(nd, na, mask | bit):
+                region.add(v)
+                mask, d, a, grown = mask | bit, nd, na, True
+    return frozenset(region)
+
+
+def _merge_adjacent(graph: Graph, regions: list[frozenset], device: dict[str, str]) -> list[frozenset]:
+    """Join two same-device regions joined by an edge while their union stays convex in the contraction."""
+    merged = True
+    while merged:
+        merged = False
+        owner = {op: i for i, r in enumerate(regions) for op in r}
+        q = _Quotient(graph, regions)
+        pairs = sorted({tuple(sorted((owner[a], owner[b]))) for a, b in graph.dag.edges
+                        if owner[a] != owner[b] and device[a] == device[b]})
+        for i, j in pairs:
+            mask = q.mask([next(iter(regions[i])), next(iter(regions[j]))])
+            if _convex(*q.reach(mask), mask):
+                regions = [r for k, r in enumerate(regions) if k not in (i, j)] + [regions[i] | regions[j]]
+                merged = True
+                break
+    return regions
+
+
+def _in_execution_order(graph: Graph, groups: list[frozenset]) -> list[frozenset]:
+    """Groups sorted topologically on the contracted graph (ties by the first op's position)."""
+    owner = {op: i for i, g in enumerate(groups) for op in g}
+    first = [min(graph.position[op] for op in g) for g in groups]
+    q = nx.DiGraph()
+    q.add_nodes_from(range(len(groups)))
+    q.add_edges_from((owner[a], owner[b]) for a, b in graph.dag.edges if owner[a] != owner[b])
+    return [groups[i] for i in nx.lexicographical_topological_sort(q, key=first.__getitem__)]
+
+
+# ---- post-pruning (Sec. 3) -----------------------------------------------------------
+def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> list[frozenset]:
+    """Split one convex region into convex parts with at most one input op and one output op.
+
+    From the earliest op e not yet placed, the candidate set D holds the ops whose every
+    input is produced inside D (so e stays the only input op); for each x in D the part
+    {v in D : v reaches x} has the single output op x when no other member's output
+    leaves it. The largest such part that keeps the contraction acyclic is taken.
+    """
+    pieces: list[frozenset] = []
+    left = [op.name for op in graph.ops if op.name in region]
+    while left:
+        q = _Quotient(graph, [*others, *pieces])
+        e = left[0]
+        cand = _dominated(graph, e, left)
+        best = frozenset([e])
+        for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
+            piece = frozenset(v for v in cand if v == x or (q.desc[q.unit[v]] >> q.unit[x]) & 1)
+            if len(piece) <= len(best) or _outputs_ops(graph, piece) - {x}:
+                continue
+            mask = q.mask(piece)
+            if _convex(*q.reach(mask), mask):
+                best = piece
+        pieces.append(best)
+        left = [v for v in left if v not in best]
+    return pieces
+
+
+def _dominated(graph: Graph, e: str, left: list[str]) -> set[str]:
+    """e plus the ops of `left` (topologically ordered) whose inputs all come from inside the set."""
+    cand = {e}
+    for v in left[1:]:
+        ins = graph.op(v).inputs
+        if ins and all(graph.producer(t) in cand for t in ins):
+            cand.add(v)
+    return cand
+
+
+def _outputs_ops(graph: Graph, ops: frozenset) -> set[str]:
+    """Ops of `ops` whose output is read outside the set or leaves the network."""
+    net_out = set(graph.outputs)
+    return {v for v in ops for t in graph.op(v).outputs
+            if t in net_out or any(c not in ops for c in graph.consumers(t))}
+
+
+# ---- describing parts ----------------------------------------------------------------
+def _describe(graph: Graph, groups: list[tuple[frozenset, int]], device: dict[str, str],
+              word_bits: int) -> tuple[Part, ...]:
+    ordered = _in_execution_order(graph, [g for g, _ in groups])
+    region_of = {g: r for g, r in groups}
+    net_out = set(graph.outputs)
+    parts = []
+    for g in ordered:
+        ops = tuple(op.name for op in graph.ops if op.name in g)
+        dev = device[ops[0]]
+        inputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).inputs if graph.producer(t) not in g))
+        outputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).outputs
+                                      if t in net_out or any(c not in g for c in graph.consumers(t))))
+        input_ops = tuple(v for v in ops if any(t in inputs for t in graph.op(v).inputs))
+        output_ops = tuple(v for v in ops if any(t in outputs for t in graph.op(v).outputs))
+        cross_in = [t for t in inputs if _source_device(graph, t, device) != dev]
+        cross_out = [t for t in outputs if _sink_devices(graph, t, device, net_out) - {dev}]
+        parts.append(Part(dev, ops, inputs, outputs, input_ops, output_ops,
+                          graph.bytes_of(inputs, word_bits), graph.bytes_of(outputs, word_bits),
+                          graph.bytes_of(cross_in, word_bits) + graph.bytes_of(cross_out, word_bits),
+                          region_of[g]))
+    return tuple(parts)
+
+
+def _source_device(graph: Graph, tensor: str, device: dict[str, str]) -> str:
+    p = graph.producer(tensor)
+    return CPU if p is None else device[p]  # network inputs start on the host
+
+
+def _sink_devices(graph: Graph, tensor: str, device: dict[str, str], net_out: set[str]) -> set[str]:
+    sinks = {device[c] for c in graph.consumers(tensor)}
+    return sinks | {CPU} if tensor in net_out else sinks  # network outputs end on the host
+
+
+def _crossing_total(graph: Graph, device: dict[str, str], word_bits: int) -> int:
+    """Bytes of every tensor read or delivered on the other device than the one that holds it first."""
+    net_out = set(graph.outputs)
+    tensors = list(graph.inputs) + [t for op in graph.ops for t in op.outputs]
+    moved = [t for t in tensors if _sink_devices(graph, t, device, net_out) - {_source_device(graph, t, device)}]
+    return graph.bytes_of(moved, word_bits)
