@@ -352,7 +352,8 @@ class _Importer:
     def _draft(self, name: str, node, inputs: list[str], affine: bool = False) -> _Draft:
         op_type = node.op_type
         kind, attrs = self._classify(name, node, inputs)
-        slots = PARAM_SLOTS.get(op_type, set())
+        # parameters sit in known slots; any other op's float constants (a class token, a table) are its own
+        slots = PARAM_SLOTS.get(op_type, set(range(len(node.input))))
         if kind is OpKind.MATMUL and op_type == "MatMul":
             slots = {i for i, t in enumerate(node.input) if t in self.sources}
         outputs = [o for o in node.output if o and (op_type != "Dropout")]
@@ -363,7 +364,7 @@ class _Importer:
         a = {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
         if op_type in ("Conv", "ConvTranspose"):
             w = self._shape(node.input[1], name)
-            x = self._shape(inputs[0], name)
+            x = self._shape(node.input[0], name)  # the node's own view, before any folded reshape
             group = int(a.get("group", 1))
             kind = OpKind.DWCONV if group > 1 and group == x[1] and op_type == "Conv" else OpKind.CONV
             return kind, self._spatial(name, node, a, tuple(w[2:]), x)
