@@ -11,7 +11,7 @@ from functools import cache, partial
 
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph
-from engine.zoo import classic, convnext, mobile, resnet, segmentation, transformer, video
+from engine.zoo import classic, convnext, mobile, nas, resnet, segmentation, transformer, video
 from engine.zoo._builder import Net
 
 # network name -> function that writes it into a Net
@@ -41,6 +41,10 @@ _BUILDERS = {
     "vit_b_16": transformer.vit_b_16,
     "transformer": transformer.transformer,
     "convnext_tiny": convnext.convnext_tiny,
+    "nasnet_a_mobile": nas.nasnet_a_mobile,
+    "darts": nas.darts,
+    "amoebanet_d": nas.amoebanet_d,
+    "pnasnet5_large": nas.pnasnet5_large,
 }
 
 

@@ -16,6 +16,7 @@ from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
 
 PASSTHROUGH = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Swish"})
 
 
 def _tuple(value, n: int) -> tuple[int, ...]:
@@ -100,6 +101,39 @@ class Net:
         self.ops.append(Op(name=name, kind=kind, inputs=tuple(inputs), outputs=tuple(outputs), weights=tuple(weights),
                            source_type=source_type, merged=tuple(merged), **attrs))
         return tuple(outputs)
+
+    def activation(self, x: str, name: str, op_type: str = "Relu") -> str:
+        """A standalone activation op (kind eltwise) reading `x`; `fold_activations` later folds it where it can."""
+        return self.add_op(name, OpKind.ELTWISE, op_type, (x,), (self.shape(x),))[0]
+
+    def fold_activations(self) -> None:
+        """Fold each standalone activation into the op writing its input when it is that tensor's only reader.
+
+        The importer does the same (an activation stays an op of its own only when its input has other
+        readers or is a network input), so a builder may write `activation()` per module call, as the
+        reference code applies them, and call this once at the end.
+        """
+        readers: dict[str, int] = {}
+        for op in self.ops:
+            for t in dict.fromkeys(op.inputs):
+                readers[t] = readers.get(t, 0) + 1
+        writer = {t: i for i, op in enumerate(self.ops) for t in op.outputs}
+        kept: list[Op | None] = list(self.ops)
+        for i, op in enumerate(self.ops):
+            x = op.inputs[0] if len(op.inputs) == 1 else None
+            lone = (op.kind is OpKind.ELTWISE and op.merged == ((op.name, op.source_type),) and not op.weights
+                    and x in writer and readers[x] == 1 and x not in self.views)
+            if not lone or op.source_type not in ACTIVATIONS:
+                continue
+            j = writer.pop(x)
+            owner = kept[j]
+            out = op.outputs[0]
+            kept[j] = replace(owner, outputs=tuple(out if t == x else t for t in owner.outputs),
+                              merged=(*owner.merged, (op.name, op.source_type)))
+            writer[out] = j
+            kept[i] = None
+            del self.tensors[x]
+        self.ops = [op for op in kept if op is not None]
 
     def graph(self) -> Graph:
         """The Graph, with tensors listed in the order the ONNX importer lists them (so graphs compare equal)."""
