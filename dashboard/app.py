@@ -1,42 +1,273 @@
-"""The dashboard page: a network picker and the loaded network's summary (grows as engine parts land)."""
+"""The dashboard page, built per browser session from one ExplorerState.
 
+Fast views (fusion, energy) recompute on every throttled slider move; slow ones
+(the what-if curve, the allocation ILP) run off the UI thread, keep showing the last
+result meanwhile, and a newer request supersedes an older one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import holoviews as hv
 import pandas as pd
 import panel as pn
 
 import engine
-from engine.loading import onnx_light_models
+from dashboard.state import BUFFER_STEPS_KB, KB, ExplorerState
+from dashboard.views.curve import curve_view
+from dashboard.views.dag import dag_view, node_table
+from dashboard.views.energy import energy_view
+from dashboard.views.timeline import timeline_view
+from engine.explore import buffer_curve, evaluate
+
+MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
+              "methods", "budget", "budget_kb", "cpu_kinds", "selected_op")
 
 
-def network_choices() -> list[str]:
-    """Zoo names when the zoo is available, then the onnx package's light models."""
-    try:
-        from engine import zoo
-
-        names = list(zoo.names())
-    except ImportError:
-        names = []
-    return names + sorted(p.name for p in onnx_light_models().glob("*.onnx"))
+@lru_cache(maxsize=16)
+def load_graph(name: str, batch: int, upload_path: str = "") -> engine.Graph:
+    """A zoo network or light model by name, or the session's uploaded file."""
+    return engine.load_network(upload_path or name, batch=batch)
 
 
-def summary(name: str, batch: int) -> pn.viewable.Viewable:
-    """A network's totals and per-op table, or the loader's message when it cannot be read."""
-    try:
-        g = engine.load_network(name, batch=batch)
-    except engine.EngineError as err:
+@lru_cache(maxsize=64)
+def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...]):
+    return evaluate(graph, acc, methods=methods)
+
+
+def message(err: Exception) -> pn.pane.Alert:
+    """An error as the page shows it: the engine's own words, never a traceback."""
+    if isinstance(err, engine.EngineError):
         return pn.pane.Alert(str(err), alert_type="danger")
-    rows = [{"op": op.name, "kind": op.kind.value, "output": "x".join(map(str, g.tensors[op.outputs[0]].shape)),
-             "MACs": op.macs, "params": g.op_params(op.name)} for op in g.ops]
-    head = pn.pane.Markdown(f"### {g.name}\n{len(g.ops)} ops, {g.macs / 1e9:.3f} GMACs, {g.params:,} parameters, "
-                            f"batch {g.batch}")
-    return pn.Column(head, pn.widgets.Tabulator(pd.DataFrame(rows), pagination="remote", page_size=20,
-                                                  disabled=True, sizing_mode="stretch_width"))
+    return pn.pane.Alert(f"internal error ({err.__class__.__name__}): {err}. Please report it with the URL.",
+                         alert_type="danger")
 
 
-def build_app() -> pn.template.BaseTemplate:
-    choices = network_choices()
-    network = pn.widgets.Select(name="Network", options=choices, value=choices[0])
-    batch = pn.widgets.IntInput(name="Batch", value=1, start=1, end=64)
-    template = pn.template.FastListTemplate(title="DNN accelerator memory explorer")
-    template.sidebar.extend([network, batch])
-    template.main.append(pn.bind(summary, network, batch))
+class Session:
+    """One browser session: its state, the current report, and the views bound to them."""
+
+    def __init__(self, state: ExplorerState | None = None):
+        self.state = state or ExplorerState()
+        self.upload_dir = Path(tempfile.mkdtemp(prefix="dnn-explorer-"))
+        self.status = pn.pane.Alert("", alert_type="light", visible=False, sizing_mode="stretch_width")
+        self._curve_ticket = 0
+        self._alloc_ticket = 0
+
+    # ---- model -------------------------------------------------------------
+    def graph(self) -> engine.Graph:
+        s = self.state
+        upload = str(self.upload_dir / s.upload_name) if s.upload_name else ""
+        return load_graph(s.network, s.batch, upload)
+
+    def report(self):
+        s = self.state
+        methods = tuple(m for m in ("none", "dnnvm", "efficient_s", "optimus", "online") if m in s.methods)
+        return fusion_report(self.graph(), s.accelerator(), methods or ("optimus",))
+
+    def try_report(self):
+        """The report, or None with the error shown in the status bar."""
+        try:
+            rep = self.report()
+        except Exception as err:  # shown to the user, never raised into Bokeh
+            self.status.object, self.status.alert_type, self.status.visible = _text(err), "danger", True
+            return None
+        self.status.visible = False
+        return rep
+
+    # ---- views -------------------------------------------------------------
+    def headline(self, *_):
+        rep = self.try_report()
+        if rep is None:
+            return pn.pane.Markdown("")
+        g, acc = rep.graph, rep.acc
+        best = min(rep.plans.values(), key=lambda p: p.dram_bytes)
+        lines = [f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer",
+                 f"{len(g.ops)} ops, {g.macs / 1e9:.2f} GMACs, {g.params / 1e6:.2f} M parameters. "
+                 f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}) "
+                 f"{best.dram_bytes / 1e6:,.2f} MB in {len(best.groups)} groups."]
+        return pn.pane.Markdown("\n\n".join(lines))
+
+    def dag(self, network, batch, preset, buffer_kb, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
+            upload_name):
+        rep = self.try_report()
+        if rep is None:
+            return hv.Graph(([], [])).opts(title="(no network loaded)")
+        method = "optimus" if "optimus" in rep.plans else next(iter(rep.plans))
+        plan = rep.plans[method]
+        return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs])
+
+    def energy(self, *_):
+        rep = self.try_report()
+        return pn.pane.Markdown("") if rep is None else pn.pane.HoloViews(energy_view(dict(rep.energy)),
+                                                                           sizing_mode="stretch_width")
+
+    def summary_table(self, *_):
+        rep = self.try_report()
+        if rep is None:
+            return pn.pane.Markdown("")
+        df = rep.summary_frame()
+        return pn.widgets.Tabulator(df, disabled=True, sizing_mode="stretch_width", show_index=False,
+                                    formatters={"dram_bytes": {"type": "money", "precision": 0, "symbol": ""}})
+
+    async def curve(self, network, batch, preset, buffer_kb, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps,
+                    methods, upload_name):
+        """The what-if curve, computed off the UI thread; a newer call supersedes this one."""
+        self._curve_ticket += 1
+        ticket = self._curve_ticket
+        yield pn.indicators.LoadingSpinner(value=True, size=40, label="computing the buffer-size curve...")
+        try:
+            graph, acc = self.graph(), self.state.accelerator()
+            wanted = tuple(m for m in methods) or ("optimus",)
+            df = await asyncio.to_thread(_curve_cached, graph, acc, wanted)
+        except Exception as err:
+            yield message(err)
+            return
+        if ticket != self._curve_ticket:
+            return  # superseded
+        plot = hv.DynamicMap(lambda: curve_view(df, buffer_kb))
+        tap = hv.streams.Tap(source=plot, x=None, y=None)
+        tap.add_subscriber(self._jump_to_buffer)
+        yield pn.pane.HoloViews(plot, sizing_mode="stretch_width")
+
+    def _jump_to_buffer(self, x=None, y=None):
+        if x is None or x <= 0:
+            return
+        self.state.buffer_kb = min(BUFFER_STEPS_KB, key=lambda k: abs(k - x) / k)
+
+    async def timeline(self, network, batch, word_bits, budget, budget_kb, upload_name):
+        """The COSMA allocation's memory timeline, solved off the UI thread with a time limit."""
+        self._alloc_ticket += 1
+        ticket = self._alloc_ticket
+        yield pn.indicators.LoadingSpinner(value=True, size=40, label="solving the allocation ILP...")
+        try:
+            graph, acc = self.graph(), self.state.accelerator()
+            chosen = budget_kb * KB if budget == "bytes" else budget
+            rep = await asyncio.to_thread(_allocation_cached, graph, acc, chosen)
+        except Exception as err:
+            yield message(err)
+            return
+        if ticket != self._alloc_ticket:
+            return
+        if rep.allocation is None:
+            yield pn.pane.Alert(rep.errors.get("allocation", "no allocation"), alert_type="warning")
+            return
+        yield pn.Column(pn.pane.HoloViews(timeline_view(rep.allocation, rep.budget_bytes), sizing_mode="stretch_width"),
+                        _download_table(rep.allocation.timeline(), "allocation.csv"))
+
+    def tables(self, *_):
+        rep = self.try_report()
+        if rep is None:
+            return pn.pane.Markdown("")
+        tabs = []
+        for method in rep.plans:
+            df = rep.groups_frame(method)
+            tabs.append((method, _download_table(df, f"{rep.graph.name}-{method}-groups.csv")))
+        ops = node_table(rep.graph, rep.plans[next(iter(rep.plans))].groups, rep.acc.word_bits)
+        tabs.append(("ops", _download_table(ops.drop(columns=["x", "y", "colour"]), f"{rep.graph.name}-ops.csv")))
+        json_button = pn.widgets.FileDownload(callback=lambda: io.StringIO(rep.to_json()),
+                                              filename=f"{rep.graph.name}-report.json", color="primary",
+                                              label="Download the whole report (JSON)")
+        return pn.Column(json_button, pn.Tabs(*tabs, dynamic=True))
+
+    # ---- upload --------------------------------------------------------------
+    def on_upload(self, event):
+        data, filename = event.new, (self._upload.filename or "model.onnx")
+        if data is None:
+            return
+        if len(data) > MAX_UPLOAD_BYTES:
+            self._show_error(f"{filename}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit")
+            return
+        safe = Path(filename).name or "model.onnx"
+        (self.upload_dir / safe).write_bytes(data)
+        try:
+            load_graph(self.state.network, self.state.batch, str(self.upload_dir / safe))
+        except Exception as err:
+            self._show_error(_text(err))
+            return
+        self.state.upload_name = safe
+
+    def _show_error(self, text: str):
+        self.status.object, self.status.alert_type, self.status.visible = text, "danger", True
+
+    # ---- layout ----------------------------------------------------------------
+    def sidebar(self) -> list:
+        s = self.state
+        network = pn.widgets.AutocompleteInput.from_param(
+            s.param.network, options=list(s.param.network.objects), restrict=True, min_characters=0,
+            case_sensitive=False, search_strategy="includes", label="Network (type to search)")
+        self._upload = pn.widgets.FileInput(accept=".onnx", label="or upload an .onnx file", multiple=False)
+        self._upload.param.watch(self.on_upload, "value")
+        s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
+        buffer = pn.widgets.DiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB,
+                                           value=s.buffer_kb)
+        buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
+        s.param.watch(lambda e: setattr(buffer, "value", e.new), "buffer_kb")
+        return [
+            pn.pane.Markdown("#### Network"), network, self._upload,
+            pn.widgets.IntInput.from_param(s.param.batch),
+            pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
+            pn.Row(pn.widgets.IntInput.from_param(s.param.pe_rows, width=110),
+                   pn.widgets.IntInput.from_param(s.param.pe_cols, width=110)),
+            pn.widgets.IntInput.from_param(s.param.rf_bytes),
+            pn.widgets.Select.from_param(s.param.word_bits),
+            pn.widgets.FloatInput.from_param(s.param.dram_gbps),
+            pn.pane.Markdown("#### Methods"), pn.widgets.CheckButtonGroup.from_param(s.param.methods,
+                                                                                      orientation="vertical"),
+            pn.widgets.Select.from_param(s.param.budget),
+            pn.widgets.IntInput.from_param(s.param.budget_kb),
+            pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),
+        ]
+
+    def main(self) -> list:
+        s = self.state.param
+        fast = [s.network, s.batch, s.preset, s.buffer_kb, s.pe_rows, s.pe_cols, s.rf_bytes, s.word_bits,
+                s.dram_gbps, s.methods, s.upload_name]
+        dag = hv.DynamicMap(pn.bind(self.dag, *fast)).opts(framewise=True)
+        fusion = pn.Column(pn.bind(self.headline, *fast), pn.pane.HoloViews(dag, sizing_mode="stretch_width"),
+                           pn.bind(self.summary_table, *fast), pn.bind(self.energy, *fast),
+                           sizing_mode="stretch_width")
+        curve = pn.panel(pn.bind(self.curve, *fast), sizing_mode="stretch_width")
+        timeline = pn.panel(pn.bind(self.timeline, s.network, s.batch, s.word_bits, s.budget, s.budget_kb,
+                                    s.upload_name), sizing_mode="stretch_width")
+        tabs = pn.Tabs(("Fusion", fusion), ("What-if curve", curve), ("Memory timeline", timeline),
+                       ("Tables", pn.bind(self.tables, *fast)), dynamic=True, sizing_mode="stretch_width")
+        return [self.status, tabs]
+
+
+@lru_cache(maxsize=32)
+def _curve_cached(graph, acc, methods):
+    return buffer_curve(graph, acc, methods)
+
+
+@lru_cache(maxsize=32)
+def _allocation_cached(graph, acc, budget):
+    return evaluate(graph, acc, methods=("none",), allocation="cosma", budget=budget, time_limit_s=20)
+
+
+def _download_table(df: pd.DataFrame, filename: str) -> pn.Column:
+    button = pn.widgets.FileDownload(callback=lambda: io.StringIO(df.to_csv(index=False)), filename=filename,
+                                     label=f"Download {filename}")
+    return pn.Column(button, pn.widgets.Tabulator(df, disabled=True, pagination="remote", page_size=25,
+                                                  sizing_mode="stretch_width", show_index=False))
+
+
+def _text(err: Exception) -> str:
+    return str(err) if isinstance(err, engine.EngineError) else f"internal error ({err.__class__.__name__}): {err}"
+
+
+def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
+    """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
+    hv.extension("bokeh")
+    session = Session(state)
+    if pn.state.location is not None:
+        pn.state.location.sync(session.state, {p: p for p in URL_PARAMS})
+    template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330)
+    template.sidebar.extend(session.sidebar())
+    template.main.extend(session.main())
     return template

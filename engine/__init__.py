@@ -14,6 +14,7 @@ from engine.graph import Graph, Op, OpKind, Tensor
 # Imported eagerly: the function shares its module's name, and a lazy import would let the
 # import system bind `engine.partition` to the module whenever the module is imported first.
 from engine.partition import partition
+from engine.sweep import sweep  # same reason as partition
 
 # public name -> module that defines it (imported on first access)
 _LAZY = {
@@ -27,11 +28,11 @@ _LAZY = {
     "plan_modules": "engine.modules",
     "evaluate": "engine.explore",
     "Report": "engine.explore",
-    "sweep": "engine.sweep",
 }
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
-           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", "partition", *_LAZY]
+           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", "partition",
+           "sweep", *_LAZY]
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access

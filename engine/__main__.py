@@ -1,4 +1,5 @@
-"""Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file."""
+"""Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file;
+`python -m engine sweep ...` runs a grid of fusion searches (engine/sweep.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,12 @@ def main(argv=None) -> int:
     info.add_argument("network", help="a zoo name or a path to an .onnx file")
     info.add_argument("--batch", type=int, default=None)
     info.add_argument("--word-bits", type=int, default=16)
+    from engine.sweep import add_arguments, main as run_sweep
+
+    add_arguments(sub.add_parser("sweep", help="DRAM traffic of every network x accelerator x buffer x method"))
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        return run_sweep(args)
     from engine.loading import load_network
 
     try:

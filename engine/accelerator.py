@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
 from engine.errors import AcceleratorError, UnknownNameError
+from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "accelerators.toml"
 
@@ -18,10 +18,6 @@ MB = 1024 * KB
 # Per-word access energies (pJ) of the Eyeriss normalised table (MAC = 1 pJ at 16 bits).
 EYERISS_ENERGY = {"mac": 1.0, "rf": 1.0, "array": 2.0, "buffer": 6.0, "dram": 200.0}
 
-# Yang et al. Table 3: pJ per 16-bit access by SRAM size (KB), 64-bit-wide column; DRAM beyond 16 MB.
-YANG_SRAM_PJ = ((1, 1.05), (2, 1.34), (4, 1.68), (8, 2.71), (16, 3.57), (32, 4.80), (64, 7.51),
-                (128, 11.50), (256, 15.51), (512, 23.24), (1024, 32.81))
-YANG_DRAM_PJ = 320.0
 
 
 @dataclass(frozen=True)
@@ -124,14 +120,14 @@ class Accelerator:
         scale = self.word_bits / 16  # tables are per 16-bit word
         if self.energy == "yang":
             def pj(size):
-                return sram_energy_pj(size) * scale
+                return access_energy_pj(size) * scale
             rf = MemoryLevel("RF", self.rf_bytes, pj(self.rf_bytes))
             if self.split_buffers:
                 bufs = tuple(MemoryLevel(n, b, pj(b)) for n, b in (
                     ("IB", self.input_buffer_bytes), ("KB", self.weight_buffer_bytes), ("OB", self.output_buffer_bytes)))
             else:
                 bufs = (MemoryLevel("buffer", self.buffer_bytes, pj(self.buffer_bytes)),)
-            return (rf, *bufs, MemoryLevel("DRAM", None, YANG_DRAM_PJ * scale))
+            return (rf, *bufs, MemoryLevel("DRAM", None, TABLE3_DRAM_PJ * scale))
         e = {k: v * scale for k, v in EYERISS_ENERGY.items()}
         return (MemoryLevel("RF", self.rf_bytes, e["rf"]),
                 MemoryLevel("buffer", self.buffer_bytes, e["buffer"]),
@@ -141,8 +137,9 @@ class Accelerator:
         """Per-word energy of 'mac', 'rf', 'array', 'buffer' or 'dram' under this accelerator's table."""
         scale = self.word_bits / 16
         if self.energy == "yang":
-            table = {"mac": 1.0, "rf": sram_energy_pj(self.rf_bytes), "array": sram_energy_pj(self.buffer_bytes),
-                     "buffer": sram_energy_pj(self.buffer_bytes), "dram": YANG_DRAM_PJ}
+            table = {"mac": MAC_PJ, "rf": access_energy_pj(self.rf_bytes),
+                     "array": access_energy_pj(self.buffer_bytes), "buffer": access_energy_pj(self.buffer_bytes),
+                     "dram": TABLE3_DRAM_PJ}
         else:
             table = EYERISS_ENERGY
         if component not in table:
@@ -151,26 +148,6 @@ class Accelerator:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def sram_energy_pj(size_bytes: int) -> float:
-    """Energy of one 16-bit access to an SRAM of `size_bytes` (Yang Table 3, log-linear between rows).
-
-    Below 1 KB the 1 KB figure is used; beyond 16 MB the memory is DRAM (320 pJ).
-    """
-    kb = size_bytes / KB
-    if kb > 16 * 1024:
-        return YANG_DRAM_PJ
-    if kb <= YANG_SRAM_PJ[0][0]:
-        return YANG_SRAM_PJ[0][1]
-    for (k0, e0), (k1, e1) in zip(YANG_SRAM_PJ, YANG_SRAM_PJ[1:]):
-        if kb <= k1:
-            f = (math.log2(kb) - math.log2(k0)) / (math.log2(k1) - math.log2(k0))
-            return e0 + f * (e1 - e0)
-    # Past 1 MB the table's growth per doubling continues up to 16 MB.
-    k0, e0 = YANG_SRAM_PJ[-1]
-    growth = YANG_SRAM_PJ[-1][1] / YANG_SRAM_PJ[-2][1]
-    return e0 * growth ** math.log2(kb / k0)
 
 
 @cache

@@ -380,6 +380,8 @@ class _Importer:
             if op_type == "BatchNormalization":
                 return OpKind.NORM, {}
             return OpKind.ELTWISE, {}
+        if op_type == "LRN":  # the window across channels is its kernel (Yang's LRN layer reads it)
+            return OpKind.NORM, {"kernel": (int(a["size"]),)}
         return KIND_BY_TYPE.get(op_type, OpKind.OTHER), {}
 
     def _spatial(self, name, node, a, kernel, x) -> dict:

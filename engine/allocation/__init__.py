@@ -1,0 +1,134 @@
+"""Scheduling, scratchpad allocation and tensor spilling (the COSMA paper), plus its four baselines.
+
+`allocate(graph, budget_bytes, method=...)` returns an `Allocation`; `budgets(graph)`
+returns COSMA's budgets (M_R, M_H, M_P). Methods: "cosma" (the ILP of Eq. 1-12, with
+`schedule` "free", "mpmf" or a fixed order, Eq. 16-17) and the comparison schemes
+"default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy" (order x TFLite-style
+arena x replacement policy).
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine.allocation import baselines
+from engine.allocation.cosma import solve_cosma
+from engine.allocation.mpmf import budgets, mpmf
+from engine.allocation.problem import requirement
+from engine.allocation.record import Allocation, Placement
+from engine.allocation.solve import SOLVERS
+from engine.errors import EngineError, UnknownNameError
+from engine.graph import Graph
+
+METHODS = ("cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy")
+SCHEDULES = ("free", "mpmf")
+
+__all__ = ["allocate", "Allocation", "Placement", "budgets", "mpmf", "METHODS", "SCHEDULES"]
+
+
+def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule="free", include_params: bool = False,
+             divide=None, time_limit_s: float = 30.0, solver: str = "highs", word_bits: int = 16) -> Allocation:
+    """Order the ops, place every tensor in a `budget_bytes` scratchpad and choose spills, by `method`.
+
+    schedule: "free" (COSMA picks the order), "mpmf" (the minimum peak footprint order,
+    Eq. 13-15) or a sequence of op names (a fixed order); baselines take their order from
+    their name. divide: None (one ILP), "auto" (break nodes chosen automatically) or a
+    sequence of break-node op names. A budget below M_R gives status "infeasible" naming
+    the op that cannot fit; a time-out gives the best solution found, status "time_limit".
+    """
+    _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits)
+    start = time.perf_counter()
+    common = dict(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
+                  graph=graph)
+    worst = max(graph.ops, key=lambda op: requirement(graph, op.name, include_params=include_params,
+                                                      word_bits=word_bits))
+    need = requirement(graph, worst.name, include_params=include_params, word_bits=word_bits)
+    if need > budget_bytes:
+        what = "inputs, outputs and weights" if include_params else "inputs and outputs"
+        return Allocation((), (), (), (), 0, 0, "infeasible", None, time.perf_counter() - start, **common,
+                          message=f"op '{worst.name}' needs {need} bytes on chip at once ({what}) but the budget "
+                                  f"is {budget_bytes} bytes; M_R = {need}")
+    if method == "cosma":
+        order, fixed = _order(graph, schedule, include_params, word_bits, time_limit_s, solver)
+        got = solve_cosma(graph, budget_bytes, order, fixed=fixed, include_params=include_params, divide=divide,
+                          time_limit_s=time_limit_s, solver=solver, word_bits=word_bits)
+        order, placements, spills, retrievals = got.order, got.placements, got.spills, got.retrievals
+        status, gap, message = got.status, got.gap, got.message
+    else:
+        which, policy = method.split("-")
+        order = _order(graph, which if which == "mpmf" else "default", include_params, word_bits, time_limit_s,
+                       solver)[0]
+        placements, spills, retrievals = baselines.run(graph, budget_bytes, order, policy,
+                                                       include_params=include_params, word_bits=word_bits)
+        status, gap, message = "feasible", None, ""
+    return Allocation(tuple(order), tuple(placements), tuple(spills), tuple(retrievals),
+                      _bytes(graph, spills + retrievals, word_bits), _peak(placements, len(order)), status, gap,
+                      time.perf_counter() - start, **common, message=message)
+
+
+def _order(graph: Graph, schedule, include_params, word_bits, time_limit_s, solver) -> tuple[tuple[str, ...], bool]:
+    """(op order, whether it is fixed): the graph's default order for a free schedule."""
+    if schedule in ("free", "default"):
+        return tuple(op.name for op in graph.ops), schedule == "default"
+    if schedule == "mpmf":
+        return mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,
+                    solver=solver).order, True
+    return tuple(schedule), True
+
+
+def _bytes(graph: Graph, transfers, word_bits: int) -> int:
+    return sum(graph.tensor(a).nbytes(word_bits) for a, _ in transfers)
+
+
+def _peak(placements, steps: int) -> int:
+    on_chip = [0] * steps
+    for p in placements:
+        for t in range(p.first_step, p.last_step + 1):
+            on_chip[t] += p.size
+    return max(on_chip, default=0)
+
+
+def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits) -> None:
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
+        raise EngineError(f"budget_bytes must be a whole number of bytes, got {budget_bytes!r}")
+    if budget_bytes <= 0:
+        raise EngineError(f"budget_bytes must be positive, got {budget_bytes}; try engine.allocation.budgets(graph)")
+    if method not in METHODS:
+        raise UnknownNameError("allocation method", method, METHODS)
+    if solver not in SOLVERS:
+        raise UnknownNameError("solver", solver, SOLVERS)
+    if not isinstance(word_bits, int) or word_bits <= 0:
+        raise EngineError(f"word_bits must be a positive whole number, got {word_bits!r}")
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULES:
+            raise UnknownNameError("schedule", schedule, SCHEDULES + ("a list of op names",))
+    else:
+        _check_order(graph, tuple(schedule))
+    if method != "cosma" and schedule != "free":
+        raise EngineError(f"method '{method}' takes its order from its name; leave schedule at 'free' "
+                          "or use method='cosma' with a fixed schedule")
+    if divide is not None and divide != "auto":
+        if isinstance(divide, str):
+            raise EngineError(f"divide must be None, 'auto' or a list of break-node op names, got '{divide}'")
+        known = {op.name for op in graph.ops}
+        for b in divide:
+            if b not in known:
+                raise EngineError(f"divide: break node '{b}' is not an op of graph '{graph.name}'")
+
+
+def _check_order(graph: Graph, order) -> None:
+    """A fixed schedule must run every op once, producers first."""
+    names = [op.name for op in graph.ops]
+    missing = set(names) - set(order)
+    extra = [op for op in order if op not in set(names)]
+    if extra:
+        raise EngineError(f"schedule names '{extra[0]}', which is not an op of graph '{graph.name}'")
+    if missing or len(order) != len(names):
+        raise EngineError(f"schedule must list every op of '{graph.name}' exactly once"
+                          + (f"; missing '{sorted(missing)[0]}'" if missing else ""))
+    seen = set()
+    for op in order:
+        for p in graph.predecessors(op):
+            if p not in seen:
+                raise EngineError(f"schedule runs '{op}' before its producer '{p}'")
+        seen.add(op)

@@ -1,0 +1,47 @@
+"""Operator fusion (Optimus, TECS 2022): the fused-group cost model, the searches, and the plan they return.
+
+`fuse(graph, acc, method=...)` partitions the graph's ops into fused groups:
+"optimus" finds the minimum DRAM traffic over the whole fusion space (DESIGN.md),
+"online" the same search on the pruned space of Sec. 6, "dnnvm" and "efficient_s"
+the prior works Optimus compares with, "none" one group per op. Every plan is
+costed by the same `group_cost`, so `plan.dram_bytes` equals the sum over its groups.
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine.accelerator import Accelerator
+from engine.errors import EngineError, UnknownNameError
+from engine.fusion import dnnvm, efficient_s, none, online, optimus
+from engine.fusion.cost import Capacity, GroupCost, group_cost, model_of, oracle_bytes
+from engine.fusion.plan import FusionPlan, build_plan, check_runnable
+from engine.graph import Graph
+
+# method name -> (search over a FusionModel and Capacity, status of its result)
+METHODS = {
+    "none": (none.search, "unfused"),
+    "dnnvm": (dnnvm.search, "restricted"),
+    "efficient_s": (efficient_s.search, "restricted"),
+    "optimus": (optimus.search, "optimal"),
+    "online": (online.search, "restricted"),
+}
+
+__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS"]
+
+
+def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus") -> FusionPlan:
+    """Partition `graph` into fused operator-groups for `acc` with the search `method`."""
+    if method not in METHODS:
+        raise UnknownNameError("fusion method", method, METHODS)
+    search, status = METHODS[method]
+    start = time.perf_counter()
+    model = model_of(graph, acc)
+    cap = Capacity.of(acc)
+    check_runnable(model, cap, acc.name)
+    groups, evaluated = search(model, cap)
+    if not groups:
+        raise EngineError(f"method '{method}' found no way to run '{graph.name}' on '{acc.name}'")
+    seconds = time.perf_counter() - start
+    return build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes,
+                      evaluated=evaluated, seconds=seconds, status=status)

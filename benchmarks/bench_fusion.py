@@ -1,0 +1,94 @@
+"""Operator-fusion benchmark: search speed beside Optimus Table 5, DRAM traffic beside Fig. 14/16.
+
+Run:  .venv/bin/python benchmarks/bench_fusion.py [--networks a,b] [--buffers-kb 32,128] [--batch 4]
+Prints markdown tables (the source of docs/fusion.md's figures): per network at
+128 KB, the groups evaluated and search time of optimus and online, and the final
+group count beside the paper's; then DRAM bytes of every method and the Oracle
+across buffer sizes on the `optimus` preset; then optimus's reduction against the
+two baselines beside the paper's 19-75 % (DNNVM) and 17-58 % (Efficient-S).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import engine
+from engine import zoo
+from engine.fusion import METHODS, fuse, oracle_bytes
+from engine.fusion.model import model_for
+
+KB = 1024
+# Optimus Table 5 (bottom-up): network -> (groups evaluated, ms, final groups at 128 KB, batch 4)
+PAPER = {"vgg16": (171, 0.48, 8), "resnet50": (5101, 2.73, 31), "resnet152": (25046, 5.01, 99),
+         "googlenet": (4362, 27.89, 21), "squeezenet1_0": (572, 2.19, 8), "resnet1202": (258085, 383.95, 841)}
+ONLINE = {"vgg16": 0.11, "resnet50": 0.29, "resnet152": 0.23, "googlenet": 0.64, "squeezenet1_0": 0.24,
+          "resnet1202": 5.26}
+DEFAULT_NETWORKS = ("alexnet", "vgg16", "googlenet", "squeezenet1_0", "resnet18", "resnet50", "resnet152")
+
+
+def timed(graph, acc, method):
+    """(plan, seconds) of one search on a cold model cache."""
+    model_for.cache_clear()
+    start = time.perf_counter()
+    plan = fuse(graph, acc, method=method)
+    return plan, time.perf_counter() - start
+
+
+def speed_table(networks, batch):
+    acc = engine.Accelerator.preset("optimus")
+    print("| network | ops | max succ | optimus groups evaluated (paper) | optimus ms (paper) | re-search at 127 KB ms"
+          " | online evaluated | online ms (paper) | final groups (paper) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in networks:
+        g = zoo.build(name, batch)
+        plan, first = timed(g, acc, "optimus")
+        start = time.perf_counter()
+        fuse(g, acc.with_buffer(127 * KB), method="optimus")
+        again = time.perf_counter() - start
+        online, t_online = timed(g, acc, "online")
+        evaluated, ms, groups = PAPER.get(name, ("-", "-", "-"))
+        print(f"| {name} | {len(g.ops)} | {g.max_fanout} | {plan.groups_evaluated} ({evaluated}) | {first * 1e3:.1f} ({ms})"
+              f" | {again * 1e3:.1f} | {online.groups_evaluated} | {t_online * 1e3:.1f} ({ONLINE.get(name, '-')})"
+              f" | {len(plan.groups)} ({groups}) |", flush=True)
+
+
+def traffic_tables(networks, buffers_kb, batch):
+    reductions = {}
+    for name in networks:
+        g = zoo.build(name, batch)
+        print(f"\n**{name}** (batch {batch}, MB of DRAM traffic; groups in brackets)\n")
+        print("| buffer | " + " | ".join(METHODS) + " | oracle | optimus ms |")
+        print("|---|" + "---|" * (len(METHODS) + 2))
+        for kb in buffers_kb:
+            acc = engine.Accelerator.preset("optimus").with_buffer(kb * KB)
+            plans = {m: fuse(g, acc, method=m) for m in METHODS}
+            cells = " | ".join(f"{p.dram_bytes / 1e6:.2f} ({len(p.groups)})" for p in plans.values())
+            print(f"| {kb} KB | {cells} | {oracle_bytes(g, acc) / 1e6:.2f} | {plans['optimus'].search_seconds * 1e3:.0f} |",
+                  flush=True)
+            best = plans["optimus"].dram_bytes
+            for base in ("dnnvm", "efficient_s"):
+                reductions.setdefault((name, base), []).append(1 - best / plans[base].dram_bytes)
+    print("\n| network | optimus vs dnnvm (paper 19-75 %) | optimus vs efficient_s (paper 17-58 %) |")
+    print("|---|---|---|")
+    for name in networks:
+        cells = []
+        for base in ("dnnvm", "efficient_s"):
+            r = reductions[(name, base)]
+            cells.append(f"{min(r) * 100:.0f}-{max(r) * 100:.0f} %")
+        print(f"| {name} | {cells[0]} | {cells[1]} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", default=",".join(n for n in DEFAULT_NETWORKS if n in zoo.names()))
+    parser.add_argument("--buffers-kb", default="32,64,128,256,512,1024,2048")
+    parser.add_argument("--batch", type=int, default=4)
+    args = parser.parse_args()
+    networks = args.networks.split(",")
+    speed_table(networks, args.batch)
+    traffic_tables(networks, [int(k) for k in args.buffers_kb.split(",")], args.batch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Every choice a dashboard user makes, in one `param.Parameterized` (one instance per browser session)."""
+
+from __future__ import annotations
+
+import param
+
+import engine
+from engine.loading import onnx_light_models
+
+KB = 1024
+# Buffer sizes the slider steps through: 8 KB .. 8 MB, two steps per doubling (log scale).
+BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 21)})
+FUSION_METHODS = ("none", "dnnvm", "efficient_s", "optimus", "online")
+BUDGET_CHOICES = ("M_R", "M_H", "M_P", "bytes")
+OP_KINDS = tuple(k.value for k in engine.OpKind)
+
+
+def nearest_step_kb(buffer_bytes: int) -> int:
+    """The slider step closest to `buffer_bytes` (on a log scale)."""
+    import math
+
+    return min(BUFFER_STEPS_KB, key=lambda k: abs(math.log(k * KB / buffer_bytes)))
+
+
+def network_names() -> list[str]:
+    """Zoo names, then the onnx package's light models (always importable)."""
+    from engine import zoo
+
+    return list(zoo.names()) + sorted(p.name for p in onnx_light_models().glob("*.onnx"))
+
+
+class ExplorerState(param.Parameterized):
+    """The user's network, accelerator and method choices; the page and the URL both mirror it."""
+
+    network = param.Selector(default="resnet50", objects=network_names(), doc="Built-in network or ONNX light model")
+    upload_name = param.String(default="", doc="Name of an uploaded .onnx file, when one is in use")
+    batch = param.Integer(default=1, bounds=(1, 64), doc="Batch size")
+    preset = param.Selector(default="optimus", objects=list(engine.Accelerator.presets()), doc="Accelerator preset")
+    buffer_kb = param.Selector(default=128, objects=BUFFER_STEPS_KB, doc="Global buffer size (KB)")
+    pe_rows = param.Integer(default=16, bounds=(1, 256), doc="PE array rows")
+    pe_cols = param.Integer(default=16, bounds=(1, 256), doc="PE array columns")
+    rf_bytes = param.Integer(default=64, label="RF bytes per PE", bounds=(1, 4096), doc="Register file bytes per PE")
+    word_bits = param.Selector(default=16, objects=[4, 8, 16, 32], doc="Word width (bits)")
+    dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
+    methods = param.ListSelector(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
+                                 doc="Fusion methods to compare")
+    budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")
+    budget_kb = param.Integer(default=512, label="Budget (KB) when 'bytes'", bounds=(1, 1024 * 1024), doc="Budget in KB when 'bytes' is chosen")
+    cpu_kinds = param.ListSelector(default=[], label="Op kinds left on the CPU", objects=list(OP_KINDS), doc="Op kinds left on the CPU")
+    selected_op = param.String(default="", doc="Op clicked in the DAG (layer detail)")
+
+    @param.depends("preset", watch=True)
+    def _load_preset(self):
+        """Choosing a preset resets every accelerator field to the preset's values."""
+        acc = engine.Accelerator.preset(self.preset)
+        kb = nearest_step_kb(acc.buffer_bytes)
+        self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
+                          word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
+
+    def accelerator(self) -> engine.Accelerator:
+        """The accelerator the fields describe (a preset, edited); raises AcceleratorError on bad values."""
+        acc = engine.Accelerator.preset(self.preset)
+        if self.buffer_kb != nearest_step_kb(acc.buffer_bytes):  # the slider moved off the preset's size
+            acc = acc.with_buffer(self.buffer_kb * KB)
+        return (acc.with_pe_array(self.pe_rows, self.pe_cols).with_rf(self.rf_bytes)
+                .with_word_bits(self.word_bits).with_bandwidth(self.dram_gbps * 1e9))

@@ -1,0 +1,30 @@
+"""Energy bars (DRAM / buffer / PE array / RF / MAC, stacked per method) with latency beside, as Optimus Fig. 13."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import pandas as pd
+
+LABELS = {"dram": "DRAM", "buffer": "buffer", "array": "PE array", "rf": "RF", "mac": "MAC"}
+COLOURS = {"DRAM": "#d62728", "buffer": "#ff7f0e", "PE array": "#9467bd", "RF": "#2ca02c", "MAC": "#1f77b4"}
+
+
+def energy_frame(energies: dict) -> pd.DataFrame:
+    """Tidy (method, component, uJ, latency_ms) rows from method -> energy breakdown records."""
+    rows = []
+    for method, e in energies.items():
+        for comp, pj in e.as_dict().items():
+            rows.append({"method": method, "component": LABELS[comp], "uJ": pj / 1e6, "latency_ms": e.latency_s * 1e3})
+    return pd.DataFrame(rows)
+
+
+def energy_view(energies: dict) -> hv.Layout:
+    """Stacked energy bars per method, and a latency bar chart beside them."""
+    df = energy_frame(energies)
+    bars = hv.Bars(df, kdims=["method", "component"], vdims=["uJ"]).opts(
+        stacked=True, cmap=COLOURS, tools=["hover"], responsive=True, min_height=320, ylabel="energy (µJ)",
+        title="Energy per inference", legend_position="right")
+    lat = df.drop_duplicates("method")
+    latency = hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
+        color="#555555", tools=["hover"], responsive=True, min_height=320, ylabel="latency (ms)", title="Latency")
+    return (bars + latency).cols(2)

@@ -1,0 +1,128 @@
+"""COSMA end to end: cut the graph into segments (one, unless dividing), solve each ILP, join the plans."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from engine.allocation import divide as dnc
+from engine.allocation import model, solution, solve
+from engine.allocation.mpmf import mpmf
+from engine.allocation.problem import Carry, make_problem
+from engine.allocation.start import best_baseline, objective_at
+from engine.allocation.record import Placement, needs
+from engine.graph import Graph
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Segment plans joined into one: what `allocate` turns into an Allocation."""
+
+    order: tuple[str, ...]
+    placements: tuple[Placement, ...]
+    spills: tuple[tuple[str, int], ...]
+    retrievals: tuple[tuple[str, int], ...]
+    status: str
+    gap: float | None
+    message: str
+
+
+def segments_for(graph: Graph, order, divide, *, fixed: bool, include_params: bool, word_bits: int):
+    """(start, stop) bounds of the segments of `order`: one, automatic break nodes, or named ones."""
+    if divide is None:
+        return [(0, len(order))]
+    if divide == "auto":
+        reads = {op: needs(graph, op, include_params)[0] for op in order}
+        sizes = {t.name: t.nbytes(word_bits) for t in graph.tensor_list}
+        return dnc.auto_segments(dnc.lossless_cuts(graph, order), dnc.crossing_bytes(graph, order, sizes, reads),
+                                 dnc.MAX_OPS_FIXED if fixed else dnc.MAX_OPS_FREE)
+    return dnc.manual_segments(order, divide)
+
+
+def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params: bool, divide, time_limit_s: float,
+                solver: str, word_bits: int) -> Joined:
+    """Solve COSMA over `order`'s segments (a free schedule inside each when not `fixed`) within the time limit."""
+    mpmf_order = () if fixed else mpmf(graph, include_params=include_params, word_bits=word_bits,
+                                       time_limit_s=time_limit_s, solver=solver).order
+    if not fixed and divide is not None:
+        order = mpmf_order  # segments of a low-footprint order: each is still a down-set, and starts agree
+    bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
+    deadline = time.perf_counter() + time_limit_s
+    carry = Carry.start(graph, include_params)
+    plans, statuses, gaps = [], [], []
+    for k, (lo, hi) in enumerate(bounds):
+        later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
+        ops = order[lo:hi]
+        prob = make_problem(graph, ops, budget, carry, include_params=include_params, word_bits=word_bits,
+                            later=later, order=ops if fixed else None)
+        m = model.build(prob)
+        share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
+        opts = dict(include_params=include_params, word_bits=word_bits)
+        if fixed:
+            start = best_baseline(m, graph, [ops], **opts)
+        else:
+            spread = tuple(op for op in mpmf_order if op in set(ops))
+            found = [best_baseline(m, graph, [spread], **opts), _fixed_start(graph, prob, solver, share / 3, opts)]
+            found = [v for v in found if v is not None]
+            start = min(found, key=lambda v: objective_at(m, v)) if found else None
+        left = max(deadline - time.perf_counter() - share * (len(bounds) - k - 1), 0.2)
+        stats = solve.run(m.lp, solver=solver, time_limit_s=left, start=start)
+        if not stats.has_solution:
+            where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
+            if stats.status == "infeasible":
+                why = (f"no placement fits {budget} bytes{where}: fragmentation leaves no contiguous room; "
+                       "raise the budget")
+                return Joined((), (), (), (), "infeasible", None, why)
+            return Joined((), (), (), (), "time_limit", None,
+                          f"{stats.solver} found no solution within {time_limit_s:g} s{where}; "
+                          "raise time_limit_s or use divide='auto'")
+        plan = solution.read(m)
+        plans.append((lo, plan))
+        statuses.append(stats.status)
+        gaps.append(stats.gap)
+        carry = plan.carry
+    return _join(plans, statuses, gaps)
+
+
+def _fixed_start(graph: Graph, prob, solver: str, time_limit_s: float, opts: dict) -> dict | None:
+    """Values of the same problem solved in its given order (itself started from the baselines).
+
+    The variables share names (tensor number, step), and any the fixed model lacks are 0 in
+    the free one, so the fixed solution is a feasible start and the free search only improves on it.
+    """
+    fixed = model.build(replace(prob, order=prob.ops))
+    start = best_baseline(fixed, graph, [prob.ops], **opts)
+    stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(time_limit_s, 0.2), start=start)
+    return {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else start
+
+
+def _join(plans, statuses, gaps) -> Joined:
+    """Shift each segment's steps by its start and fuse stays that continue across a boundary."""
+    order, placements, spills, retrievals = [], [], [], []
+    open_at: dict[str, int] = {}  # tensor -> index in placements of its stay reaching the previous boundary
+    for lo, plan in plans:
+        order.extend(plan.order)
+        reaching = {}
+        for p in plan.placements:
+            shifted = Placement(p.tensor, p.first_step + lo, p.last_step + lo, p.address, p.size)
+            j = open_at.get(p.tensor)
+            if p.first_step == 0 and j is not None and placements[j].address == p.address:
+                prev = placements[j]
+                placements[j] = prev._replace(last_step=shifted.last_step)
+                idx = j
+            else:
+                placements.append(shifted)
+                idx = len(placements) - 1
+            if p.last_step == len(plan.order) - 1:
+                reaching[p.tensor] = idx
+        open_at = reaching
+        spills += [(a, t + lo) for a, t in plan.spills]
+        retrievals += [(a, t + lo) for a, t in plan.retrievals]
+    if len(plans) == 1:
+        status, gap = statuses[0], gaps[0]
+    else:
+        status = "time_limit" if "time_limit" in statuses else "feasible"
+        gap = None
+    message = "" if len(plans) == 1 else f"divide-and-conquer over {len(plans)} segments, each solved by the ILP"
+    return Joined(tuple(order), tuple(sorted(placements, key=lambda p: (p.first_step, p.address))), tuple(spills),
+                  tuple(retrievals), status, gap, message)

@@ -1,0 +1,132 @@
+"""Lifetime and overlap analysis: which steps an op or tensor can occupy, which tensor pairs can meet.
+
+This keeps COSMA's O(|T| x |A|^2) encoding small (Sec. III-F): variables exist only for
+steps inside a tensor's window, and no-overlap constraints (Eq. 10) only for pairs that
+can be on chip together at that step. An op runs no earlier than its ancestor count and
+no later than n-1 minus its descendant count. A tensor is on chip from its creation (or,
+for one held in DRAM, from its first reader's step: the model retrieves only at a
+reader's step) until its last reader (the model frees it then, see `model`), or to the
+end when later segments read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+from engine.allocation.problem import Problem
+
+
+@dataclass(frozen=True)
+class Window:
+    """Steps `first`..`last` a tensor may be on chip; `create` the steps its op may run (None: not made here)."""
+
+    first: int
+    last: int
+    create: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """Windows of every op and tensor of a problem, and the tensor pairs that may share the chip per step."""
+
+    ops: dict[str, tuple[int, int]]
+    tensors: dict[str, Window]
+    pairs: dict[int, list[tuple[str, str]]]
+    ancestors: dict[str, int]  # op -> bitset of its strict ancestors (bit i = problem.ops[i])
+
+
+def analyse(problem: Problem) -> Lifetimes:
+    """Windows and co-residency pairs of `problem` (exact lifetimes when its order is fixed)."""
+    anc = _ancestors(problem)
+    ops = _op_windows(problem, anc)
+    tensors = _tensor_windows(problem, ops)
+    return Lifetimes(ops, tensors, _pairs(problem, tensors, anc), anc)
+
+
+def _ancestors(problem: Problem) -> dict[str, int]:
+    index = {op: i for i, op in enumerate(problem.ops)}
+    anc: dict[str, int] = {}
+    for op in problem.ops:  # topological, so predecessors come first
+        bits = 0
+        for p in problem.preds[op]:
+            bits |= anc[p] | (1 << index[p])
+        anc[op] = bits
+    return anc
+
+
+def _op_windows(problem: Problem, anc: dict[str, int]) -> dict[str, tuple[int, int]]:
+    if problem.order is not None:
+        return {op: (t, t) for t, op in enumerate(problem.order)}
+    n, desc = len(problem.ops), {op: 0 for op in problem.ops}
+    for i, op in enumerate(problem.ops):
+        bits = anc[op]
+        while bits:  # every ancestor gains one descendant
+            low = bits & -bits
+            desc[problem.ops[low.bit_length() - 1]] += 1
+            bits ^= low
+    return {op: (anc[op].bit_count(), n - 1 - desc[op]) for op in problem.ops}
+
+
+def _tensor_windows(problem: Problem, ops: dict[str, tuple[int, int]]) -> dict[str, Window]:
+    n, out = len(problem.ops), {}
+    for a in problem.tensors:
+        readers = problem.consumers.get(a, ())
+        prod = problem.producer.get(a)
+        if prod is not None:
+            first = ops[prod][0]
+        elif a in problem.carry.resident:
+            first = 0
+        else:
+            first = min(ops[c][0] for c in readers)
+        if a in problem.keep:
+            last = n - 1
+        elif readers:
+            last = max(ops[c][1] for c in readers)
+        else:
+            last = ops[prod][1] if prod is not None else -1
+        out[a] = Window(first, last, ops[prod] if prod is not None else None)
+    return out
+
+
+def _ends(problem: Problem, a: str):
+    """Ops after all of which `a` is surely gone (None: it may stay to the end)."""
+    if a in problem.keep:
+        return None
+    readers = problem.consumers.get(a, ())
+    return readers or (problem.producer[a],)
+
+
+def _starts(problem: Problem, a: str):
+    """Ops before all of which `a` is surely not yet on chip (None: on chip from the start)."""
+    if a in problem.producer:
+        return (problem.producer[a],)
+    if a in problem.carry.resident:
+        return None
+    return problem.consumers[a]
+
+
+def _pairs(problem: Problem, tensors: dict[str, Window], anc: dict[str, int]) -> dict[int, list[tuple[str, str]]]:
+    index = {op: i for i, op in enumerate(problem.ops)}
+    ends = {a: _ends(problem, a) for a in tensors}
+    starts = {a: _starts(problem, a) for a in tensors}
+
+    def before(a: str, b: str) -> bool:  # a is surely freed before b can appear, in every order
+        e, s = ends[a], starts[b]
+        return e is not None and s is not None and all(anc[y] >> index[x] & 1 for x in e for y in s)
+
+    live: dict[int, list[str]] = {}
+    for a, w in tensors.items():
+        for t in range(w.first, w.last + 1):
+            live.setdefault(t, []).append(a)
+    apart: dict[tuple[str, str], bool] = {}
+    pairs = {}
+    for t, here in live.items():
+        keep = []
+        for a, b in combinations(here, 2):
+            if (a, b) not in apart:
+                apart[a, b] = before(a, b) or before(b, a)
+            if not apart[a, b]:
+                keep.append((a, b))
+        pairs[t] = keep
+    return pairs

@@ -1,0 +1,197 @@
+"""Minimum peak memory footprint order (COSMA Sec. III-E1, Eq. 13-15) and the budgets M_R, M_H, M_P.
+
+The graph is cut only where cuts are lossless (`divide.lossless_cuts`), so the order
+found per segment joins into a globally optimal one: the peak is the largest segment
+peak, each segment counting what is live across it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+
+from engine.allocation import model, solve
+from engine.allocation.divide import lossless_cuts
+from engine.allocation.problem import Carry, make_problem, requirement
+from engine.allocation.record import needs
+from engine.graph import Graph
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """An order of minimum peak footprint (bytes on chip, no spilling), and how sure the solver is."""
+
+    order: tuple[str, ...]
+    peak_bytes: int
+    status: str  # "optimal", or "time_limit" when some segment's solve stopped early (peak is then an upper bound)
+    seconds: float
+
+
+def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: int = 16) -> int:
+    """Peak bytes on chip when `order` runs with every tensor on chip from first to last use (no spills)."""
+    last, first = {}, {}
+    for t, op in enumerate(order):
+        reads, writes = needs(graph, op, include_params)
+        for a in reads + writes:
+            first.setdefault(a, t)
+            last[a] = t
+    on_chip = [0] * len(order)
+    for a, t0 in first.items():
+        for t in range(t0, last[a] + 1):
+            on_chip[t] += graph.tensor(a).nbytes(word_bits)
+    return max(on_chip, default=0)
+
+
+DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP
+
+
+@lru_cache(maxsize=64)
+def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, time_limit_s: float = 60.0,
+         solver: str = "highs") -> Footprint:
+    """An op order of minimum peak footprint, exact per lossless segment.
+
+    Each segment is solved by dynamic programming over its down-sets (sets of ops closed
+    under predecessors, Serenity's formulation) while there are few of them, else by the
+    ILP of Eq. 13-15 within the time limit.
+    """
+    began = time.perf_counter()
+    order = tuple(op.name for op in graph.ops)
+    flags = lossless_cuts(graph, order)
+    bounds, start = [], 0
+    for p, ok in enumerate(flags):
+        if ok:
+            bounds.append((start, p + 1))
+            start = p + 1
+    bounds.append((start, len(order)))
+    carry = Carry.start(graph, include_params)
+    result, status = [], "optimal"
+    for lo, hi in bounds:
+        ops = order[lo:hi]
+        later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
+        prob = make_problem(graph, ops, _loose_budget(graph, word_bits), carry,
+                            include_params=include_params, word_bits=word_bits, later=later)
+        picked = _downset_dp(prob) if len(ops) > 1 else ops
+        if picked is None:
+            left = max(time_limit_s - (time.perf_counter() - began), 1.0)
+            picked, optimal = _ilp_order(prob, solver=solver, time_limit_s=left)
+            status = status if optimal else "time_limit"
+        result.extend(picked)
+        carry = _carry_after(graph, order[:hi], later, carry, include_params)
+    peak = footprint(graph, result, include_params=include_params, word_bits=word_bits)
+    return Footprint(tuple(result), peak, status, time.perf_counter() - began)
+
+
+def _ilp_order(prob, *, solver: str, time_limit_s: float) -> tuple[tuple[str, ...], bool]:
+    """Eq. 13-15 on one segment: (order, proven optimal); the given order if no solution came back."""
+    m = model.build(prob, objective=model.PEAK)
+    stats = solve.run(m.lp, solver=solver, time_limit_s=time_limit_s)
+    if not stats.has_solution:
+        return prob.ops, False
+    picked = sorted((t, op) for (op, t), x in m.X.items() if x.varValue > 0.5)
+    return tuple(op for _, op in picked), stats.status == "optimal"
+
+
+def _downset_dp(prob) -> tuple[str, ...] | None:
+    """Order of minimum peak over all schedules of `prob` by DP over down-sets; None past DP_STATES states.
+
+    After a down-set D has run, a tensor is on chip if it is carried in or touched by D and
+    still read later (in the segment or after it); running op o next adds o's own tensors
+    that are not on chip yet (its outputs, first loads). best[D] = min over ready o of
+    max(bytes at o's step, best[D | o]). Branches reaching the given order's peak are cut
+    (a fixed bound keeps the memo exact below it); if none beats it, the given order is optimal.
+    """
+    ops = prob.ops
+    bit = {op: 1 << i for i, op in enumerate(ops)}
+    full = (1 << len(ops)) - 1
+    pred_mask = {op: sum(bit[p] for p in prob.preds[op]) for op in ops}
+    readers = {a: sum(bit[c] for c in prob.consumers.get(a, ())) for a in prob.tensors}
+    touch = {op: tuple(dict.fromkeys(prob.reads[op] + prob.writes[op])) for op in ops}
+    size, later = prob.size, prob.keep
+
+    def needed(a: str, done: int) -> bool:
+        return a in later or readers[a] & ~done != 0
+
+    start_live = frozenset(a for a in prob.carry.resident if a in prob.tensors)
+    start_bytes = sum(size[a] for a in start_live)
+    best: dict[int, tuple[float, str | None]] = {full: (0, None)}
+
+    def step(done: int, live: frozenset, live_bytes: int, op: str):
+        """(bytes while `op` runs, state after it)."""
+        new = [a for a in touch[op] if a not in live]
+        after = done | bit[op]
+        gone = [a for a in touch[op] if a in live and not needed(a, after)]
+        kept_new = [a for a in new if needed(a, after)]
+        return (live_bytes + sum(size[a] for a in new), after, (live - set(gone)) | set(kept_new),
+                live_bytes - sum(size[a] for a in gone) + sum(size[a] for a in kept_new))
+
+    bound, state = 0, (0, start_live, start_bytes)
+    for op in ops:  # the given order's peak: the bound to beat
+        here, *state = step(*state, op)
+        bound = max(bound, here)
+
+    def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
+        if done in best:
+            return best[done][0]
+        if len(best) > DP_STATES:
+            raise _TooWide
+        choice = (math.inf, None)
+        moves = sorted((step(done, live, live_bytes, op), op) for op in ops
+                       if not done & bit[op] and not pred_mask[op] & ~done)
+        for (here, after, live2, bytes2), op in moves:  # cheapest step first tightens the cut sooner
+            if here >= min(choice[0], bound):
+                break
+            value = max(here, solve_from(after, live2, bytes2))
+            if value < choice[0]:
+                choice = (value, op)
+        best[done] = choice
+        return choice[0]
+
+    depth = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(depth, 4 * len(ops) + 100))
+    try:
+        if solve_from(0, start_live, start_bytes) == math.inf:
+            return ops
+    except _TooWide:
+        return None
+    finally:
+        sys.setrecursionlimit(depth)
+    picked, done = [], 0
+    while done != full:
+        op = best[done][1]
+        picked.append(op)
+        done |= bit[op]
+    return tuple(picked)
+
+
+class _TooWide(Exception):
+    """The segment has more down-sets than the DP may visit."""
+
+
+def _loose_budget(graph: Graph, word_bits: int) -> int:
+    return sum(t.nbytes(word_bits) for t in graph.tensor_list)
+
+
+def _carry_after(graph: Graph, done, later, carry: Carry, include_params: bool) -> Carry:
+    """State after running `done` without spills: everything read later and already made or loaded is on chip."""
+    touched = set()
+    for op in done:
+        o = graph.op(op)
+        touched.update(o.inputs + o.outputs + (o.weights if include_params else ()))
+    resident = {a: 0 for a in touched & later}
+    return Carry(MappingProxyType(resident), carry.host, carry.fresh - touched)
+
+
+def budgets(graph: Graph, word_bits: int = 16, *, include_params: bool = False, time_limit_s: float = 60.0,
+            solver: str = "highs") -> tuple[int, int, int]:
+    """COSMA's budgets (Sec. V-A2): M_R (largest single-op need), M_P (minimum peak footprint), M_H = (M_R+M_P)/2.
+
+    M_P is exact when the footprint solve finishes within `time_limit_s`, else an upper bound.
+    """
+    m_r = max(requirement(graph, op.name, include_params=include_params, word_bits=word_bits) for op in graph.ops)
+    m_p = mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,
+               solver=solver).peak_bytes
+    return m_r, (m_r + m_p) // 2, m_p

@@ -1,0 +1,98 @@
+"""Run a PuLP model on a named solver with a time limit and report what came back."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pulp
+
+from engine.errors import EngineError, UnknownNameError
+
+SOLVERS = ("highs", "cbc")
+
+
+@dataclass(frozen=True)
+class SolveStats:
+    """How a solve ended: "optimal", "time_limit" (with or without a solution), or "infeasible"."""
+
+    status: str
+    has_solution: bool
+    gap: float | None
+    seconds: float
+    solver: str
+
+
+class _HiGHSWithStart(pulp.HiGHS):
+    """pulp.HiGHS that hands HiGHS the variables' initial values as a MIP start (pulp's API class does not)."""
+
+    def callSolver(self, lp):
+        start = [(v.index, v.varValue) for v in lp.variables() if v.varValue is not None]
+        if start:
+            idx, val = zip(*start)
+            lp.solverModel.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=np.float64))
+        super().callSolver(lp)
+
+
+def solver_for(name: str, time_limit_s: float):
+    """The PuLP solver object for `name`: HiGHS through highspy (else its binary), or CBC; both take MIP starts."""
+    if name not in SOLVERS:
+        raise UnknownNameError("solver", name, SOLVERS)
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise EngineError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
+    if name == "highs":
+        api = _HiGHSWithStart(msg=False, timeLimit=float(time_limit_s))
+        if api.available():
+            return api
+        cmd = pulp.HiGHS_CMD(msg=False, timeLimit=float(time_limit_s), warmStart=True)
+        if cmd.available():
+            return cmd
+        name = "cbc"  # documented fallback when HiGHS is missing
+    cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=float(time_limit_s), warmStart=True)
+    if not cbc.available():
+        raise EngineError("no ILP solver available: install highspy (pip install highspy) or CBC")
+    return cbc
+
+
+def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | None = None) -> SolveStats:
+    """Solve `lp` in place; the variables hold the best solution found when `has_solution`.
+
+    `start` (variable name -> value, others 0) is a feasible solution to begin from.
+    """
+    engine = solver_for(solver, time_limit_s)
+    if start is not None:
+        for v in lp.variables():
+            value = start.get(v.name) or 0.0
+            value = round(value) if v.cat == pulp.LpInteger else value
+            lo = -math.inf if v.lowBound is None else v.lowBound
+            hi = math.inf if v.upBound is None else v.upBound
+            v.setInitialValue(min(max(value, lo), hi))  # solver tolerance can overshoot a bound
+    start = time.perf_counter()
+    lp.solve(engine)
+    seconds = time.perf_counter() - start
+    if isinstance(engine, pulp.HiGHS):
+        return _highs_stats(lp, seconds)
+    sol = lp.sol_status
+    if sol == pulp.LpSolutionOptimal:
+        return SolveStats("optimal", True, 0.0, seconds, engine.name)
+    if sol == pulp.LpSolutionIntegerFeasible:
+        return SolveStats("time_limit", True, None, seconds, engine.name)
+    if sol in (pulp.LpSolutionInfeasible, pulp.LpSolutionUnbounded):
+        return SolveStats("infeasible", False, None, seconds, engine.name)
+    return SolveStats("time_limit", False, None, seconds, engine.name)
+
+
+def _highs_stats(lp: pulp.LpProblem, seconds: float) -> SolveStats:
+    import highspy
+
+    h = lp.solverModel
+    status, info = h.getModelStatus(), h.getInfo()
+    feasible = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    if status == highspy.HighsModelStatus.kOptimal:
+        return SolveStats("optimal", True, 0.0, seconds, "HiGHS")
+    if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        return SolveStats("infeasible", False, None, seconds, "HiGHS")
+    gap = info.mip_gap if feasible and math.isfinite(info.mip_gap) else None
+    return SolveStats("time_limit", feasible, gap, seconds, "HiGHS")

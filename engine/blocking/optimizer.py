@@ -1,0 +1,398 @@
+"""Find the blocking of least memory energy: exact dynamic programming over the levels (Sec. 3.5).
+
+The paper enumerates loop strings exhaustively (24 hours for one 4-level layer) or searches
+them heuristically, inner level first, from 128 seeds. Under the model of `model.py` the
+problem has more structure, which makes an exact search fast:
+
+* The loop order of a block matters only through which tensor its innermost loops reuse:
+  K reuses the input, X/Y/N the kernels, C/Fw/Fh the outputs, and each tensor is indexed by
+  the other two groups. So the order that puts one group first dominates every order whose
+  first loop lies in that group: three canonical orders per block suffice.
+* The cost is a sum over level boundaries; the term of boundary l depends only on the tiles
+  of levels l and l + 1 and the order of the block between them (a tensor that passes
+  through level l + 1 is charged at the next boundary, with the same count). Level l + 1's
+  capacity check needs the same two tiles. Hence a dynamic program from DRAM inwards over
+  tile choices (divisors of each bound) is exact.
+
+`method="exhaustive"` enumerates every tile chain and every loop order with `evaluate`,
+as the paper's first optimizer did; the tests check the two agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from engine.accelerator import Accelerator
+from engine.blocking.hierarchy import Hierarchy
+from engine.blocking.layer import DIMS, REUSE_GROUP, TENSORS, Layer
+from engine.blocking.model import Blocking, Cost, describe, evaluate
+from engine.errors import EngineError, UnknownNameError
+
+# Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
+CANONICAL = {"I": ("K", "X", "Y", "N", "C", "Fw", "Fh"),
+             "W": ("X", "Y", "N", "K", "C", "Fw", "Fh"),
+             "O": ("C", "Fw", "Fh", "K", "X", "Y", "N")}
+# Group order of each canonical order, as keys of REUSE_GROUP (the tensor each group reuses).
+_GROUP_ORDER = {"I": ("I", "W", "O"), "W": ("W", "I", "O"), "O": ("O", "I", "W")}
+PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
+EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
+METHODS = ("exact", "exhaustive")
+
+
+@dataclass(frozen=True)
+class BlockingResult:
+    """The best blocking found for one layer on one hierarchy, with its cost and how it was found."""
+
+    layer: Layer
+    hierarchy: Hierarchy
+    blocking: Blocking
+    cost: Cost
+    method: str
+    optimal: bool  # proven least energy under the model (exact DP or full enumeration)
+    evaluated: int  # (tiles, order) combinations scored
+    seconds: float
+
+    @property
+    def energy_pj(self) -> float:
+        """Memory energy (pJ): accesses times per-word energy, summed over levels (Eq. 1)."""
+        return self.cost.memory_pj
+
+    @property
+    def accesses(self) -> dict[str, int]:
+        """Level name -> words read from or written back to it."""
+        return {name: self.cost.at(name) for name in self.cost.level_names}
+
+    def describe(self) -> list[str]:
+        return describe(self.blocking, [m.name for m in self.hierarchy.levels])
+
+
+def as_hierarchy(hierarchy) -> Hierarchy:
+    """A Hierarchy from a Hierarchy, an Accelerator, or the names 'diannao' / 'cpu' / an accelerator preset."""
+    if isinstance(hierarchy, Hierarchy):
+        return hierarchy
+    if isinstance(hierarchy, Accelerator):
+        return Hierarchy.from_accelerator(hierarchy)
+    if isinstance(hierarchy, str):
+        if hierarchy == "diannao":
+            return Hierarchy.diannao()
+        if hierarchy == "cpu":
+            return Hierarchy.cpu()
+        if hierarchy in Accelerator.presets():
+            return Hierarchy.from_accelerator(Accelerator.preset(hierarchy))
+        raise UnknownNameError("hierarchy", hierarchy, ("diannao", "cpu", *Accelerator.presets()))
+    raise EngineError(f"cannot block on {type(hierarchy).__name__}; give a Hierarchy, an Accelerator or a name")
+
+
+def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> BlockingResult:
+    """The least-energy blocking of `layer` on `hierarchy`, using only the on-chip `levels` named (default all).
+
+    `method="exact"` is the dynamic program (fast, optimal under the model); "exhaustive"
+    scores every blocking one by one (the oracle, small layers only).
+    """
+    hierarchy = as_hierarchy(hierarchy)
+    if levels is not None:
+        hierarchy = hierarchy.keep(levels)
+    if method not in METHODS:
+        raise UnknownNameError("blocking method", method, METHODS)
+    start = time.perf_counter()
+    search = exact_blocking if method == "exact" else _exhaustive
+    blocking, evaluated = search(layer, hierarchy)
+    cost = evaluate(layer, hierarchy, blocking)
+    return BlockingResult(layer, hierarchy, blocking, cost, method, True, evaluated, time.perf_counter() - start)
+
+
+# ---- shared tables ---------------------------------------------------------------
+@lru_cache(maxsize=256)
+def divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def _min_level0_words(layer: Layer, hierarchy: Hierarchy) -> None:
+    """Raise when even a one-element tile cannot sit in the innermost level."""
+    one = (1,) * len(DIMS)
+    mem = hierarchy.levels[0]
+    need = {T: layer.footprint(T, one) for T in layer.tensors}
+    if mem.split_bytes:
+        bad = [T for T in layer.tensors if need[T] > hierarchy.capacity_words(0, T)]
+    else:
+        bad = ["all"] if sum(need.values()) > hierarchy.capacity_words(0) else []
+    if bad:
+        raise EngineError(f"layer '{layer.name}': level '{mem.name}' ({mem.total_bytes} bytes) cannot hold even a "
+                          f"one-element tile ({sum(need.values())} words); leave it out with levels=...")
+
+
+class _Grid:
+    """Every tile (a divisor of each bound), with footprints, as numpy columns."""
+
+    def __init__(self, layer: Layer):
+        self.layer = layer
+        self.divs = [np.array(divisors(n), dtype=np.int64) for n in layer.dims]
+        shape = tuple(len(d) for d in self.divs)
+        self.idx = np.indices(shape).reshape(len(DIMS), -1).T  # (G, 7) divisor positions
+        self.val = np.stack([self.divs[j][self.idx[:, j]] for j in range(len(DIMS))], axis=1)  # (G, 7) bounds
+        self.size = len(self.val)
+        self.fp = {T: _footprints(layer, T, self.val) for T in TENSORS}
+        self.above = np.prod(np.array(layer.dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
+        # per tensor T: product of the tile's bounds over the loops that reuse T (REUSE_GROUP)
+        cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
+        self.group = {T: np.prod([cols[d] for d in REUSE_GROUP[T]], axis=0) for T in TENSORS}
+        self.full_group = {T: float(math.prod(getattr(layer, d) for d in REUSE_GROUP[T])) for T in TENSORS}
+        # per dim: divides[j][a, b] is True when divisor a divides divisor b
+        self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
+
+    def tile(self, i: int) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.val[i])
+
+
+def _footprints(layer: Layer, tensor: str, val: np.ndarray) -> np.ndarray:
+    """`Layer.footprint` over an array of tiles (float64: exact below 2**53)."""
+    x, y, c, k, n, fw, fh = (val[:, j].astype(np.float64) for j in range(len(DIMS)))
+    if tensor == "I":
+        (sx, sy), (dx, dy) = layer.stride, layer.dilation
+        span_x = np.minimum((x - 1) * sx + (fw - 1) * dx + 1, x * fw)
+        span_y = np.minimum((y - 1) * sy + (fh - 1) * dy + 1, y * fh)
+        return n * c * span_x * span_y
+    if tensor == "W":
+        return c * k * fw * fh if layer.has_weights else np.zeros(len(val))
+    return n * k * x * y
+
+
+def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> np.ndarray:
+    """Whether the words kept at `level` (tensor -> array) fit its shared or split capacity."""
+    mem = hierarchy.levels[level]
+    if mem.split_bytes:
+        ok = True
+        for T in layer.tensors:
+            ok = ok & (used[T] <= hierarchy.capacity_words(level, T))
+        return ok
+    return sum(used[T] for T in layer.tensors) <= hierarchy.capacity_words(level)
+
+
+def _refill_costs(layer: Layer, hierarchy: Hierarchy, grid: _Grid, a, b, parent_level: int, charge_all: bool):
+    """Energy (pJ) of keeping tiles `a` (level parent_level - 1) filled from `parent_level`.
+
+    Returns one cost array per canonical order, and the words each tensor keeps in the parent.
+    `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block).
+    A tile of `a` is loaded `above(a) / run` times, where run is the reuse by the block's first
+    loops (Table 2); a tensor whose tile does not change passes through the parent (charge_all=False).
+    """
+    if b is None:
+        group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
+    else:
+        group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
+    mem = hierarchy.levels[parent_level]
+    changed, base, kept = {}, {}, {}
+    for T in layer.tensors:
+        base[T] = grid.fp[T][a] * grid.above[a]  # words moved with no reuse in the block
+        if not charge_all:
+            o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
+            changed[T] = (group[o1] * group[o2]) > 1
+            kept[T] = np.where(changed[T], grid.fp[T][b], 0.0)
+    costs = []
+    for order in CANONICAL:
+        g = _GROUP_ORDER[order]
+        first = np.where(group[g[0]] > 1, 0, np.where(group[g[1]] > 1, 1, np.where(group[g[2]] > 1, 2, -1)))
+        cost = np.zeros(len(a))
+        for T in layer.tensors:
+            fills = base[T] / np.where(first == g.index(T), group[T], 1.0)
+            moved = mem.energy(T) * (2 * fills - layer.size(T) if T == "O" else fills)
+            cost += moved if charge_all else np.where(changed[T], moved, 0.0)
+        costs.append(cost)
+    return costs, kept
+
+
+def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
+    """Dynamic program over levels, DRAM inwards; value[l][tile] = least energy above level l."""
+    _min_level0_words(layer, hierarchy)
+    grid = _Grid(layer)
+    m = len(hierarchy.on_chip)
+    cand = _candidates(layer, hierarchy, grid)
+    value = [None] * m
+    parent = [None] * m
+    best_order = [None] * m
+    evaluated = 0
+    # last on-chip level: its block iterates over DRAM
+    a = np.flatnonzero(cand[m - 1])
+    costs, _ = _refill_costs(layer, hierarchy, grid, a, None, m, charge_all=True)
+    costs = np.stack(costs)
+    evaluated += costs.size
+    value[m - 1] = np.full(grid.size, np.inf)
+    value[m - 1][a] = costs.min(axis=0)
+    best_order[m - 1] = np.zeros(grid.size, dtype=np.int64)
+    best_order[m - 1][a] = costs.argmin(axis=0)
+    for l in range(m - 2, -1, -1):
+        value[l], parent[l], best_order[l], n = _inner_step(layer, hierarchy, grid, cand[l], cand[l + 1], value[l + 1], l)
+        evaluated += n
+    # level 0 keeps every tensor; the MAC operand reads are the same for every tile
+    total = np.where(cand[0], value[0], np.inf)
+    start = int(np.argmin(total))
+    if not np.isfinite(total[start]):
+        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+    tiles, orders, i = [], [], start
+    order_names = tuple(CANONICAL)
+    for l in range(m):
+        tiles.append(grid.tile(i))
+        orders.append(CANONICAL[order_names[int(best_order[l][i])]])
+        if l < m - 1:
+            i = int(parent[l][i])
+    return Blocking(layer.dims, tuple(tiles), tuple(orders)), evaluated
+
+
+def _candidates(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> list[np.ndarray]:
+    """Tiles each level might hold: level 0 keeps all of its tile; a higher level must keep each
+    tensor whose tile is too big for every level below it (a smaller one could have stayed below)."""
+    out = [_capacity_ok(hierarchy, 0, layer, grid.fp)]
+    below = {T: hierarchy.capacity_words(0, T) for T in TENSORS}
+    for l in range(1, len(hierarchy.on_chip)):
+        must = {T: np.where(grid.fp[T] > below[T], grid.fp[T], 0.0) for T in TENSORS}
+        out.append(_capacity_ok(hierarchy, l, layer, must))
+        below = {T: max(below[T], hierarchy.capacity_words(l, T)) for T in TENSORS}
+    return out
+
+
+def _inner_step(layer, hierarchy, grid: _Grid, child_ok, parent_ok, parent_value, l):
+    """value[l] from value[l + 1]: for each child tile, the best parent tile and block order."""
+    value = np.full(grid.size, np.inf)
+    best_parent = np.full(grid.size, -1, dtype=np.int64)
+    best_order = np.zeros(grid.size, dtype=np.int64)
+    a, b = _pairs(grid, child_ok, parent_ok & np.isfinite(parent_value), prune=(l == 0))
+    for s in range(0, len(a), PAIR_CHUNK):
+        ca, cb = a[s:s + PAIR_CHUNK], b[s:s + PAIR_CHUNK]
+        costs, kept = _refill_costs(layer, hierarchy, grid, ca, cb, l + 1, charge_all=False)
+        costs = np.stack(costs)
+        arg = costs.argmin(axis=0)
+        best = np.where(_capacity_ok(hierarchy, l + 1, layer, kept),
+                        costs[arg, np.arange(len(ca))] + parent_value[cb], np.inf)
+        # pairs come grouped by child: take each group's first minimum
+        starts = np.flatnonzero(np.r_[True, ca[1:] != ca[:-1]])
+        low = np.minimum.reduceat(best, starts)
+        hits = np.flatnonzero(best == np.repeat(low, np.diff(np.r_[starts, len(ca)])))
+        pick = hits[np.searchsorted(hits, starts)]
+        sel = pick[best[pick] < value[ca[pick]]]
+        value[ca[sel]] = best[sel]
+        best_parent[ca[sel]] = cb[sel]
+        best_order[ca[sel]] = arg[sel]
+    return value, best_parent, best_order, 3 * len(a)
+
+
+def _pairs(grid: _Grid, child_ok, parent_ok, *, prune: bool):
+    """All (child, parent) tile pairs with the child dividing the parent in every bound.
+
+    With `prune` (children at level 0) a child is paired only with parents it cannot grow
+    inside (see `_growable`).
+    """
+    children = np.flatnonzero(child_ok)
+    n = len(DIMS)
+    radix = [int(np.prod([len(d) for d in grid.divs[j + 1:]])) for j in range(n)]
+    free = np.zeros((len(children), n), dtype=np.int64)  # bit k: the k-th prime of bound j may still grow
+    steps = {}
+    if prune:
+        for j in range(n):
+            for k, (p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
+                free[:, j] |= grow.astype(np.int64) << k
+                steps[j, k] = step
+    allowed = {}  # (dim, child divisor position, free bits) -> parent divisor positions * radix
+
+    def options(j, i, bits):
+        key = (j, i, bits)
+        if key not in allowed:
+            ok = grid.divides[j][i].copy()
+            k = 0
+            while bits >> k:
+                if bits >> k & 1:
+                    ok &= ~steps[j, k][i]
+                k += 1
+            allowed[key] = np.flatnonzero(ok) * radix[j]
+        return allowed[key]
+
+    rows, cols = [], []
+    for r, a in enumerate(children):
+        ci = grid.idx[a]
+        flat = np.zeros(1, dtype=np.int64)
+        for j in range(n):
+            opt = options(j, int(ci[j]), int(free[r, j]))
+            flat = (flat[:, None] + opt[None, :]).ravel()
+        flat = flat[parent_ok[flat]]
+        rows.append(np.full(len(flat), a, dtype=np.int64))
+        cols.append(flat)
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows), np.concatenate(cols)
+
+
+def _growable(grid: _Grid, ok, tiles, j: int) -> dict:
+    """Per prime p of bound j: which `tiles` stay feasible with their j-th bound times p, and
+    which (divisor, divisor) pairs differ by a multiple of p.
+
+    Level 0's own cost is the same for every tile and each refill term only shrinks as the
+    level-0 tile grows inside a fixed parent (fewer halo and tile refetches, more reuse, more
+    tensors passing through), so a parent is only ever served best by a child tile that cannot
+    grow inside it. Dropping the other pairs keeps the search exact.
+    """
+    divs = grid.divs[j]
+    radix = int(np.prod([len(d) for d in grid.divs[j + 1:]]))
+    out = {}
+    for p in _primes(int(divs[-1])):
+        pos = {int(v): i for i, v in enumerate(divs)}
+        up = np.array([pos.get(int(v) * p, -1) for v in divs])
+        step = up[grid.idx[tiles, j]]
+        flat = tiles + (step - grid.idx[tiles, j]) * radix
+        free = (step >= 0) & ok[np.where(step >= 0, flat, 0)]
+        ratio = divs[None, :] // divs[:, None]
+        out[p] = (free, grid.divides[j] & (ratio % p == 0))
+    return out
+
+
+def _primes(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        if n % p == 0:
+            out.append(p)
+            while n % p == 0:
+                n //= p
+        p += 1
+    return out + ([n] if n > 1 else [])
+
+
+# ---- brute force (the oracle) ------------------------------------------------------
+def _exhaustive(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
+    """Score every chain of divisor tiles and every order of each block's non-unit loops with `evaluate`."""
+    m = len(hierarchy.on_chip)
+    per_dim = [list(_chains(n, m)) for n in layer.dims]
+    n_chains = math.prod(len(c) for c in per_dim)
+    if n_chains > EXHAUSTIVE_LIMIT:
+        raise EngineError(f"layer '{layer.name}': {n_chains} tile chains is too many to enumerate; use method='exact'")
+    best, best_key, evaluated = None, None, 0
+    for combo in itertools.product(*per_dim):
+        tiles = tuple(tuple(combo[j][l] for j in range(len(DIMS))) for l in range(m))
+        base = Blocking(layer.dims, tiles, (DIMS,) * m)
+        block_orders = []
+        for b in range(m):
+            moving = [d for d, t in base.trips(b).items() if t > 1]
+            rest = tuple(d for d in DIMS if d not in moving)
+            block_orders.append([p + rest for p in itertools.permutations(moving)])
+        for orders in itertools.product(*block_orders):
+            blocking = Blocking(layer.dims, tiles, orders)
+            cost = evaluate(layer, hierarchy, blocking)
+            evaluated += 1
+            if cost.fits and (best_key is None or cost.memory_pj < best_key - 1e-9 * abs(best_key)):
+                best, best_key = blocking, cost.memory_pj
+    if best is None:
+        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+    return best, evaluated
+
+
+def _chains(n: int, m: int):
+    """Non-decreasing divisor chains t_0 | t_1 | ... | t_(m-1) | n."""
+    if m == 0:
+        yield ()
+        return
+    for top in divisors(n):
+        for rest in _chains(top, m - 1):
+            yield (*rest, top)

@@ -1,0 +1,145 @@
+"""`evaluate`: run the engine's parts in order on one network and accelerator, into one `Report`.
+
+Each part that fails on this input (an infeasible budget, an unsupported shape) leaves
+its error message in `Report.errors` instead of sinking the whole report, so the
+dashboard can show an honest partial result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import pandas as pd
+
+from engine.accelerator import Accelerator
+from engine.errors import EngineError
+from engine.graph import Graph
+
+KB = 1024
+CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the dashboard shows for one (network, accelerator, options) choice."""
+
+    graph: Graph
+    acc: Accelerator
+    plans: MappingProxyType  # fusion method -> FusionPlan
+    energy: MappingProxyType  # fusion method -> EnergyBreakdown
+    oracle_bytes: int
+    allocation: object | None = None  # Allocation
+    budget_bytes: int | None = None
+    partition: object | None = None
+    modules: object | None = None
+    errors: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # part -> message
+
+    def groups_frame(self, method: str) -> pd.DataFrame:
+        """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""
+        plan = self.plans[method]
+        rows = []
+        for i, (grp, cost) in enumerate(zip(plan.groups, plan.costs)):
+            rows.append({"group": i, "ops": " ".join(grp), "n_ops": len(grp), "dram_bytes": cost.dram_bytes,
+                         "fmap_in_bytes": cost.fmap_in_bytes, "fmap_out_bytes": cost.fmap_out_bytes,
+                         "param_bytes": cost.param_bytes, "subgroups": cost.subgroups})
+        return pd.DataFrame(rows)
+
+    def summary_frame(self) -> pd.DataFrame:
+        """One row per fusion method: DRAM bytes, groups, energy and latency."""
+        rows = []
+        for method, plan in self.plans.items():
+            e = self.energy[method]
+            rows.append({"method": method, "dram_bytes": plan.dram_bytes, "groups": len(plan.groups),
+                         "energy_uJ": e.total_pj / 1e6, "latency_ms": e.latency_s * 1e3,
+                         "vs_oracle": plan.dram_bytes / self.oracle_bytes if self.oracle_bytes else float("nan")})
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> str:
+        """The whole report as JSON (network, accelerator, per-method groups and costs, allocation, errors)."""
+        out = {
+            "network": {"name": self.graph.name, "batch": self.graph.batch, "ops": len(self.graph.ops),
+                        "macs": self.graph.macs, "params": self.graph.params},
+            "accelerator": self.acc.as_dict(),
+            "oracle_bytes": self.oracle_bytes,
+            "fusion": {m: {"dram_bytes": p.dram_bytes, "groups": [list(g) for g in p.groups],
+                           "energy_pj": self.energy[m].as_dict(), "latency_s": self.energy[m].latency_s}
+                       for m, p in self.plans.items()},
+            "errors": dict(self.errors),
+        }
+        if self.allocation is not None:
+            a = self.allocation
+            out["allocation"] = {"method": a.method, "status": a.status, "budget_bytes": self.budget_bytes,
+                                 "offchip_bytes": a.offchip_bytes, "peak_bytes": a.peak_bytes, "order": list(a.order),
+                                 "spills": [list(s) for s in a.spills], "retrievals": [list(r) for r in a.retrievals]}
+        return json.dumps(out, indent=1, default=str)
+
+
+def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s", "optimus"),
+             allocation: str | None = None, budget="M_H", time_limit_s: float = 10.0,
+             cpu_kinds=(), modules: bool = False) -> Report:
+    """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules."""
+    from engine.energy import energy_breakdown
+    from engine.fusion import fuse, oracle_bytes
+
+    plans = {m: fuse(graph, acc, method=m) for m in methods}
+    energy = {m: energy_breakdown(graph, plans[m], acc) for m in methods}
+    errors: dict[str, str] = {}
+    alloc = budget_bytes = part = mods = None
+    if allocation:
+        try:
+            alloc, budget_bytes = _allocate(graph, acc, allocation, budget, time_limit_s)
+        except EngineError as err:
+            errors["allocation"] = str(err)
+    if cpu_kinds:
+        try:
+            from engine.partition import partition
+
+            part = partition(graph, lambda op: op.kind.value not in set(cpu_kinds))
+        except EngineError as err:
+            errors["partition"] = str(err)
+    if modules:
+        try:
+            from engine.modules import plan_modules
+
+            mods = plan_modules(graph, acc)
+        except EngineError as err:
+            errors["modules"] = str(err)
+    return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
+                  alloc, budget_bytes, part, mods, MappingProxyType(errors))
+
+
+def budget_bytes_for(graph: Graph, acc: Accelerator, budget) -> int:
+    """A budget given as 'M_R', 'M_H', 'M_P' (COSMA's three) or a byte count."""
+    from engine.allocation import budgets
+
+    if isinstance(budget, str):
+        names = ("M_R", "M_H", "M_P")
+        if budget not in names:
+            raise EngineError(f"budget must be one of {', '.join(names)} or a number of bytes, got '{budget}'")
+        return int(budgets(graph, word_bits=acc.word_bits)[names.index(budget)])
+    if budget <= 0:
+        raise EngineError(f"budget must be a positive number of bytes, got {budget}")
+    return int(budget)
+
+
+def _allocate(graph, acc, method, budget, time_limit_s):
+    from engine.allocation import allocate
+
+    nbytes = budget_bytes_for(graph, acc, budget)
+    return allocate(graph, nbytes, method=method, time_limit_s=time_limit_s, word_bits=acc.word_bits), nbytes
+
+
+def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB) -> pd.DataFrame:
+    """DRAM bytes of every method and the Oracle at each buffer size: tidy (buffer_kb, method, dram_mb)."""
+    from engine.fusion import fuse, oracle_bytes
+
+    oracle = oracle_bytes(graph, acc) / 1e6
+    rows = []
+    for kb in buffers_kb:
+        sized = acc.with_buffer(kb * KB)
+        rows += [{"buffer_kb": kb, "method": m, "dram_mb": fuse(graph, sized, method=m).dram_bytes / 1e6}
+                 for m in methods]
+        rows.append({"buffer_kb": kb, "method": "oracle", "dram_mb": oracle})
+    return pd.DataFrame(rows)

@@ -1,0 +1,303 @@
+"""Off-chip traffic of one fused operator-group: Optimus Eq. 3 with the scheduler of Sec. 5.2.
+
+DRAM bytes of a group = its input fmaps (each tensor read by the group and made
+outside it, once) + its output fmaps (each tensor it makes that any op outside
+reads, or that the network returns, once) + its parameters, reloaded once per
+sub-group when they cannot stay on chip for the whole group (Eq. 3). The
+sub-group count comes from the largest tile that fits the buffer (Eq. 4) with
+ISOA decisions (Alg. 2); batch images join one tile only when a whole image fits.
+
+A single op gets the cheaper of that tiled schedule and a layer-wise schedule that
+blocks output channels (re-reading its input once per block), so every op of a
+covered kind can run on any buffer that holds one input channel's rows. Ops outside
+the tile model (3-D convolutions, matmuls of two activations, reshape, softmax,
+norm, other) only run alone, at their compulsory traffic: inputs + outputs +
+parameters once ("unmodelled" in the record).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.accelerator import Accelerator
+from engine.errors import EngineError, GraphError
+from engine.fusion import dataflow
+from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
+from engine.graph import Graph
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """On-chip room in elements: fmap tiles, and parameters (the same room when `shared`)."""
+
+    fmap: int
+    param: int
+    shared: bool
+
+    @classmethod
+    def of(cls, acc: Accelerator) -> "Capacity":
+        """A unified buffer holds both; split buffers hold fmaps in input+output and parameters in the weight buffer."""
+        per = lambda nbytes: nbytes * 8 // acc.word_bits  # noqa: E731
+        if acc.split_buffers:
+            return cls(per(acc.input_buffer_bytes + acc.output_buffer_bytes), per(acc.weight_buffer_bytes), False)
+        return cls(per(acc.buffer_bytes), per(acc.buffer_bytes), True)
+
+
+@dataclass(frozen=True)
+class GroupCost:
+    """The schedule and DRAM traffic of one group (bytes; tiles in rows of each op's ofmap)."""
+
+    ops: tuple[str, ...]
+    dram_bytes: int
+    fmap_in_bytes: int
+    fmap_out_bytes: int
+    param_bytes: int
+    schedule: str  # "fused": Eq. 3/4 tiles; "layerwise": one op, output-channel blocks; "unmodelled"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    footprint_bytes: int  # fmap tiles on chip at the chosen tile (plus parameters when resident)
+    params_resident: bool
+    row_steps: int  # spatial tiles per image: row bands (times column bands when a lone op cuts columns)
+    batch_tile: int  # images per tile
+    subgroups: int  # Eq. 3's sub-group count: row steps x image tiles
+    tile_rows: tuple[tuple[str, int], ...]
+    isoa: tuple[str, ...] = ()  # ops that keep only T_c channels of their ofmap (Alg. 2)
+    input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """Internal result of one schedule: traffic split and tile choice."""
+
+    fin: int
+    fout: int
+    par: int
+    schedule: str
+    footprint: int = 0
+    resident: bool = False
+    row_steps: int = 1
+    batch_tile: int = 1
+    passes: int = 1
+    rows: int = 0  # rows of a layer-wise tile
+
+    @property
+    def dram(self) -> int:
+        return self.fin + self.fout + self.par
+
+
+def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
+    return model_for(graph, dataflow.of(acc), acc.word_bits)
+
+
+def dram_bytes(model: FusionModel, mask: int, cap: Capacity) -> int | None:
+    """DRAM bytes of the group `mask`, or None when it cannot run on chip."""
+    if mask & (mask - 1) and fits(model, mask, cap) and _resident(model, mask, cap):
+        return least_bytes(model, mask)  # Eq. 3 with parameters loaded once
+    best = schedule(model, mask, cap)
+    return None if best is None else best.dram
+
+
+def least_bytes(model: FusionModel, mask: int) -> int:
+    """A lower bound on any schedule's traffic: fmaps in and out and parameters, each once."""
+    fin, fout, p_elems, _ = model.io(mask)
+    return fin + fout + _bytes(p_elems, model.word_bits)
+
+
+def _resident(model: FusionModel, mask: int, cap: Capacity) -> bool:
+    """Whether all the group's parameters stay on chip beside its finest fmap tiles."""
+    p_elems = model.io(mask)[2]
+    if not p_elems:
+        return True
+    return model.footprint(mask, 0) + p_elems <= cap.fmap if cap.shared else p_elems <= cap.param
+
+
+def fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
+    """Whether the finest tiles of a multi-op group fit (monotone: no group that grows upward from a misfit fits)."""
+    return all(model.covered[i] for i in model.members(mask)) and model.footprint(mask, 0) <= cap.fmap
+
+
+def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
+    """The cheapest schedule of a group under the model, or None when none fits (cached by (group, capacity))."""
+    key = (mask, cap)
+    if key in model.cost_cache:
+        return model.cost_cache[key]
+    ops = model.members(mask)
+    if len(ops) > 1:
+        best = _tiled(model, mask, cap) if fits(model, mask, cap) else None
+    elif not model.covered[ops[0]]:
+        fin, fout, p_elems, _ = model.io(mask)
+        best = _Schedule(fin, fout, _bytes(p_elems, model.word_bits), "unmodelled")
+    else:
+        best = _tiled(model, mask, cap)
+        if best is None or best.dram > least_bytes(model, mask):
+            other = _layerwise(model, ops[0], cap, best.dram if best else None)
+            best = other if other is not None and (best is None or other.dram < best.dram) else best
+    model.cost_cache[key] = best
+    return best
+
+
+def _bytes(elements: int, word_bits: int) -> int:
+    return math.ceil(elements * word_bits / 8)
+
+
+def _tiled(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
+    """Eq. 3 at the largest tile of Eq. 4: fewest row steps, then most images per tile."""
+    finest = model.footprint(mask, 0)
+    if finest > cap.fmap:
+        return None
+    fin, fout, p_elems, kbig = model.io(mask)
+    resident = _resident(model, mask, cap)
+    room = cap.fmap - (p_elems if resident and cap.shared else 0)  # resident parameters share the buffer
+    k = _fewest_steps(model, mask, room, kbig)
+    whole = model.footprint(mask, k)
+    images = min(model.batch, room // whole) if k == 1 and whole else 1
+    subgroups = k * -(-model.batch // images)
+    pbytes = _bytes(p_elems, model.word_bits)
+    par = pbytes if resident else pbytes * subgroups
+    return _Schedule(fin, fout, par, "fused", whole * images + (p_elems if resident and cap.shared else 0),
+                     resident, k, images)
+
+
+def _fewest_steps(model: FusionModel, mask: int, room: int, kbig: int) -> int:
+    """Fewest row steps k whose tiles fit `room` (the largest t_h of Eq. 4), by bisection.
+
+    The footprint never grows with k, and a tile of k steps holds at least 1/k of
+    every row, so k >= footprint(1) / room.
+    """
+    whole = model.footprint(mask, 1)
+    if whole <= room:
+        return 1
+    lo, hi = min(kbig, max(2, -(-whole // room))), kbig
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if model.footprint(mask, mid) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _Schedule | None:
+    """One op with output channels in blocks: its input re-read per block, weights per row band and image tile.
+
+    Bands span the full width (as in the fused schedule); only when no full-width band
+    fits are the columns cut too, re-reading the overlap of neighbouring column bands.
+    Returns the cheapest schedule below `beat` (any, when None), or None.
+    """
+    h_out = model.out_h[i]
+    w_out = max(model.tgeo[j].w for j in model.outs[i])
+    fin, fout, p_elems, _ = model.io(1 << i)
+    pbytes = _bytes(p_elems, model.word_bits)
+    heights = sorted({-(-h_out // j) for j in range(1, h_out + 1)}, reverse=True)
+    best = None
+    for widths in ([w_out], sorted({-(-w_out // j) for j in range(2, w_out + 1)}, reverse=True)):
+        for images in range(1, model.batch + 1):
+            for t in heights:
+                bands = -(-h_out // t) * -(-model.batch // images)
+                limit = best.dram if best is not None else beat
+                if limit is not None and fin + fout + pbytes * bands >= limit:
+                    break  # smaller bands only reload the weights more often
+                for tw in widths:
+                    cand = _band(model, i, cap, images, t, tw)
+                    if cand is not None and (best is None or cand.dram < best.dram):
+                        best = cand
+        if best is not None or beat is not None:
+            return best
+    return None
+
+
+def _band(model: FusionModel, i: int, cap: Capacity, images: int, t: int, tw: int) -> _Schedule | None:
+    """The layer-wise schedule of op i on tiles of `images` images x t rows x tw columns, or None if it does not fit."""
+    op = model.graph.ops[i]
+    _, fout, p_elems, _ = model.io(1 << i)
+    out_geo = [model.tgeo[j] for j in model.outs[i]]
+    c_out = sum(g.channels for g in out_geo)
+    out_per_ch = t * tw
+    ins = [(model.tgeo[j], model.tbytes[j], _need(rh, t, model.tgeo[j].h), _need(rw, tw, model.tgeo[j].w))
+           for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i])]
+    in_per_ch = sum(rows * cols for _, _, rows, cols in ins)
+    if model.channelwise[i]:
+        footprint, passes = (in_per_ch + out_per_ch) * images, 1
+    else:
+        room = cap.fmap - in_per_ch * images
+        block = min(c_out, room // (out_per_ch * images)) if room > 0 else 0
+        if block < 1:
+            return None
+        per_group = max(1, c_out // op.groups)
+        footprint, passes = (in_per_ch + block * out_per_ch) * images, -(-per_group // min(block, per_group))
+    if footprint > cap.fmap:
+        return None
+    steps = -(-model.out_h[i] // t)
+    cols = -(-max(g.w for g in out_geo) // tw)
+    fin = sum(-(-nbytes * passes * max(geo.h, steps * rows) * max(geo.w, cols * wide) // (geo.h * geo.w))
+              for geo, nbytes, rows, wide in ins)
+    par = _bytes(p_elems, model.word_bits) * steps * cols * -(-model.batch // images)
+    return _Schedule(fin, fout, par, "layerwise", footprint, False, steps * cols, images, passes, t)
+
+
+def smallest_buffer_bytes(model: FusionModel, i: int) -> int:
+    """Fewest buffer bytes op i needs to run alone: one row, column, image and output channel."""
+    ins = sum(_need(rh, 1, model.tgeo[j].h) * _need(rw, 1, model.tgeo[j].w)
+              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+    return _bytes(ins + len(model.outs[i]), model.word_bits)
+
+
+def _need(rule: tuple[int, int, int], rows: int, h_in: int) -> int:
+    mode, kern, stride = rule
+    need = (rows - 1) * stride + kern if mode == WINDOW else (rows if mode == SAME else kern)
+    return min(h_in, need)
+
+
+def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
+    """The full GroupCost record of a group (tiles, ISOA decisions, traffic split)."""
+    best = schedule(model, mask, cap)
+    if best is None:
+        return None
+    ops = model.members(mask)
+    names = tuple(model.names[i] for i in ops)
+    made = {j for i in ops for j in model.outs[i]}
+    inputs = tuple(dict.fromkeys(model.tnames[j] for i in ops for j in model.ins[i] if j not in made))
+    outputs = tuple(model.tnames[j] for i in ops for j in model.outs[i]
+                    if model.is_graph_output[j] or model.consumer_mask[j] & ~mask)
+    isoa: tuple[str, ...] = ()
+    if best.schedule == "fused":
+        op_rows, _ = model.rows(mask, best.row_steps)
+        isoa = tuple(model.names[i] for i in model.members(model.isoa(mask)[1]))
+        tiles = tuple((model.names[i], op_rows[i]) for i in ops)
+    elif best.schedule == "layerwise":
+        tiles = ((names[0], best.rows),)
+    else:
+        tiles = ((names[0], model.out_h[ops[0]]),)
+    steps = best.row_steps * -(-model.batch // best.batch_tile)
+    return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
+                     _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
+                     steps, tiles, isoa, best.passes)
+
+
+def group_cost(graph: Graph, ops, acc: Accelerator) -> GroupCost | None:
+    """Eq. 3 traffic and schedule of the ops `ops` run as one fused group on `acc`; None when no tile fits.
+
+    `ops` is any iterable of op names. A group that an outside op splits (a path
+    leaves the group and comes back) cannot run as one group and raises GraphError.
+    """
+    names = list(ops)
+    if not names:
+        raise EngineError("group_cost needs at least one op name")
+    for name in names:
+        graph.op(name)
+    if len(set(names)) != len(names):
+        raise GraphError(f"group lists an op twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    model = model_of(graph, acc)
+    mask = model.mask_of(names)
+    if not model.is_convex(mask):
+        raise GraphError(f"ops {sorted(names)} cannot run as one group: a path leaves the group and comes back")
+    return record(model, mask, Capacity.of(acc))
+
+
+def oracle_bytes(graph: Graph, acc: Accelerator) -> int:
+    """The paper's Oracle: every weight and every network input and output crosses the chip boundary once."""
+    read = {t for op in graph.ops for t in op.inputs}
+    fmaps = {t for t in graph.inputs if t in read} | set(graph.outputs)
+    weights = {w for op in graph.ops for w in op.weights}
+    return graph.bytes_of(fmaps, acc.word_bits) + graph.bytes_of(weights, acc.word_bits)

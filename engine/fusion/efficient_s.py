@@ -1,0 +1,56 @@
+"""Efficient-S (Zheng et al. 2020) as Optimus evaluates it: dynamic programming on a linear proxy of the DAG.
+
+The DAG is read as one sequence (its topological order) and cut into contiguous
+segments. Like the prior works Optimus compares with, a segment of several ops is a
+group only when its fmap tiles (no ISOA) and all its parameters fit on chip at once
+(the "prior cost model"); then its traffic is inputs + outputs + parameters once,
+which is also what `group_cost` gives it. Segments must be weakly connected to be
+groups of the fusion space. Single ops are always allowed.
+"""
+
+from __future__ import annotations
+
+from engine.fusion.cost import Capacity, dram_bytes
+from engine.fusion.model import FusionModel
+
+
+def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
+    """The prior works' rule: every fmap tile at full channel depth and every parameter on chip together."""
+    if not all(model.covered[i] for i in model.members(mask)):
+        return False
+    p_elems = model.io(mask)[2]
+    tiles = model.footprint(mask, 0, isoa=False)
+    return tiles + p_elems <= cap.fmap if cap.shared else tiles <= cap.fmap and p_elems <= cap.param
+
+
+def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[list[int], int]:
+    """Least-traffic cut of `sequence` into contiguous groups, and the number of segments evaluated."""
+    inf = float("inf")
+    best = [0] + [inf] * len(sequence)
+    cut = [0] * (len(sequence) + 1)
+    evaluated = 0
+    for i in range(len(sequence)):
+        if best[i] == inf:
+            continue
+        mask = 0
+        for j in range(i, len(sequence)):
+            mask |= 1 << sequence[j]
+            evaluated += 1
+            if j > i and not prior_fits(model, mask, cap):
+                break  # the prior footprint only grows as the segment grows
+            if j > i and not model.is_connected(mask):
+                continue
+            cost = dram_bytes(model, mask, cap)
+            if cost is not None and best[i] + cost < best[j + 1]:
+                best[j + 1], cut[j + 1] = best[i] + cost, i
+    groups, j = [], len(sequence)
+    while j > 0:
+        i = cut[j]
+        groups.append(sum(1 << sequence[t] for t in range(i, j)))
+        j = i
+    return groups[::-1], evaluated
+
+
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+    """Efficient-S on the graph's topological order."""
+    return segments(model, cap, list(range(model.n)))

@@ -1,0 +1,383 @@
+"""Per-graph tables for the fused-group cost model, with groups as bitmasks over the topological order.
+
+A `FusionModel` is built once per (graph, PE-array throughput, word width) and is
+independent of the buffer size, so its caches (tile footprints by group) survive a
+buffer-size change: the dashboard's slider re-searches from cached footprints.
+Bit i of a group mask is `graph.ops[i]`. All footprints are counted in elements.
+
+Tile geometry: an activation of rank 4 is (N, C, H, W), rank 3 is (N, L, D) read as
+H = L, W = 1, C = D, rank 2 is (N, C) with H = W = 1. A tile is a band of whole rows
+(t_w = O_w, the line-buffer form of Optimus Sec. 5.2) of every tensor in the group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from engine.fusion.dataflow import Throughput
+from engine.graph import Graph, OpKind
+
+WINDOW, SAME, WHOLE = 0, 1, 2  # how an op's input rows follow from its output rows
+
+_TILED_KINDS = {OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT,
+                OpKind.MATMUL}
+_INPLACE_KINDS = {OpKind.CONCAT, OpKind.SPLIT}  # write into / read from slices of one buffer
+_CHANNELWISE_KINDS = {OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT}
+
+
+@dataclass(frozen=True)
+class TensorGeo:
+    """Row geometry of one activation: rows H, elements per row of one image, channels C, batch N."""
+
+    h: int
+    row: int
+    channels: int
+    batch: int
+    nbytes: int
+
+    @property
+    def w(self) -> int:
+        return self.row // self.channels
+
+
+def tensor_geo(shape: tuple[int, ...], word_bits: int) -> TensorGeo | None:
+    """Row geometry of an activation shape, or None for shapes the tile model does not cover."""
+    nbytes = math.ceil(math.prod(shape) * word_bits / 8)
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return TensorGeo(h, c * w, c, n, nbytes)
+    if len(shape) == 3:
+        n, length, d = shape
+        return TensorGeo(length, d, d, n, nbytes)
+    if len(shape) == 2:
+        n, c = shape
+        return TensorGeo(1, c, c, n, nbytes)
+    return None
+
+
+class FusionModel:
+    """Cost-model tables of one graph on one PE array and word width; caches footprints by group mask."""
+
+    def __init__(self, graph: Graph, tp: Throughput, word_bits: int):
+        self.graph, self.tp, self.word_bits = graph, tp, word_bits
+        ops = graph.ops
+        self.n = len(ops)
+        self.names = tuple(op.name for op in ops)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.batch = graph.batch
+        tnames = sorted({t for op in ops for t in op.inputs + op.outputs} | set(graph.inputs))
+        self.tindex = {t: j for j, t in enumerate(tnames)}
+        self.tnames = tuple(tnames)
+        self.tgeo = tuple(tensor_geo(graph.tensors[t].shape, word_bits) for t in tnames)
+        self.tbytes = tuple(graph.tensors[t].nbytes(word_bits) for t in tnames)
+        self.producer = [-1] * len(tnames)
+        for i, op in enumerate(ops):
+            for t in op.outputs:
+                self.producer[self.tindex[t]] = i
+        self.consumer_mask = [0] * len(tnames)
+        for i, op in enumerate(ops):
+            for t in set(op.inputs):
+                self.consumer_mask[self.tindex[t]] |= 1 << i
+        graph_outputs = {self.tindex[t] for t in graph.outputs if t in self.tindex}
+        self.is_graph_output = [j in graph_outputs for j in range(len(tnames))]
+        self.ins = tuple(tuple(dict.fromkeys(self.tindex[t] for t in op.inputs)) for op in ops)
+        self.outs = tuple(tuple(self.tindex[t] for t in op.outputs) for op in ops)
+        self.pred = [0] * self.n
+        self.succ = [0] * self.n
+        for i in range(self.n):
+            for j in self.ins[i]:
+                p = self.producer[j]
+                if p >= 0:
+                    self.pred[i] |= 1 << p
+                    self.succ[p] |= 1 << i
+        # link[i]: ops i is joined to in a group: producers, consumers and co-readers of a tensor
+        self.link = [self.pred[i] | self.succ[i] for i in range(self.n)]
+        for i in range(self.n):
+            for j in self.ins[i]:
+                self.link[i] |= self.consumer_mask[j] & ~(1 << i)
+        self.weights = tuple(tuple(op.weights) for op in ops)
+        self.weight_elems = {w: graph.tensors[w].elements for op in ops for w in op.weights}
+        users: dict[str, int] = {}
+        for op in ops:
+            for w in set(op.weights):
+                users[w] = users.get(w, 0) + 1
+        self.own_weight_elems = [sum(self.weight_elems[w] for w in set(op.weights)) for op in ops]
+        self.shares_weights = [any(users[w] > 1 for w in op.weights) for op in ops]
+        self._op_tables(ops)
+        self._closure()
+        self._fp: dict[tuple[int, int, bool], int] = {}  # (group, row steps, ISOA on) -> elements
+        self._isoa: dict[int, tuple[int, int, int]] = {}  # group -> (saving, ISOA ops, footprint), finest tiles
+        self._io: dict[int, tuple[int, int, int, int]] = {}
+        self.cost_cache: dict = {}  # (group mask, Capacity) -> cheapest schedule or None
+        self.online_limit: dict[int, int] = {}  # fmap room -> group size limit of engine.fusion.online
+
+    # ---- static tables ---------------------------------------------------
+    def _op_tables(self, ops) -> None:
+        """Per op: rows H, tile rows floor, row elements (full and under ISOA), and input row rules."""
+        t_c, t_h = self.tp.t_c, self.tp.t_h
+        self.covered, self.inplace, self.channelwise = [], [], []
+        self.out_h, self.floor, self.full_row, self.save_row = [], [], [], []
+        self.rules: list[tuple[tuple[int, int, int], ...]] = []  # per input: rows rule
+        self.wrules: list[tuple[tuple[int, int, int], ...]] = []  # per input: columns rule (layer-wise tiles)
+        for i, op in enumerate(ops):
+            geos = [self.tgeo[j] for j in self.ins[i] + self.outs[i]]
+            covered = op.kind in _TILED_KINDS and all(g is not None for g in geos) and self._covers(i, op)
+            self.covered.append(covered)
+            inplace = covered and op.kind in _INPLACE_KINDS
+            self.inplace.append(inplace)
+            self.channelwise.append(op.kind in _CHANNELWISE_KINDS)
+            if not covered:
+                self.out_h.append(1), self.floor.append(1), self.full_row.append(0), self.save_row.append(0)
+                self.rules.append(())
+                self.wrules.append(())
+                continue
+            outs = [self.tgeo[j] for j in self.outs[i]]
+            h = max(g.h for g in outs)
+            self.out_h.append(h)
+            self.floor.append(min(t_h, h))
+            full = 0 if inplace else sum(g.row for g in outs)
+            isoa = 0 if inplace else sum(min(t_c, g.channels) * (g.row // g.channels) for g in outs)
+            self.full_row.append(full)
+            self.save_row.append(full - isoa)
+            self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
+            self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
+
+    def _covers(self, i: int, op) -> bool:
+        """Whether the row-tile model describes this op: 2-D windows, one activation input for matmul."""
+        if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL):
+            return len(op.kernel) in (0, 2) and all(self.tgeo[j] is not None and len(
+                self.graph.tensors[self.tnames[j]].shape) == 4 for j in self.ins[i] + self.outs[i])
+        if op.kind == OpKind.MATMUL:
+            return len(self.ins[i]) == 1 and bool(op.weights)
+        if op.kind in _INPLACE_KINDS:  # channel concat / split: every tensor has the same rows
+            return len({self.tgeo[j].h for j in self.ins[i] + self.outs[i]}) == 1
+        return True
+
+    def _rule(self, op, j: int, out_size: int, axis: int) -> tuple[int, int, int]:
+        """(mode, effective kernel, stride) giving the rows (axis 0) or columns (axis 1) of input j that r output ones need."""
+        size_in = self.tgeo[j].h if axis == 0 else self.tgeo[j].w
+        if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL) and op.kernel:
+            dil = op.dilation[axis] if op.dilation else 1
+            return WINDOW, dil * (op.kernel[axis] - 1) + 1, op.stride[axis] if op.stride else 1
+        if size_in == out_size or size_in == 1:
+            return SAME, 1, 1
+        return WHOLE, size_in, 1
+
+    def _closure(self) -> None:
+        """Ancestor and descendant masks of every op (for the convexity check)."""
+        self.anc = [0] * self.n
+        for i in range(self.n):
+            m, a = self.pred[i], 0
+            while m:
+                b = m & -m
+                m ^= b
+                p = b.bit_length() - 1
+                a |= b | self.anc[p]
+            self.anc[i] = a
+        self.desc = [0] * self.n
+        for i in range(self.n - 1, -1, -1):
+            m, d = self.succ[i], 0
+            while m:
+                b = m & -m
+                m ^= b
+                s = b.bit_length() - 1
+                d |= b | self.desc[s]
+            self.desc[i] = d
+
+    # ---- group structure -------------------------------------------------
+    @staticmethod
+    def members(mask: int) -> list[int]:
+        """Op indices of a mask, ascending (topological order)."""
+        out = []
+        while mask:
+            b = mask & -mask
+            out.append(b.bit_length() - 1)
+            mask ^= b
+        return out
+
+    def mask_of(self, names) -> int:
+        m = 0
+        for name in names:
+            m |= 1 << self.index[name]
+        return m
+
+    def is_convex(self, mask: int) -> bool:
+        """No op outside the group lies on a path between two ops of the group."""
+        below = above = 0
+        for i in self.members(mask):
+            below |= self.anc[i]
+            above |= self.desc[i]
+        return not (below & above & ~mask)
+
+    def is_connected(self, mask: int) -> bool:
+        """Weakly connected through producer-consumer edges or a tensor two members read."""
+        start = mask & -mask
+        seen, todo = start, start
+        while todo:
+            b = todo & -todo
+            todo ^= b
+            new = self.link[b.bit_length() - 1] & mask & ~seen
+            seen |= new
+            todo |= new
+        return seen == mask
+
+    def succ_of(self, mask: int) -> int:
+        """Union of the successors of the ops in `mask`."""
+        out = 0
+        while mask:
+            b = mask & -mask
+            mask ^= b
+            out |= self.succ[b.bit_length() - 1]
+        return out
+
+    def io(self, mask: int) -> tuple[int, int, int, int]:
+        """(fmap-in bytes, fmap-out bytes, parameter elements, largest row count) of a group."""
+        hit = self._io.get(mask)
+        if hit is not None:
+            return hit
+        fin = fout = 0
+        read, made, wset = set(), set(), set()
+        kbig = 1
+        for i in self.members(mask):
+            read.update(self.ins[i])
+            made.update(self.outs[i])
+            wset.update(self.weights[i])
+            kbig = max(kbig, self.out_h[i])
+        for j in read - made:
+            fin += self.tbytes[j]
+            if self.tgeo[j] is not None:
+                kbig = max(kbig, self.tgeo[j].h)
+        for j in made:
+            if self.is_graph_output[j] or self.consumer_mask[j] & ~mask:
+                fout += self.tbytes[j]
+        hit = (fin, fout, sum(self.weight_elems[w] for w in wset), kbig)
+        self._io[mask] = hit
+        return hit
+
+    # ---- Eq. 4 footprint ---------------------------------------------------
+    def rows(self, mask: int, k: int) -> tuple[dict[int, int], dict[int, int]]:
+        """Tile rows of every member op and every group-input tensor when the group runs in `k` row steps.
+
+        Backward propagation t(l-1) = t(l)*S + K - S (Optimus Sec. 2.3), the max over
+        consumers at branches, every tile at least min(T_h, H) rows (Eq. 4's lower bound,
+        applied to every op) and at least ceil(H / k) rows so all tensors advance together;
+        k = 0 means the finest tiles.
+        """
+        demand: dict[int, int] = {}
+        op_rows: dict[int, int] = {}
+        for i in reversed(self.members(mask)):
+            h = self.out_h[i]
+            r = self.floor[i]
+            if k:
+                r = max(r, -(-h // k))
+            for j in self.outs[i]:
+                r = max(r, demand.get(j, 0))
+            r = min(h, r)
+            op_rows[i] = r
+            for j, (mode, kern, stride) in zip(self.ins[i], self.rules[i]):
+                need = (r - 1) * stride + kern if mode == WINDOW else (r if mode == SAME else kern)
+                if need > demand.get(j, 0):
+                    demand[j] = need
+        in_rows = {}
+        for j, need in demand.items():
+            p = self.producer[j]
+            if p < 0 or not (mask >> p) & 1:
+                h = self.tgeo[j].h
+                in_rows[j] = min(h, max(need, -(-h // k) if k else 1))
+        return op_rows, in_rows
+
+    def footprint(self, mask: int, k: int, isoa: bool = True) -> int:
+        """Elements of one image's fmap tiles on chip in `k` row steps (Eq. 4's left side).
+
+        ISOA decisions are those that minimise the finest tiles (Alg. 2 decides at the
+        smallest tile, Sec. 5.2) and are kept for every k; `isoa=False` is the prior
+        works' footprint with every ofmap tile at full channel depth.
+        """
+        key = (mask, k, isoa)
+        hit = self._fp.get(key)
+        if hit is not None:
+            return hit
+        if isoa and not k:
+            total = self.isoa(mask)[2]
+        else:
+            op_rows, in_rows = self.rows(mask, k)
+            total = sum(self.tgeo[j].row * r for j, r in in_rows.items())
+            chosen = self.isoa(mask)[1] if isoa else 0
+            for i, r in op_rows.items():
+                total += (self.full_row[i] - (self.save_row[i] if (chosen >> i) & 1 else 0)) * r
+        self._fp[key] = total
+        return total
+
+    def isoa(self, mask: int) -> tuple[int, int, int]:
+        """(largest saving, mask of ops adopting ISOA, footprint) at the finest tiles (Alg. 2).
+
+        Alg. 2's rule: an op that adopts ISOA keeps only min(T_c, C) channels of its
+        ofmap, so no consumer of it may adopt ISOA too (the consumer must hold all its
+        partial sums). Concat/split pass a chunked tensor through. Alg. 2 is a dynamic
+        program over the group in reverse topological order; here the same recurrence
+        runs forward over a frontier of open ops, which keeps it exact where branches
+        meet again (as a tree recurrence Alg. 2 would count the shared descendant twice).
+        States that tell every pending consumer the same thing (whether any of its
+        producers is chunked) are merged, so a dense block's many open outputs cost
+        few states.
+        """
+        hit = self._isoa.get(mask)
+        if hit is not None:
+            return hit
+        op_rows, in_rows = self.rows(mask, 0)
+        states = {0: (0, 0)}  # ISOA/chunked flags of the open ops -> (saving, ops adopting ISOA)
+        open_ops = seen = 0
+        m = mask
+        while m:
+            b = m & -m
+            m ^= b
+            x = b.bit_length() - 1
+            preds = self.pred[x] & mask
+            gain = self.save_row[x] * op_rows[x]
+            nxt: dict[int, tuple[int, int]] = {}
+            for st, (val, chosen) in states.items():
+                if self.inplace[x]:
+                    options = ((b if st & preds else 0, 0),)
+                elif st & preds or gain <= 0:
+                    options = ((0, 0),)
+                else:
+                    options = ((0, 0), (b, gain))
+                for flag, g in options:
+                    key = st | flag
+                    cand = (val + g, chosen | (flag if g else 0))
+                    old = nxt.get(key)
+                    if old is None or cand[0] > old[0]:
+                        nxt[key] = cand
+            seen |= b
+            open_ops |= b
+            closed = 0
+            c = open_ops
+            while c:
+                cb = c & -c
+                c ^= cb
+                if not self.succ[cb.bit_length() - 1] & mask & ~seen:
+                    closed |= cb
+            open_ops &= ~closed
+            # the future reads only, per pending consumer, whether any of its producers is chunked
+            pending = [self.pred[w] & mask for w in self.members(self.succ_of(open_ops) & mask & ~seen)]
+            states = {}
+            for st, cand in nxt.items():
+                key = sum(1 << n for n, pm in enumerate(pending) if st & pm)
+                old = states.get(key)
+                if old is None or cand[0] > old[1][0]:
+                    states[key] = (st & open_ops, cand)
+            states = {st: cand for st, cand in states.values()}
+        saving, chosen = max(states.values(), key=lambda v: v[0])
+        total = sum(self.tgeo[j].row * r for j, r in in_rows.items())
+        total += sum(self.full_row[i] * r for i, r in op_rows.items())
+        hit = (saving, chosen, total - saving)
+        self._isoa[mask] = hit
+        return hit
+
+
+@lru_cache(maxsize=32)
+def model_for(graph: Graph, tp: Throughput, word_bits: int) -> FusionModel:
+    """The cached model of a graph on a PE array; independent of the buffer size."""
+    return FusionModel(graph, tp, word_bits)

@@ -1,0 +1,71 @@
+"""Optimus's on-line variant (Sec. 6): the exact search of `optimus` on a pruned space.
+
+Rules of Sec. 6, each making some groups invalid:
+ 1. an op is fused with all of its consumers or with none of them (fusing only
+    some still sends its ofmap off chip for the rest);
+ 2. a group's ops must share data (weak connectivity, as in the whole space);
+ 3. a group may hold at most n ops, with n read from a look-up table built once
+    per network and PE array (Alg. 3): memo[n] is the least buffer a group of n ops
+    needs at tiles of a quarter of the output height, and a buffer B allows the
+    largest n with memo[n] <= B. The table takes the minimum over groups that are
+    windows of the topological order (|V| n of them) rather than over every group.
+"""
+
+from __future__ import annotations
+
+from engine.fusion.cost import Capacity
+from engine.fusion.grow import Partial, extend
+from engine.fusion.model import FusionModel
+from engine.fusion.optimus import ideal_chain
+
+QUARTER = 4  # Alg. 3 evaluates tiles of O_h / 4: parameter reloads beyond 16x are not worth it
+
+
+def size_limit(model: FusionModel, cap: Capacity) -> int:
+    """Largest group size n with memo[n] <= buffer (memo made non-decreasing, as Alg. 3's table is).
+
+    memo[n] is the least footprint of a connected window of n ops at quarter tiles,
+    with the greedy ISOA assignment of `grow` (monotone, so a window stops growing
+    at its first misfit).
+    """
+    hit = model.online_limit.get(cap.fmap)
+    if hit is not None:
+        return hit
+    fitting = set()  # sizes n with some connected n-op window that fits
+    for start in range(model.n):
+        part = Partial(steps=QUARTER)
+        for j in range(start, model.n):
+            if not model.covered[j]:
+                break
+            part = extend(model, part, j)
+            if part.full - part.greedy > cap.fmap:
+                break
+            if model.is_connected(part.mask):
+                fitting.add(j - start + 1)
+    limit = 1
+    while limit + 1 in fitting:
+        limit += 1
+    model.online_limit[cap.fmap] = limit
+    return limit
+
+
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+    """The cheapest chain of groups that obey the three rules."""
+
+    def whole_fanout(group: int) -> bool:
+        for i in model.members(group):
+            s = model.succ[i]
+            if s & group and s & ~group:
+                return False
+        return True
+
+    def hopeless(group: int, last: int) -> bool:
+        # a consumer left out below the last op can never join: later ops come after it
+        below = (1 << last) - 1
+        for i in model.members(group):
+            s = model.succ[i]
+            if s & group and s & ~group & below:
+                return True
+        return False
+
+    return ideal_chain(model, cap, accept=whole_fanout, dead=hopeless, max_size=size_limit(model, cap))

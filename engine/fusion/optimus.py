@@ -1,0 +1,177 @@
+"""Optimus's DAG fusion search (Alg. 1), restated over down-sets so that it is exact.
+
+A partition whose contracted graph is acyclic is exactly a chain of down-sets
+(predecessor-closed op sets) 0 = S0 < S1 < ... < Sk = V, group i being Si - S(i-1);
+so the minimum over the fusion space is a shortest path over down-sets:
+
+    cost(S) = min over groups G with S - G a down-set of cost(S - G) + MemoryCost(G)    (Eq. 2, restated)
+
+where G is weakly connected and fits. Eq. 2 as printed adds vertices one at a time
+in reverse topological order and fuses the new vertex v0 with one group of the
+optimum for the rest; that misses optima (docs/fusion.md gives the cases), so this
+module tabulates cost over down-sets instead. From each down-set S the groups are
+the down-sets of the remaining graph, enumerated once each (a group grows only by
+an op after its last one in topological order, which keeps it a down-set) and cut
+off as soon as the finest tiles stop fitting: fit is monotone as a group grows
+upward, so nothing grown from a misfit fits either.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.fusion.cost import Capacity, dram_bytes
+from engine.fusion.grow import Partial, extend
+from engine.fusion.model import FusionModel
+
+INF = float("inf")
+
+
+def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
+                dead: Callable[[int, int], bool] | None = None, max_size: int = 0) -> tuple[list[int], int]:
+    """Group masks of a minimum-cost chain of down-sets, in execution order, and the groups evaluated.
+
+    `accept(group)` filters candidate groups, `dead(group, last)` prunes a group and
+    everything grown from it, `max_size` caps the group size (the on-line variant's rules).
+    """
+    n = model.n
+    full = (1 << n) - 1
+    best = {0: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
+    back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
+    sources = {0: sum(1 << i for i in range(n) if not model.pred[i])}  # down-set seen -> ops ready to run
+    levels: list[list[int]] = [[] for _ in range(n + 1)]  # down-sets by size
+    levels[0].append(0)
+    evaluated = 0
+    room, shared = cap.fmap, cap.shared
+    pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
+    for level in levels:
+        for done in level:
+            _settle(model, cap, done, pending.pop(done, []), best, back)
+            if done not in best:
+                continue
+            base = best[done]
+            alone = _runs_alone(model, sources[done])
+            if alone >= 0:  # an op that only runs alone goes first: every partition has such an order
+                b = 1 << alone
+                evaluated += 1
+                after = done | b
+                cost = dram_bytes(model, b, cap)
+                if after not in sources:
+                    levels[after.bit_count()].append(after)
+                    sources[after] = _ready(model, sources[done], b, after)
+                if base + cost < best.get(after, INF):
+                    best[after], back[after] = base + cost, (done, b)
+                continue
+            stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
+            while stack:
+                part, last, comps, cand = stack.pop()
+                m = cand >> (last + 1) << (last + 1)
+                while m:
+                    b = m & -m
+                    m ^= b
+                    x = b.bit_length() - 1
+                    if part.mask and not model.covered[x]:
+                        continue
+                    grown = part.mask | b
+                    evaluated += 1
+                    if dead is not None and dead(grown, x):
+                        continue
+                    node = extend(model, part, x)
+                    lower, upper = node.bounds()
+                    if not model.covered[x]:
+                        grows = False
+                    elif upper <= room:
+                        grows = True
+                    elif lower > room:
+                        grows = False
+                    else:
+                        grows = model.footprint(grown, 0) <= room
+                    if not grows and part.mask:
+                        continue
+                    link = model.link[x]
+                    merged = b
+                    rest = []
+                    for c in comps:
+                        if c & link:
+                            merged |= c
+                        else:
+                            rest.append(c)
+                    parts = (*rest, merged)
+                    after = done | grown
+                    pbytes = -(-node.params * model.word_bits // 8)
+                    least = node.fin + node.fout + pbytes
+                    resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
+                    if part.mask and not resident and (lower + node.params > room if shared else True):
+                        least += pbytes * (node.least_subgroups(model.batch, room) - 1)  # surely reloaded
+                    if len(parts) == 1 and base + least < best.get(after, INF) and (accept is None or accept(grown)):
+                        if after not in sources:
+                            levels[after.bit_count()].append(after)
+                            sources[after] = _ready(model, sources[done], grown, after)
+                        if part.mask and not resident:
+                            pending.setdefault(after, []).append((base + least, done, grown))
+                        else:
+                            cost = least if part.mask else dram_bytes(model, grown, cap)
+                            if cost is not None and base + cost < best.get(after, INF):
+                                best[after] = base + cost
+                                back[after] = (done, grown)
+                    if grows and (not max_size or grown.bit_count() < max_size):
+                        nxt = cand & ~b
+                        s = model.succ[x]
+                        while s:
+                            sb = s & -s
+                            s ^= sb
+                            if not model.pred[sb.bit_length() - 1] & ~after:
+                                nxt |= sb
+                        stack.append((node, x, parts, nxt))
+    if full not in best:
+        return [], evaluated
+    chain = []
+    state = full
+    while state:
+        state, group = back[state]
+        chain.append(group)
+    return chain[::-1], evaluated
+
+
+def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
+    """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win."""
+    waiting.sort(key=lambda w: w[0])
+    for bound, done, group in waiting:
+        if bound >= best.get(state, INF):
+            break
+        total = best[done] + dram_bytes(model, group, cap)
+        if total < best.get(state, INF):
+            best[state] = total
+            back[state] = (done, group)
+
+
+def _runs_alone(model: FusionModel, ready: int) -> int:
+    """The first ready op outside the tile model (a group of its own in every partition), or -1."""
+    while ready:
+        b = ready & -ready
+        ready ^= b
+        i = b.bit_length() - 1
+        if not model.covered[i]:
+            return i
+    return -1
+
+
+def _ready(model: FusionModel, ready: int, group: int, done: int) -> int:
+    """Ops whose predecessors are all in `done`, from the ready set before `group` ran."""
+    out = ready & ~group
+    m = group
+    while m:
+        b = m & -m
+        m ^= b
+        s = model.succ[b.bit_length() - 1] & ~done
+        while s:
+            sb = s & -s
+            s ^= sb
+            if not model.pred[sb.bit_length() - 1] & ~done:
+                out |= sb
+    return out
+
+
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+    """The exact minimum over the whole fusion space."""
+    return ideal_chain(model, cap)

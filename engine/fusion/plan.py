@@ -1,0 +1,87 @@
+"""`FusionPlan`: the groups a search chose, in execution order, with their costs and totals."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from engine.errors import EngineError
+from engine.fusion.cost import Capacity, GroupCost, dram_bytes, record, smallest_buffer_bytes
+from engine.fusion.model import FusionModel
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """A partition of the graph's ops into fused groups, in an order they can run, with DRAM traffic.
+
+    `dram_bytes` is the sum of the groups' `GroupCost.dram_bytes`, split into
+    `fmap_in_bytes + fmap_out_bytes + param_bytes`. `status` says what the result
+    is: "optimal" (minimum over the whole fusion space), "restricted" (best a
+    baseline or the on-line variant finds in its own smaller space) or "unfused".
+    """
+
+    method: str
+    groups: tuple[tuple[str, ...], ...]
+    costs: tuple[GroupCost, ...]
+    dram_bytes: int
+    fmap_in_bytes: int
+    fmap_out_bytes: int
+    param_bytes: int
+    buffer_bytes: int
+    groups_evaluated: int
+    search_seconds: float
+    status: str
+
+    def group_of(self, op: str) -> int:
+        """Index in `groups` of the group holding `op`."""
+        for g, ops in enumerate(self.groups):
+            if op in ops:
+                return g
+        raise EngineError(f"op '{op}' is in no group of this plan")
+
+
+def build_plan(model: FusionModel, masks: list[int], cap: Capacity, *, method: str, buffer_bytes: int,
+               evaluated: int, seconds: float, status: str) -> FusionPlan:
+    """The plan of the groups `masks`, put in an order that respects every data dependency."""
+    costs = tuple(record(model, m, cap) for m in execution_order(model, masks))
+    return FusionPlan(method, tuple(c.ops for c in costs), costs, sum(c.dram_bytes for c in costs),
+                      sum(c.fmap_in_bytes for c in costs), sum(c.fmap_out_bytes for c in costs),
+                      sum(c.param_bytes for c in costs), buffer_bytes, evaluated, seconds, status)
+
+
+def execution_order(model: FusionModel, masks: list[int]) -> list[int]:
+    """The groups in a topological order of the contracted graph (stable: earliest first op first)."""
+    owner = {i: g for g, m in enumerate(masks) for i in model.members(m)}
+    after: list[set[int]] = [set() for _ in masks]
+    waiting = [0] * len(masks)
+    for g, m in enumerate(masks):
+        for i in model.members(m):
+            for s in model.members(model.succ[i]):
+                h = owner[s]
+                if h != g and h not in after[g]:
+                    after[g].add(h)
+                    waiting[h] += 1
+    first = [(m & -m).bit_length() - 1 for m in masks]
+    ready = [(first[g], g) for g in range(len(masks)) if not waiting[g]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, g = heapq.heappop(ready)
+        order.append(masks[g])
+        for h in after[g]:
+            waiting[h] -= 1
+            if not waiting[h]:
+                heapq.heappush(ready, (first[h], h))
+    if len(order) != len(masks):
+        raise EngineError("the groups form a cycle once contracted; no execution order exists")
+    return order
+
+
+def check_runnable(model: FusionModel, cap: Capacity, acc_name: str) -> None:
+    """Raise an actionable error when some op cannot run even alone on this buffer."""
+    for i in range(model.n):
+        if dram_bytes(model, 1 << i, cap) is None:
+            need = smallest_buffer_bytes(model, i)
+            raise EngineError(f"accelerator '{acc_name}': op '{model.names[i]}' cannot run even alone on "
+                              f"{cap.fmap * model.word_bits // 8} bytes of fmap buffer; it needs at least "
+                              f"{need} bytes (use a larger buffer)")

@@ -1,0 +1,300 @@
+"""COSMA allocation against oracles: an independent validity checker, brute force on tiny graphs, baselines."""
+
+import heapq
+import itertools
+import random
+
+import pytest
+
+import engine
+from engine.allocation import METHODS, allocate, budgets, mpmf
+from engine.graph import Graph, Op, Tensor
+
+BITS = 8  # one byte per element: a tensor of shape (1, c) holds c bytes
+
+
+# ---- graphs ---------------------------------------------------------------
+def graph_of(spec, sizes, name="g"):
+    """Graph from [(op, inputs, outputs)] and {tensor: bytes}; network inputs = tensors nobody makes."""
+    made = {t for _, _, outs in spec for t in outs}
+    read = {t for _, ins, _ in spec for t in ins}
+    ops = [Op(n, "conv", tuple(ins), tuple(outs)) for n, ins, outs in spec]
+    tensors = [Tensor(t, (1, c)) for t, c in sizes.items()]
+    return Graph.build(name, ops, tensors, tuple(sorted(read - made)), tuple(sorted(made - read)))
+
+
+def random_dag(seed, n_ops, max_size=4, two_outputs=0.15):
+    """A random DAG: each op reads one or two earlier tensors; some ops write two (sibling) tensors."""
+    rng = random.Random(seed)
+    sizes, pool, spec = {"x": rng.randint(1, max_size)}, ["x"], []
+    for i in range(n_ops):
+        k = 1 if len(pool) == 1 or rng.random() < 0.5 else 2
+        ins = rng.sample(pool[-4:], k) if rng.random() < 0.8 else rng.sample(pool, k)
+        outs = [f"t{i}"] + ([f"t{i}b"] if rng.random() < two_outputs else [])
+        for t in outs:
+            sizes[t] = rng.randint(1, max_size)
+        spec.append((f"op{i}", ins, outs))
+        pool += outs
+    return graph_of(spec, sizes, f"rand{seed}")
+
+
+def chain(sizes):
+    spec = [(f"op{i}", [f"t{i}"], [f"t{i + 1}"]) for i in range(len(sizes) - 1)]
+    return graph_of(spec, {f"t{i}": s for i, s in enumerate(sizes)}, "chain")
+
+
+# ---- independent checker ----------------------------------------------------
+def check(alloc, g, include_params=False):
+    """Re-derive validity and cost from placements, spills and retrievals alone; return the off-chip bytes."""
+    assert alloc.status in ("optimal", "feasible", "time_limit")
+    size = {t.name: t.nbytes(alloc.word_bits) for t in g.tensor_list}
+    order = list(alloc.order)
+    assert sorted(order) == sorted(op.name for op in g.ops)
+    at = {op: i for i, op in enumerate(order)}
+    assert all(at[g.producer(t)] < at[op.name] for op in g.ops for t in op.inputs if g.producer(t))
+    where = {}  # (tensor, step) -> (address, size)
+    starts = {}
+    for p in alloc.placements:
+        assert p.size == size[p.tensor] and 0 <= p.address and p.address + p.size <= alloc.budget_bytes
+        starts.setdefault(p.tensor, []).append(p.first_step)
+        for t in range(p.first_step, p.last_step + 1):
+            assert (p.tensor, t) not in where, f"{p.tensor} placed twice at {t}"
+            where[p.tensor, t] = (p.address, p.size)
+    for t in range(len(order)):  # no overlap: sort the intervals on chip at t
+        spans = sorted(v for (a, s), v in where.items() if s == t)
+        assert all(lo + n <= hi for (lo, n), (hi, _) in zip(spans, spans[1:])), f"overlap at step {t}"
+    dram = set(g.inputs) | ({w for op in g.ops for w in op.weights} if include_params else set())
+    first_load = set(dram)
+    spilled, back = dict(alloc.spills), set(alloc.retrievals)
+    assert len(spilled) == len(alloc.spills)
+    for t, name in enumerate(order):
+        op = g.op(name)
+        reads = op.inputs + (op.weights if include_params else ())
+        for a in reads:
+            assert (a, t) in where, f"{name} reads {a} off chip at step {t}"
+            if (a, t - 1) not in where:  # arrives now: compulsory first load or a listed retrieval
+                if a in first_load and (a, t) not in back:
+                    first_load.discard(a)
+                else:
+                    assert (a, t) in back, f"{a} arrives at {t} without a retrieval"
+        for a in op.outputs:
+            assert (a, t) in where and (a, t - 1) not in where
+    for a, t in alloc.retrievals:
+        assert (a, t) in where and t in starts[a]
+        assert a in dram or a in g.outputs or spilled.get(a, 10**9) <= t, f"{a} retrieved before DRAM holds it"
+    for a, t in alloc.spills:  # written out after step t-1; back at t only through a retrieval (relocation)
+        assert (a, t - 1) in where and ((a, t) not in where or (a, t) in back)
+        assert a not in g.outputs and g.producer(a)
+    for a, firsts in starts.items():  # an intermediate that leaves unspilled never comes back
+        if len(firsts) > 1 and g.producer(a) and a not in g.outputs:
+            assert a in spilled
+    return sum(size[a] for a, _ in alloc.spills) + sum(size[a] for a, _ in alloc.retrievals)
+
+
+# ---- brute force --------------------------------------------------------------
+def oracle(g, budget, order=None):
+    """Least spill+retrieve bytes over every schedule (or `order`), address and replacement (Dijkstra)."""
+    size = {t.name: t.nbytes(BITS) for t in g.tensor_list}
+    ops = [op.name for op in g.ops]
+    readers = {t: {c for c in g.consumers(t)} for t in g.tensors}
+    outputs = set(g.outputs)
+
+    def future(a, done):  # still read by an op not yet run
+        return bool(readers[a] - done)
+
+    start = (frozenset(), frozenset(), frozenset(g.inputs), frozenset(g.inputs))
+    heap, seen, tick = [(0, 0, start)], {}, itertools.count()
+    while heap:
+        cost, _, state = heapq.heappop(heap)
+        done, resident, host, fresh = state
+        if len(done) == len(ops):
+            return cost
+        if seen.get(state, 10**9) < cost:
+            continue
+        nxt = [order[len(done)]] if order else [o for o in ops if o not in done and
+                                                 all(p in done for p in g.predecessors(o))]
+        for o in nxt:
+            op, after = g.op(o), done | {o}
+            res = dict(resident)
+            live = [a for a in res if future(a, done)]
+            for keep in itertools.chain.from_iterable(itertools.combinations(live, k) for k in range(len(live) + 1)):
+                c, h, fr = cost, set(host), set(fresh)
+                for a in set(res) - set(keep):
+                    if future(a, done) and a not in h:
+                        c += size[a]  # spill
+                        h.add(a)
+                bring = [a for a in op.inputs if a not in keep]
+                if any(a not in h for a in bring):
+                    continue  # DRAM must hold what comes back (possibly spilled this very step: a move)
+                for a in bring:
+                    if a in fr:
+                        fr.discard(a)
+                    else:
+                        c += size[a]
+                new = bring + list(op.outputs)
+                taken = [(res[a], res[a] + size[a]) for a in keep]
+                for addrs in _placements([size[a] for a in new], taken, budget):
+                    placed = {a: res[a] for a in keep} | dict(zip(new, addrs))
+                    placed = {a: x for a, x in placed.items() if future(a, after)}
+                    hh = frozenset(h | (set(op.outputs) & outputs))
+                    nstate = (frozenset(after), frozenset(placed.items()), hh, frozenset(fr))
+                    if c < seen.get(nstate, 10**9):
+                        seen[nstate] = c
+                        heapq.heappush(heap, (c, next(tick), nstate))
+    return None
+
+
+def _placements(sizes, taken, budget):
+    """Every way to put blocks of `sizes` at integer addresses clear of `taken` and of each other."""
+    if not sizes:
+        yield ()
+        return
+    s, rest = sizes[0], sizes[1:]
+    for x in range(budget - s + 1):
+        if all(x + s <= lo or hi <= x for lo, hi in taken):
+            for more in _placements(rest, taken + [(x, x + s)], budget):
+                yield (x,) + more
+
+
+def brute_budgets(g):
+    """(M_R, M_P) by enumerating every topological order."""
+    size = {t.name: t.nbytes(BITS) for t in g.tensor_list}
+    m_r = max(sum(size[a] for a in set(op.inputs + op.outputs)) for op in g.ops)
+    best = None
+    for perm in itertools.permutations(op.name for op in g.ops):
+        pos = {o: i for i, o in enumerate(perm)}
+        if any(pos[p] > pos[o] for o in perm for p in g.predecessors(o)):
+            continue
+        span = {}
+        for i, o in enumerate(perm):
+            for a in g.op(o).inputs + g.op(o).outputs:
+                span.setdefault(a, [i, i])[1] = i
+        peak = max(sum(size[a] for a, (lo, hi) in span.items() if lo <= t <= hi) for t in range(len(perm)))
+        best = peak if best is None else min(best, peak)
+    return m_r, best
+
+
+# ---- tests ------------------------------------------------------------------------
+TINY = [random_dag(seed, 5) for seed in range(8)]
+
+
+@pytest.mark.parametrize("g", TINY, ids=lambda g: g.name)
+def test_budgets_match_bruteforce(g):
+    m_r, m_h, m_p = budgets(g, word_bits=BITS)
+    assert (m_r, m_p) == brute_budgets(g)
+    assert m_h == (m_r + m_p) // 2
+    assert mpmf(g, word_bits=BITS).peak_bytes == m_p
+
+
+@pytest.mark.parametrize("g", TINY, ids=lambda g: g.name)
+def test_cosma_is_the_bruteforce_optimum(g):
+    m_r, m_h, m_p = budgets(g, word_bits=BITS)
+    for budget in sorted({m_r, m_h, m_p}):
+        got = allocate(g, budget, word_bits=BITS, time_limit_s=20)
+        got.validate()
+        assert got.status == "optimal"
+        assert check(got, g) == got.offchip_bytes == oracle(g, budget)
+
+
+@pytest.mark.parametrize("g", TINY[:4], ids=lambda g: g.name)
+def test_fixed_schedule_is_the_bruteforce_optimum(g):
+    m_r = budgets(g, word_bits=BITS)[0]
+    order = [op.name for op in g.ops]
+    got = allocate(g, m_r, schedule=order, word_bits=BITS, time_limit_s=20)
+    assert got.order == tuple(order)
+    assert check(got, g) == got.offchip_bytes == oracle(g, m_r, order)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cosma_never_above_any_baseline(seed):
+    g = random_dag(100 + seed, 8, max_size=5)
+    for budget in sorted(set(budgets(g, word_bits=BITS))):
+        results = {m: allocate(g, budget, method=m, word_bits=BITS, time_limit_s=20) for m in METHODS}
+        for m, a in results.items():
+            a.validate()
+            assert check(a, g) == a.offchip_bytes, m
+        cosma = results.pop("cosma")
+        assert cosma.status == "optimal"
+        assert all(cosma.offchip_bytes <= a.offchip_bytes for a in results.values())
+
+
+@pytest.mark.parametrize("sizes", [[3, 5, 2, 7, 1, 4], [8, 8, 8, 8], [1, 9, 2, 9, 1]])
+def test_chain_needs_no_spill_at_mp(sizes):
+    g = chain(sizes)
+    m_r, m_h, m_p = budgets(g, word_bits=BITS)
+    assert m_r == m_p == max(a + b for a, b in zip(sizes, sizes[1:]))
+    got = allocate(g, m_p, word_bits=BITS)
+    assert check(got, g) == 0 and got.status == "optimal"
+
+
+def test_mpmf_schedule_is_used_and_fixed():
+    g = TINY[3]
+    a = allocate(g, budgets(g, word_bits=BITS)[1], schedule="mpmf", word_bits=BITS)
+    assert a.order == mpmf(g, word_bits=BITS).order
+    assert check(a, g) == a.offchip_bytes == oracle(g, a.budget_bytes, list(a.order))
+
+
+def test_divide_and_conquer_is_valid_and_bounded_by_the_optimum():
+    # two diamonds joined by one tensor; break node 'd' splits them (the paper's hand-picked division)
+    spec = [("a", ["x"], ["p"]), ("b", ["p"], ["q"]), ("c", ["p"], ["r"]), ("d", ["q", "r"], ["s"]),
+            ("e", ["s"], ["u"]), ("f", ["s"], ["v"]), ("g", ["u", "v"], ["y"])]
+    sizes = {"x": 2, "p": 3, "q": 2, "r": 4, "s": 3, "u": 1, "v": 5, "y": 2}
+    g = graph_of(spec, sizes)
+    for budget in sorted(set(budgets(g, word_bits=BITS))):
+        best = oracle(g, budget)
+        split = allocate(g, budget, word_bits=BITS, divide=["d"])
+        assert split.status == "feasible" and "2 segments" in split.message
+        assert check(split, g) == split.offchip_bytes >= best  # a heuristic: never below the optimum
+        auto = allocate(g, budget, word_bits=BITS, divide="auto")  # 7 ops fit one segment: exact
+        assert check(auto, g) == auto.offchip_bytes == best
+
+
+def test_divide_auto_solves_a_long_graph_quickly():
+    g = random_dag(7, 60, max_size=6, two_outputs=0.0)
+    m_r, m_h, m_p = budgets(g, word_bits=BITS)
+    a = allocate(g, m_h, word_bits=BITS, divide="auto", time_limit_s=10)
+    assert check(a, g) == a.offchip_bytes
+    assert a.solve_time_s < 20 and "3 segments" in a.message
+
+
+def test_include_params_places_weights():
+    spec = [Op("c1", "conv", ("x",), ("h",), weights=("w1",)), Op("c2", "conv", ("h",), ("y",), weights=("w2",))]
+    tensors = [Tensor("x", (1, 3)), Tensor("h", (1, 4)), Tensor("y", (1, 2)),
+               Tensor("w1", (4, 3), is_weight=True), Tensor("w2", (2, 4), is_weight=True)]
+    g = Graph.build("w", spec, tensors, ("x",), ("y",))
+    m_r, m_h, m_p = budgets(g, word_bits=BITS, include_params=True)
+    assert (m_r, m_p) == (3 + 12 + 4, 3 + 12 + 4)  # c1 with its weights is the peak step
+    for budget in (m_r, m_p):
+        a = allocate(g, budget, include_params=True, word_bits=BITS)
+        a.validate()
+        assert check(a, g, include_params=True) == a.offchip_bytes == 0
+    assert allocate(g, m_r - 1, include_params=True, word_bits=BITS).status == "infeasible"
+
+
+def test_time_limit_returns_best_found_with_gap():
+    g = random_dag(3, 40, max_size=9, two_outputs=0.1)
+    m_r = budgets(g, word_bits=BITS)[0]
+    a = allocate(g, m_r, word_bits=BITS, time_limit_s=0.5)
+    assert a.status == "time_limit"
+    if a.has_plan:
+        assert check(a, g) == a.offchip_bytes and (a.gap is None or a.gap > 0)
+    else:
+        assert "no solution within" in a.message
+    a.validate()
+
+
+def test_cbc_agrees_with_highs():
+    g = TINY[1]
+    budget = budgets(g, word_bits=BITS)[0]
+    highs = allocate(g, budget, word_bits=BITS)
+    cbc = allocate(g, budget, word_bits=BITS, solver="cbc")
+    assert check(cbc, g) == cbc.offchip_bytes == highs.offchip_bytes
+
+
+def test_onnx_resnet50_has_no_spill_at_mp():
+    g = engine.load_network("light_resnet50.onnx")
+    m_r, m_h, m_p = budgets(g, word_bits=BITS)
+    a = allocate(g, m_p, word_bits=BITS, time_limit_s=60)
+    assert a.status == "optimal" and check(a, g) == 0
+    belady = allocate(g, m_p, method="default-belady", word_bits=BITS)
+    assert check(belady, g) == belady.offchip_bytes > 0  # the arena fragments where COSMA does not

@@ -1,0 +1,90 @@
+"""engine.allocate's contract: argument errors, infeasible budgets, validate() catching bad plans, timeline()."""
+
+from dataclasses import replace
+
+import pytest
+
+import engine
+from engine.allocation import METHODS, allocate, budgets
+from engine.graph import Graph, Op, Tensor
+
+
+@pytest.fixture(scope="module")
+def diamond():
+    ts = [Tensor("x", (1, 2)), Tensor("a", (1, 4)), Tensor("b", (1, 3)), Tensor("c", (1, 5)), Tensor("d", (1, 2)),
+          Tensor("y", (1, 1))]
+    ops = [Op("A", "conv", ("x",), ("a",)), Op("B", "conv", ("a",), ("b",)), Op("C", "conv", ("a",), ("c",)),
+           Op("D", "eltwise", ("b", "c"), ("d",)), Op("E", "conv", ("d", "x"), ("y",))]
+    return Graph.build("diamond", ops, ts, ("x",), ("y",))
+
+
+def test_budgets_of_the_diamond(diamond):
+    # M_R: D reads b, c and writes d (3+5+2); M_P: b and c both live beside a and x (2+4+3+5)
+    assert budgets(diamond, word_bits=8) == (10, 12, 14)
+    assert budgets(diamond, word_bits=16) == (20, 24, 28)
+
+
+def test_lazy_public_names(diamond):
+    assert engine.allocate is allocate
+    assert isinstance(engine.allocate(diamond, 14, word_bits=8), engine.Allocation)
+
+
+@pytest.mark.parametrize("budget", [0, -5])
+def test_non_positive_budget_is_an_error(diamond, budget):
+    with pytest.raises(engine.EngineError, match="budget_bytes must be positive"):
+        allocate(diamond, budget)
+
+
+def test_bad_names_list_the_valid_ones(diamond):
+    with pytest.raises(engine.UnknownNameError, match="default-belady"):
+        allocate(diamond, 20, method="lru")
+    with pytest.raises(engine.UnknownNameError, match="highs"):
+        allocate(diamond, 20, solver="gurobi")
+    with pytest.raises(engine.EngineError, match="before its producer 'A'"):
+        allocate(diamond, 20, schedule=["B", "A", "C", "D", "E"])
+    with pytest.raises(engine.EngineError, match="not an op"):
+        allocate(diamond, 20, divide=["Z"])
+    with pytest.raises(engine.EngineError, match="takes its order from its name"):
+        allocate(diamond, 20, method="mpmf-greedy", schedule="mpmf")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_below_mr_is_infeasible_naming_the_op(diamond, method):
+    got = allocate(diamond, 9, method=method, word_bits=8)
+    assert got.status == "infeasible" and not got.has_plan
+    assert "op 'D' needs 10 bytes" in got.message
+    got.validate()  # an explained absence of a plan is a valid answer
+    assert got.timeline().empty
+
+
+def test_validate_catches_broken_plans(diamond):
+    good = allocate(diamond, 10, word_bits=8)
+    good.validate()
+    assert good.offchip_bytes > 0  # at M_R something has to move
+    first = good.placements[0]
+    broken = {
+        "outside the budget": replace(good, placements=(first._replace(address=good.budget_bytes),)
+                                      + good.placements[1:]),
+        "not on chip": replace(good, placements=tuple(p for p in good.placements if p.tensor != "a")),
+        "offchip_bytes": replace(good, offchip_bytes=good.offchip_bytes + 1),
+        "without a retrieval": replace(good, retrievals=(), offchip_bytes=sum(
+            diamond.tensor(a).nbytes(8) for a, _ in good.spills)),
+        "overlap": replace(good, placements=tuple(p._replace(address=0) for p in good.placements)),
+    }
+    for what, plan in broken.items():
+        with pytest.raises(engine.EngineError, match=what):
+            plan.validate()
+
+
+def test_timeline_is_tidy(diamond):
+    got = allocate(diamond, 10, word_bits=8)
+    df = got.timeline()
+    assert list(df.columns) == ["tensor", "step", "address", "size", "event", "placement"]
+    stays = df[df.event != "spill"]
+    assert len(stays) == sum(p.last_step - p.first_step + 1 for p in got.placements)
+    assert set(df.event) <= {"create", "load", "retrieve", "keep", "spill"}
+    assert (df.event == "spill").sum() == len(got.spills)
+    assert (df.event == "retrieve").sum() == len(got.retrievals)
+    assert set(df[df.event == "create"].tensor) == {"a", "b", "c", "d", "y"}
+    per_step = stays.groupby("step")["size"].sum()
+    assert per_step.max() == got.peak_bytes <= got.budget_bytes

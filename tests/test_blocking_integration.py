@@ -1,0 +1,128 @@
+"""Blocking meets the rest of the engine: layers from graph ops, per-op counts, baselines, co-design, cores."""
+
+import pytest
+
+import engine
+from engine.blocking import (Hierarchy, Layer, block, codesign, diannao_baseline, evaluate, im2col,
+                             layer_access_counts, lowered_cost, multicore, table4)
+from engine.blocking.counts import _counts
+from engine.errors import EngineError, GraphError
+from engine.graph import Graph, Op, OpKind, Tensor
+
+KB = 1024
+
+
+@pytest.fixture(scope="module")
+def small_graph():
+    t = [Tensor("x", (2, 8, 16, 16)), Tensor("w1", (12, 4, 3, 3), True), Tensor("c1", (2, 12, 8, 8)),
+         Tensor("wd", (12, 1, 3, 3), True), Tensor("d", (2, 12, 8, 8)), Tensor("p", (2, 12, 4, 4)),
+         Tensor("n", (2, 12, 4, 4)), Tensor("f", (2, 192)), Tensor("wf", (10, 192), True), Tensor("y", (2, 10)),
+         Tensor("q", (2, 3, 5, 7)), Tensor("k", (2, 3, 7, 5)), Tensor("s", (2, 3, 5, 5)), Tensor("e", (2, 10))]
+    ops = [Op("conv", OpKind.CONV, ("x",), ("c1",), ("w1",), kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1),
+              dilation=(1, 1), groups=2, macs=2 * 12 * 64 * 4 * 9),
+           Op("dw", OpKind.DWCONV, ("c1",), ("d",), ("wd",), kernel=(3, 3), stride=(1, 1), dilation=(1, 1),
+              groups=12, macs=2 * 12 * 64 * 9),
+           Op("pool", OpKind.POOL, ("d",), ("p",), kernel=(2, 2), stride=(2, 2), dilation=(1, 1)),
+           Op("lrn", OpKind.NORM, ("p",), ("n",), kernel=(5,), source_type="LRN"),
+           Op("flat", OpKind.RESHAPE, ("n",), ("f",)),
+           Op("fc", OpKind.MATMUL, ("f",), ("y",), ("wf",), macs=2 * 10 * 192, source_type="Gemm"),
+           Op("att", OpKind.MATMUL, ("q", "k"), ("s",), macs=2 * 3 * 5 * 5 * 7, source_type="MatMul"),
+           Op("relu", OpKind.ELTWISE, ("y",), ("e",))]
+    return Graph.build("small", ops, t, ("x", "q", "k"), ("e", "s"), batch=2)
+
+
+def test_layers_from_ops(small_graph):
+    g = small_graph
+    conv = Layer.from_op(g, "conv")
+    assert (conv.X, conv.Y, conv.C, conv.K, conv.N, conv.Fw, conv.groups, conv.stride) == (8, 8, 4, 6, 2, 3, 2, (2, 2))
+    assert conv.macs == g.op("conv").macs
+    dw = Layer.from_op(g, "dw")
+    assert (dw.C, dw.K, dw.groups) == (1, 1, 12) and dw.macs == g.op("dw").macs
+    pool = Layer.from_op(g, "pool")
+    assert (pool.X, pool.groups, pool.Fw, pool.has_weights) == (4, 12, 2, False)
+    lrn = Layer.from_op(g, "lrn")
+    assert (lrn.X, lrn.Fw, lrn.Y, lrn.N) == (12, 5, 4, 8)
+    fc = Layer.from_op(g, "fc")
+    assert (fc.C, fc.K, fc.N, fc.X) == (192, 10, 2, 1) and fc.macs == g.op("fc").macs
+    att = Layer.from_op(g, "att")
+    assert (att.X, att.C, att.K, att.groups) == (5, 7, 5, 6) and att.macs == g.op("att").macs
+    with pytest.raises(GraphError, match="loop nest"):
+        Layer.from_op(g, "relu")
+
+
+def test_access_counts_on_accelerator(small_graph):
+    acc = engine.Accelerator.preset("optimus")
+    counts = layer_access_counts(small_graph, "conv", acc)
+    assert [c.level for c in counts.levels] == ["RF", "buffer", "DRAM"]
+    layer = counts.layer
+    dram = counts.level("DRAM")
+    assert dram.reads >= layer.groups * (layer.size("I") + layer.size("W"))
+    assert dram.writes >= layer.groups * layer.size("O")
+    assert counts.level("RF").reads == layer.macs * 3 - layer.groups * layer.size("O")
+    assert counts.loop_nest[-1].strip().startswith("output[")
+    assert layer_access_counts(small_graph, "relu", acc) is None
+    assert layer_access_counts(small_graph, "flat", acc) is None
+
+
+def test_access_counts_skip_a_too_small_rf(small_graph):
+    counts = layer_access_counts(small_graph, "conv", engine.Accelerator.preset("diannao"))
+    assert counts.rf_skipped and counts.level("RF").reads == 0 and counts.level("buffer").reads > 0
+
+
+def test_access_counts_cached_by_shape():
+    from engine.zoo import build
+
+    g = build("resnet50", 1)
+    acc = engine.Accelerator.preset("optimus")
+    _counts.cache_clear()
+    results = [layer_access_counts(g, op, acc) for op in g.ops]
+    convs = [r for r in results if r is not None]
+    assert len(convs) == sum(op.kind in (OpKind.CONV, OpKind.MATMUL, OpKind.POOL) for op in g.ops)
+    assert _counts.cache_info().currsize < len(convs)  # repeated bottleneck shapes searched once
+    for r in convs:
+        assert r.level("DRAM").writes >= r.layer.groups * r.layer.size("O")
+
+
+def test_diannao_baseline_fits_and_optimum_beats_it():
+    h = Hierarchy.diannao()
+    for name in ("Conv3", "Conv5"):
+        layer = table4()[name]
+        base = evaluate(layer, h, diannao_baseline(layer, h))
+        best = block(layer, h)
+        assert base.fits
+        assert best.energy_pj <= base.memory_pj
+        assert best.cost.energy_at("DRAM", "W") < base.energy_at("DRAM", "W")
+
+
+def test_im2col_gemm_shape_and_cost():
+    layer = Layer(X=8, Y=8, C=4, K=8, Fw=3, Fh=3)
+    gemm = im2col(layer)
+    assert (gemm.X, gemm.C, gemm.K, gemm.Fw) == (64, 36, 8, 1) and gemm.macs == layer.macs
+    h = Hierarchy.from_sizes([256, 4 * KB, 64 * KB])
+    lowered = lowered_cost(layer, h)
+    direct = block(layer, h).cost
+    assert lowered.lowering_words == layer.size("I") + 64 * 36
+    assert lowered.at("M1") > direct.through("M1")
+
+
+def test_codesign_picks_best_grid_point():
+    layers = [Layer(X=8, Y=8, C=8, K=8, Fw=3, Fh=3), Layer(C=64, K=32, N=4)]
+    res = codesign(layers, total_bytes=64 * KB, levels=2)
+    assert sum(res.sizes) <= 64 * KB
+    assert res.energy_pj == pytest.approx(min(e for _, e in res.points))
+    assert len(res.points) > 3
+    with pytest.raises(EngineError):
+        codesign(layers, total_bytes=100, levels=2)
+
+
+def test_multicore_one_core_is_single_core_and_broadcast_counts_once():
+    layer = Layer(X=8, Y=8, C=8, K=8, Fw=3, Fh=3)
+    h = Hierarchy.from_sizes([256, 8 * KB])
+    one = multicore(layer, h, cores=1, unroll="K")
+    single = block(layer, h)
+    assert one.energy_pj == pytest.approx(single.energy_pj)
+    four = multicore(layer, h, cores=4, unroll="K")
+    dram_in = [e for lv, t, e in four.energy if lv == "DRAM" and t == "I"][0]
+    assert dram_in == pytest.approx(four.per_core.cost.energy_at("DRAM", "I"))
+    with pytest.raises(EngineError, match="split"):
+        multicore(layer, h, cores=3, unroll="K")

@@ -1,0 +1,72 @@
+"""Dashboard state -> Report -> views, without a browser."""
+
+import holoviews as hv
+import pytest
+
+import engine
+from dashboard.app import Session, build_app
+from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+
+
+@pytest.fixture
+def session():
+    return Session(ExplorerState(network="light_squeezenet.onnx", batch=1))
+
+
+def test_buffer_steps_are_log_spaced_from_8kb_to_8mb():
+    assert BUFFER_STEPS_KB[0] == 8 and BUFFER_STEPS_KB[-1] == 8192
+    ratios = [b / a for a, b in zip(BUFFER_STEPS_KB, BUFFER_STEPS_KB[1:])]
+    assert all(1.3 < r < 1.6 for r in ratios)
+
+
+def test_preset_choice_fills_every_accelerator_field():
+    s = ExplorerState()
+    s.preset = "optimus-config8"
+    assert (s.pe_rows, s.pe_cols, s.rf_bytes, s.buffer_kb) == (64, 64, 32, 512)
+    acc = s.accelerator()
+    assert acc.buffer_bytes == 512 * 1024 and acc.pes == 64 * 64
+    s.preset = "diannao"  # a split buffer survives as long as the slider is not moved
+    assert s.accelerator().split_buffers
+
+
+def test_buffer_change_gives_a_new_report(session):
+    small = session.report()
+    session.state.buffer_kb = 2048
+    big = session.report()
+    assert big.acc.buffer_bytes == 2048 * 1024
+    assert big.plans["optimus"].dram_bytes < small.plans["optimus"].dram_bytes
+    assert big.plans["optimus"].dram_bytes >= big.oracle_bytes
+    dag = session.dag(*([None] * 11))
+    assert isinstance(dag, hv.Graph)
+    groups = {g for g in dag.nodes.data["group"]}
+    assert len(groups) == len(big.plans["optimus"].groups)
+
+
+def test_bad_values_show_a_message_not_a_traceback(session):
+    session.state.network = "light_vgg19.onnx"
+    session.state.rf_bytes = 4096
+    session.state.pe_rows = 1
+    assert session.try_report() is not None
+    session.state.buffer_kb = 8
+    session.state.batch = 64
+    rep = session.try_report()
+    assert rep is not None or session.status.visible
+
+
+def test_bad_upload_shows_the_importer_message(session):
+    class Upload:
+        filename = "broken.onnx"
+
+    session._upload = Upload()
+
+    class Event:
+        new = b"not a protobuf at all" * 10
+
+    session.on_upload(Event())
+    assert session.status.visible and "not an ONNX model" in session.status.object
+    assert session.state.upload_name == ""
+
+
+def test_whole_page_builds():
+    page = build_app(ExplorerState(network="light_squeezenet.onnx"))
+    assert len(page.main) == 2 and len(page.sidebar) > 10

@@ -1,0 +1,210 @@
+"""The fused-group cost model: Eq. 3 traffic, Eq. 4 tiles, Alg. 2 ISOA, batch, and the honest edge cases."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+import engine
+from engine.errors import GraphError
+from engine.fusion import fuse, group_cost, oracle_bytes
+from engine.fusion.cost import model_of
+from engine.fusion.grow import Partial, extend
+from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
+from test_fusion_search import random_graph
+
+ACC = engine.Accelerator.preset("optimus")
+
+
+def conv(name, src, cin, cout, k, shape_out, *, stride=1):
+    return Op(name, OpKind.CONV, (src,), (name,), weights=(f"{name}.w",), kernel=(k, k), stride=(stride, stride),
+              padding=(k // 2,) * 4, macs=conv_macs(shape_out, cin, (k, k)))
+
+
+def convnet(specs, x_shape, *, batch=1, outputs=None):
+    """A graph of convs given as (name, input, C_in, C_out, K, stride); spatial size follows the strides."""
+    shapes = {"x": x_shape}
+    ops, tensors = [], [Tensor("x", x_shape)]
+    for name, src, cin, cout, k, s in specs:
+        n, _, h, w = shapes[src]
+        shapes[name] = (n, cout, (h + 2 * (k // 2) - k) // s + 1, (w + 2 * (k // 2) - k) // s + 1)
+        ops.append(conv(name, src, cin, cout, k, shapes[name], stride=s))
+        tensors += [Tensor(name, shapes[name]), Tensor(f"{name}.w", (cout, cin, k, k), is_weight=True)]
+    read = {op.inputs[0] for op in ops}
+    return Graph.build("net", ops, tensors, ("x",), outputs or tuple(op.name for op in ops if op.name not in read),
+                       batch=batch)
+
+
+def test_single_conv_is_inputs_outputs_parameters_once():
+    g = convnet([("a", "x", 16, 32, 3, 1)], (1, 16, 8, 8))
+    c = group_cost(g, ["a"], ACC)
+    assert (c.fmap_in_bytes, c.fmap_out_bytes, c.param_bytes) == (16 * 64 * 2, 32 * 64 * 2, 32 * 16 * 9 * 2)
+    assert c.dram_bytes == 2048 + 4096 + 9216 and c.params_resident and c.subgroups == 1
+    assert c.dram_bytes == oracle_bytes(g, ACC)
+
+
+def test_tiles_propagate_backward_through_strides_and_kernels():
+    # Sec. 2.3: t(l-1) = t(l) * S + K - S; the finest tiles give one row to the last op
+    g = convnet([("a", "x", 8, 8, 3, 1), ("b", "a", 8, 8, 3, 2), ("c", "b", 8, 8, 1, 1)], (1, 8, 32, 32))
+    model = model_of(g, ACC)
+    op_rows, in_rows = model.rows(model.mask_of(["a", "b", "c"]), 0)
+    rows = {model.names[i]: r for i, r in op_rows.items()}
+    assert rows == {"c": 1, "b": 1 * 1 + 1 - 1, "a": 1 * 2 + 3 - 2}
+    assert in_rows == {model.tindex["x"]: 3 * 1 + 3 - 1}
+    # with 4 row steps every tensor advances a quarter of its height at least
+    op_rows, in_rows = model.rows(model.mask_of(["a", "b", "c"]), 4)
+    assert {model.names[i]: r for i, r in op_rows.items()} == {"c": 4, "b": 4, "a": 4 * 2 + 3 - 2}
+    assert in_rows == {model.tindex["x"]: 9 * 1 + 3 - 1}
+
+
+def test_branches_take_the_larger_demand():
+    g = convnet([("a", "x", 8, 8, 1, 1), ("b", "a", 8, 8, 5, 1), ("c", "a", 8, 8, 1, 1)], (1, 8, 16, 16))
+    model = model_of(g, ACC)
+    op_rows, _ = model.rows(model.mask_of(["a", "b", "c"]), 0)
+    assert op_rows[model.index["a"]] == 5  # the 5x5 consumer wins over the 1x1 one
+
+
+def test_parameters_reload_once_per_subgroup_when_they_do_not_fit():
+    # Eq. 3: 3x3 convs with 64 channels at 32x32: 73 KB of weights do not fit beside the tiles in 64 KB
+    g = convnet([("a", "x", 64, 64, 3, 1), ("b", "a", 64, 64, 3, 1)], (2, 64, 32, 32), batch=2)
+    acc = ACC.with_buffer(64 * 1024)
+    c = group_cost(g, ["a", "b"], acc)
+    params = 2 * 64 * 64 * 9 * 2
+    assert not c.params_resident
+    assert c.subgroups == c.row_steps * -(-2 // c.batch_tile) > 1
+    assert c.param_bytes == params * c.subgroups
+    assert c.footprint_bytes <= acc.buffer_bytes
+    big = group_cost(g, ["a", "b"], ACC.with_buffer(2 * 1024 * 1024))
+    assert big.params_resident and big.param_bytes == params and big.batch_tile == 2
+
+
+def test_batch_scales_fmaps_and_shares_resident_parameters():
+    specs = [("a", "x", 16, 32, 3, 1), ("b", "a", 32, 16, 1, 1)]
+    one, four = convnet(specs, (1, 16, 16, 16)), convnet(specs, (4, 16, 16, 16), batch=4)
+    acc = ACC.with_buffer(256 * 1024)
+    c1, c4 = group_cost(one, ["a", "b"], acc), group_cost(four, ["a", "b"], acc)
+    assert c4.fmap_in_bytes == 4 * c1.fmap_in_bytes and c4.fmap_out_bytes == 4 * c1.fmap_out_bytes
+    assert c4.param_bytes == c1.param_bytes  # loaded once for all four images
+
+
+def test_a_group_output_read_outside_goes_off_chip_once():
+    g = convnet([("a", "x", 8, 8, 1, 1), ("b", "a", 8, 8, 1, 1), ("c", "a", 8, 8, 1, 1)], (1, 8, 8, 8))
+    c = group_cost(g, ["a", "b"], ACC)
+    assert c.outputs == ("a", "b")  # a is also read by c, outside the group
+    assert c.fmap_out_bytes == 2 * 8 * 64 * 2
+    whole = group_cost(g, ["a", "b", "c"], ACC)
+    assert whole.outputs == ("b", "c") and whole.fmap_in_bytes == 8 * 64 * 2
+
+
+def test_a_group_split_by_an_outside_op_cannot_run():
+    g = convnet([("a", "x", 8, 8, 1, 1), ("b", "a", 8, 8, 1, 1), ("c", "b", 8, 8, 1, 1)], (1, 8, 8, 8))
+    with pytest.raises(GraphError, match="path leaves"):
+        group_cost(g, ["a", "c"], ACC)
+
+
+def test_no_tile_fits_returns_none_and_a_lone_op_falls_back_to_channel_blocks():
+    g = convnet([("a", "x", 256, 256, 3, 1), ("b", "a", 256, 256, 3, 1)], (1, 256, 32, 32))
+    acc = ACC.with_buffer(8 * 1024)  # one input row band alone is 3 x 32 x 256 x 2 B = 48 KB
+    assert group_cost(g, ["a", "b"], acc) is None
+    alone = group_cost(g, ["a"], acc)
+    assert alone.schedule == "layerwise" and alone.input_passes > 1
+    assert alone.fmap_in_bytes >= alone.input_passes * 256 * 32 * 32 * 2
+    assert alone.footprint_bytes <= acc.buffer_bytes
+
+
+def _footprint(model, mask, chosen, k):
+    """Eq. 4's left side for one ISOA assignment, recomputed from the tiles."""
+    op_rows, in_rows = model.rows(mask, k)
+    total = sum(model.tgeo[j].row * r for j, r in in_rows.items())
+    return total + sum((model.full_row[i] - (model.save_row[i] if chosen >> i & 1 else 0)) * r
+                       for i, r in op_rows.items())
+
+
+def _assignments(model, mask):
+    """Every ISOA assignment Alg. 2's rule allows: no op under ISOA reads (through concat/split) one under ISOA."""
+    ops = [i for i in model.members(mask) if not model.inplace[i] and model.save_row[i] > 0]
+    for bits in itertools.product((0, 1), repeat=len(ops)):
+        chosen = sum(b << i for b, i in zip(bits, ops))
+        chunked = 0
+        ok = True
+        for i in model.members(mask):
+            fed = model.pred[i] & mask & chunked
+            if model.inplace[i]:
+                chunked |= (1 << i) if fed else 0
+            elif chosen >> i & 1:
+                ok = ok and not fed
+                chunked |= 1 << i
+        if ok:
+            yield chosen
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_isoa_decisions_minimise_the_finest_footprint(seed):
+    g = random_graph(seed, 8)
+    acc = ACC.with_pe_array(4, 4)
+    model = model_of(g, acc)
+    rng = random.Random(seed)
+    for _ in range(20):
+        mask = rng.randrange(1, 1 << model.n)
+        if not model.is_convex(mask) or not all(model.covered[i] for i in model.members(mask)):
+            continue
+        best = min(_footprint(model, mask, chosen, 0) for chosen in _assignments(model, mask))
+        saving, chosen, fp = model.isoa(mask)
+        assert fp == best == _footprint(model, mask, chosen, 0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_growing_a_group_keeps_exact_totals_and_bounds(seed):
+    g = random_graph(seed, 9)
+    model = model_of(g, ACC.with_pe_array(4, 4))
+    rng = random.Random(seed)
+    for _ in range(10):
+        part, last = Partial(), -1
+        while True:
+            options = [i for i in range(last + 1, model.n)
+                       if not model.pred[i] & ~part.mask and model.covered[i]]
+            if not options:
+                break
+            x = rng.choice(options)
+            part, last = extend(model, part, x), x
+            fin, fout, p_elems, _ = model.io(part.mask)
+            assert (part.fin, part.fout, part.params) == (fin, fout, p_elems)
+            op_rows, _ = model.rows(part.mask, 0)
+            assert part.rows == op_rows
+            lower, upper = part.bounds()
+            assert lower <= model.footprint(part.mask, 0) <= upper
+
+
+def test_ops_outside_the_tile_model_run_alone_at_compulsory_traffic():
+    x, y = Tensor("x", (1, 4, 8, 16, 16)), Tensor("y", (1, 8, 8, 16, 16))
+    w = Tensor("c3.w", (8, 4, 3, 3, 3), is_weight=True)
+    q, k, s = Tensor("q", (1, 16, 32)), Tensor("k", (1, 16, 32)), Tensor("s", (1, 16, 16))
+    ops = [Op("c3", OpKind.CONV, ("x",), ("y",), weights=("c3.w",), kernel=(3, 3, 3), stride=(1, 1, 1),
+              padding=(1,) * 6),
+           Op("proj", OpKind.MATMUL, ("q",), ("k",), weights=("p.w",)),
+           Op("attn", OpKind.MATMUL, ("q", "k"), ("s",)),
+           Op("soft", OpKind.SOFTMAX, ("s",), ("p",))]
+    tensors = [x, y, w, q, k, s, Tensor("p", (1, 16, 16)), Tensor("p.w", (32, 32), is_weight=True)]
+    g = Graph.build("odd", ops, tensors, ("x", "q"), ("y", "p"))
+    c3 = group_cost(g, ["c3"], ACC)
+    assert c3.schedule == "unmodelled"
+    assert c3.dram_bytes == (x.elements + y.elements + w.elements) * 2
+    assert group_cost(g, ["attn", "soft"], ACC) is None
+    assert group_cost(g, ["proj", "attn"], ACC) is None
+    for method in ("none", "dnnvm", "efficient_s", "optimus", "online"):
+        plan = fuse(g, ACC, method=method)
+        assert ("attn",) in plan.groups and ("soft",) in plan.groups and ("c3",) in plan.groups
+
+
+def test_split_buffers_keep_parameters_in_the_weight_buffer():
+    # ShiDianNao: 64 KB in + 64 KB out hold fmaps, 128 KB hold weights; these 146 KB of weights
+    # cannot stay, while one unified buffer of the same 256 KB keeps them beside the tiles
+    split = engine.Accelerator.preset("shidiannao")
+    g = convnet([("a", "x", 64, 128, 3, 1), ("b", "a", 128, 8, 1, 1)], (1, 64, 16, 16))
+    params = (64 * 128 * 9 + 128 * 8) * 2
+    c = group_cost(g, ["a", "b"], split)
+    assert not c.params_resident and c.param_bytes == params * c.subgroups
+    unified = group_cost(g, ["a", "b"], split.with_buffer(256 * 1024))
+    assert unified.params_resident and unified.param_bytes == params
