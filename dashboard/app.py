@@ -20,14 +20,14 @@ import panel as pn
 import engine
 from dashboard.state import BUFFER_STEPS_KB, KB, ExplorerState
 from dashboard.views.curve import curve_view
-from dashboard.views.dag import dag_view, node_table
+from dashboard.views.dag import dag_view, layered_layout, node_table
 from dashboard.views.energy import energy_view
 from dashboard.views.timeline import timeline_view
 from engine.explore import buffer_curve, evaluate
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-              "methods", "budget", "budget_kb", "cpu_kinds", "selected_op")
+              "methods", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
 @lru_cache(maxsize=16)
@@ -94,13 +94,52 @@ class Session:
         return pn.pane.Markdown("\n\n".join(lines))
 
     def dag(self, network, batch, preset, buffer_kb, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
-            upload_name):
+            upload_name, colour_by="fused group", cpu_kinds=()):
         rep = self.try_report()
         if rep is None:
             return hv.Graph(([], [])).opts(title="(no network loaded)")
         method = "optimus" if "optimus" in rep.plans else next(iter(rep.plans))
         plan = rep.plans[method]
-        return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs])
+        overlay, title = None, ""
+        try:
+            if colour_by == "CPU/accelerator part":
+                overlay, title = part_overlay(rep.graph, tuple(cpu_kinds or ()), rep.acc.word_bits)
+            elif colour_by == "module":
+                overlay, title = module_overlay(rep.graph, rep.acc)
+        except Exception as err:  # an overlay that cannot be computed leaves the groups and says why
+            self.status.object, self.status.alert_type, self.status.visible = _text(err), "warning", True
+        return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay, title)
+
+    def _select_op(self, x=None, y=None):
+        """A click on the DAG selects the op drawn nearest to it (rows are 1 apart, so distance is in rows)."""
+        if x is None or y is None:
+            return
+        pos = layered_layout(self.graph())
+        name, (px, py) = min(pos.items(), key=lambda kv: (kv[1][0] - x) ** 2 + (kv[1][1] - y) ** 2)
+        if (px - x) ** 2 + (py - y) ** 2 < 0.25:
+            self.state.selected_op = name
+
+    def layer_detail(self, selected_op, *_):
+        """The clicked op's best blocking on this accelerator: loop nest and per-level accesses and energy."""
+        if not selected_op:
+            return pn.pane.Markdown("Click an op in the DAG to see its loop nest here.")
+        try:
+            graph, acc = self.graph(), self.state.accelerator()
+            counts = layer_counts(graph, selected_op, acc)
+        except Exception as err:
+            return message(err)
+        op = graph.op(selected_op)
+        head = (f"### {op.name} ({op.kind.value}, {op.macs:,} MACs)\n"
+                f"Folded ONNX nodes: {', '.join(f'{n} ({t})' for n, t in op.merged)}")
+        if counts is None:
+            return pn.pane.Markdown(head + "\n\nThis op has no convolution-like loop nest to block "
+                                           "(element-wise, concat, reshape or other): it streams its inputs once.")
+        levels = pd.DataFrame([{"level": c.level, "reads": c.reads, "writes": c.writes,
+                                "energy_uJ": round(c.energy_pj / 1e6, 3)} for c in counts.levels])
+        nest = "\n".join(counts.loop_nest)
+        note = "\n\nThe RF cannot hold one element of every tensor: MACs read the buffer." if counts.rf_skipped else ""
+        return pn.Column(pn.pane.Markdown(head + note), pn.pane.Markdown(f"```\n{nest}\n```"),
+                         pn.widgets.Tabulator(levels, disabled=True, show_index=False))
 
     def energy(self, *_):
         rep = self.try_report()
@@ -187,6 +226,9 @@ class Session:
         (self.upload_dir / safe).write_bytes(data)
         try:
             load_graph(self.state.network, self.state.batch, str(self.upload_dir / safe))
+        except engine.ModelFileError as err:  # name the user's file, not our temporary copy
+            self._show_error(f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}")
+            return
         except Exception as err:
             self._show_error(_text(err))
             return
@@ -217,8 +259,7 @@ class Session:
             pn.widgets.IntInput.from_param(s.param.rf_bytes),
             pn.widgets.Select.from_param(s.param.word_bits),
             pn.widgets.FloatInput.from_param(s.param.dram_gbps),
-            pn.pane.Markdown("#### Methods"), pn.widgets.CheckButtonGroup.from_param(s.param.methods,
-                                                                                      orientation="vertical"),
+            pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
             pn.widgets.Select.from_param(s.param.budget),
             pn.widgets.IntInput.from_param(s.param.budget_kb),
             pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),
@@ -228,8 +269,11 @@ class Session:
         s = self.state.param
         fast = [s.network, s.batch, s.preset, s.buffer_kb, s.pe_rows, s.pe_cols, s.rf_bytes, s.word_bits,
                 s.dram_gbps, s.methods, s.upload_name]
-        dag = hv.DynamicMap(pn.bind(self.dag, *fast)).opts(framewise=True)
-        fusion = pn.Column(pn.bind(self.headline, *fast), pn.pane.HoloViews(dag, sizing_mode="stretch_width"),
+        dag = hv.DynamicMap(pn.bind(self.dag, *fast, s.colour_by, s.cpu_kinds)).opts(framewise=True)
+        hv.streams.Tap(source=dag, x=None, y=None).add_subscriber(self._select_op)
+        fusion = pn.Column(pn.bind(self.headline, *fast), pn.widgets.RadioButtonGroup.from_param(s.colour_by),
+                           pn.Row(pn.pane.HoloViews(dag, sizing_mode="stretch_width"),
+                                  pn.Column(pn.bind(self.layer_detail, s.selected_op, *fast), width=420)),
                            pn.bind(self.summary_table, *fast), pn.bind(self.energy, *fast),
                            sizing_mode="stretch_width")
         curve = pn.panel(pn.bind(self.curve, *fast), sizing_mode="stretch_width")
@@ -238,6 +282,33 @@ class Session:
         tabs = pn.Tabs(("Fusion", fusion), ("What-if curve", curve), ("Memory timeline", timeline),
                        ("Tables", pn.bind(self.tables, *fast)), dynamic=True, sizing_mode="stretch_width")
         return [self.status, tabs]
+
+
+@lru_cache(maxsize=64)
+def part_overlay(graph, cpu_kinds: tuple[str, ...], word_bits: int):
+    """Op -> 'accelerator part i' / 'CPU part i' when the kinds in `cpu_kinds` stay on the CPU."""
+    split = engine.partition(graph, lambda op: op.kind.value not in cpu_kinds, word_bits=word_bits)
+    overlay = {op: f"{p.device} part {i}" for i, p in enumerate(split.parts) for op in p.ops}
+    title = (f"{graph.name}: {len(split.accelerator_parts)} accelerator parts, {len(split.parts)} parts in all, "
+             f"{split.crossing_bytes / 1e6:,.2f} MB crossing CPU/accelerator")
+    return overlay, title
+
+
+@lru_cache(maxsize=64)
+def module_overlay(graph, acc):
+    """Op -> its module's name and processing (NPU paper), for multi-branch blocks."""
+    plan = engine.plan_modules(graph, acc)
+    overlay = {op: f"{m.name} ({m.processing})" for m in plan.modules for op in m.ops}
+    title = (f"{graph.name}: {len(plan.modules)} modules; feature-map traffic {plan.naive.bytes / 1e6:,.2f} MB naive, "
+             f"{plan.proposed.bytes / 1e6:,.2f} MB with module reuse")
+    return overlay, title
+
+
+@lru_cache(maxsize=512)
+def layer_counts(graph, op: str, acc):
+    from engine.blocking import layer_access_counts
+
+    return layer_access_counts(graph, op, acc)
 
 
 @lru_cache(maxsize=32)

@@ -47,6 +47,8 @@ class ExplorerState(param.Parameterized):
     budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")
     budget_kb = param.Integer(default=512, label="Budget (KB) when 'bytes'", bounds=(1, 1024 * 1024), doc="Budget in KB when 'bytes' is chosen")
     cpu_kinds = param.ListSelector(default=[], label="Op kinds left on the CPU", objects=list(OP_KINDS), doc="Op kinds left on the CPU")
+    colour_by = param.Selector(default="fused group", objects=["fused group", "CPU/accelerator part", "module"],
+                               label="Colour the DAG by", doc="What the DAG's node colours show")
     selected_op = param.String(default="", doc="Op clicked in the DAG (layer detail)")
 
     @param.depends("preset", watch=True)
@@ -56,6 +58,11 @@ class ExplorerState(param.Parameterized):
         kb = nearest_step_kb(acc.buffer_bytes)
         self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
                           word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
+
+    @param.depends("network", "upload_name", watch=True)
+    def _forget_selection(self):
+        """A new network has other ops: the layer detail starts empty."""
+        self.selected_op = ""
 
     def accelerator(self) -> engine.Accelerator:
         """The accelerator the fields describe (a preset, edited); raises AcceleratorError on bad values."""

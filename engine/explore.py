@@ -52,8 +52,9 @@ class Report:
         for method, plan in self.plans.items():
             e = self.energy[method]
             rows.append({"method": method, "dram_bytes": plan.dram_bytes, "groups": len(plan.groups),
-                         "energy_uJ": e.total_pj / 1e6, "latency_ms": e.latency_s * 1e3,
-                         "vs_oracle": plan.dram_bytes / self.oracle_bytes if self.oracle_bytes else float("nan")})
+                         "energy_uJ": round(e.total_pj / 1e6, 1), "latency_ms": round(e.latency_s * 1e3, 3),
+                         "x_oracle": round(plan.dram_bytes / self.oracle_bytes, 2) if self.oracle_bytes else None,
+                         "status": plan.status})
         return pd.DataFrame(rows)
 
     def to_json(self) -> str:

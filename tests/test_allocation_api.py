@@ -65,7 +65,8 @@ def test_validate_catches_broken_plans(diamond):
     broken = {
         "outside the budget": replace(good, placements=(first._replace(address=good.budget_bytes),)
                                       + good.placements[1:]),
-        "not on chip": replace(good, placements=tuple(p for p in good.placements if p.tensor != "a")),
+        "not on chip": replace(good, placements=tuple(p for p in good.placements if p.tensor != "x")),
+        "must create": replace(good, placements=tuple(p for p in good.placements if p.tensor != "a")),
         "offchip_bytes": replace(good, offchip_bytes=good.offchip_bytes + 1),
         "without a retrieval": replace(good, retrievals=(), offchip_bytes=sum(
             diamond.tensor(a).nbytes(8) for a, _ in good.spills)),

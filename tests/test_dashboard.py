@@ -70,3 +70,29 @@ def test_bad_upload_shows_the_importer_message(session):
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 2 and len(page.sidebar) > 10
+
+
+def test_dag_overlays_colour_by_part_and_module():
+    s = Session(ExplorerState(network="googlenet"))
+    args = [None] * 11
+    by_group = s.dag(*args).nodes.data
+    by_part = s.dag(*args, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
+    pools = by_part["kind"] == "pool"
+    assert by_part.loc[pools, "overlay"].str.startswith("cpu part").all()
+    assert by_part.loc[~pools, "overlay"].str.startswith("accelerator part").all()
+    by_module = s.dag(*args, colour_by="module").nodes.data
+    assert by_module["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
+    assert by_group["overlay"].str.startswith("group").all()
+
+
+def test_clicking_an_op_shows_its_loop_nest():
+    s = Session(ExplorerState(network="resnet18"))
+    assert "Click an op" in s.layer_detail("").object
+    s._select_op(x=0.1, y=-0.05)  # a click next to the first op (the top row, centred)
+    assert s.state.selected_op == s.graph().ops[0].name
+    detail = s.layer_detail(s.state.selected_op)
+    text = detail[0].object + detail[1].object
+    assert "for " in text and "MACs" in text
+    levels = detail[2].value
+    assert list(levels["level"]) == ["RF", "buffer", "DRAM"]
+    assert (levels["reads"] > 0).all()

@@ -16,22 +16,36 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 @lru_cache(maxsize=32)
 def layered_layout(graph: Graph) -> dict[str, tuple[float, float]]:
-    """Op -> (x, y): one row per topological generation, top to bottom (networkx multipartite layout)."""
-    dag = graph.dag.copy()
-    for depth, layer in enumerate(nx.topological_generations(dag)):
-        for node in layer:
-            dag.nodes[node]["layer"] = -depth
-    pos = nx.multipartite_layout(dag, subset_key="layer", align="horizontal", scale=1.0)
-    return {n: (float(x), float(y)) for n, (x, y) in pos.items()}
+    """Op -> (x, y): one row per topological generation, top to bottom, unit spacing within a row.
+
+    Each row is ordered by the mean x of its producers (one barycentre sweep, as in
+    Sugiyama-style layouts), so branches sit beside each other and edges cross little.
+    """
+    pos: dict[str, tuple[float, float]] = {}
+    for depth, layer in enumerate(nx.topological_generations(graph.dag)):
+        def barycentre(node):
+            xs = [pos[p][0] for p in graph.dag.predecessors(node) if p in pos]
+            return (sum(xs) / len(xs) if xs else 0.0, graph.position[node])
+        row = sorted(layer, key=barycentre)
+        for i, node in enumerate(row):
+            pos[node] = (i - (len(row) - 1) / 2, -float(depth))
+    return pos
 
 
-def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, part_of=None, module_of=None) -> pd.DataFrame:
-    """One row per op with what the hover shows: shapes, MACs, bytes, group and its DRAM cost."""
+def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None) -> pd.DataFrame:
+    """One row per op (in graph order) with what the hover shows: shapes, MACs, bytes, group and its DRAM cost.
+
+    Nodes are coloured by fused group, or by `overlay` (op -> label, e.g. its CPU/accelerator
+    part or its module) when given; ops without a label are grey.
+    """
     pos = layered_layout(graph)
     group_of = {op: i for i, grp in enumerate(groups) for op in grp}
+    labels = list(dict.fromkeys(v for v in (overlay or {}).values() if v))
     rows = []
     for op in graph.ops:
         g = group_of.get(op.name, -1)
+        label = (overlay or {}).get(op.name, "") if overlay is not None else (f"group {g}" if g >= 0 else "")
+        index = labels.index(label) if overlay is not None and label else g
         rows.append({
             "x": pos[op.name][0], "y": pos[op.name][1], "op": op.name, "kind": op.kind.value,
             "inputs": ", ".join("x".join(map(str, graph.tensors[t].shape)) for t in op.inputs) or "-",
@@ -39,30 +53,28 @@ def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, part_of=N
             "MACs": op.macs, "weight_bytes": graph.weight_bytes(op.name, word_bits),
             "group": g, "group_size": len(groups[g]) if g >= 0 else 1,
             "group_dram_bytes": group_bytes[g] if group_bytes is not None and g >= 0 else 0,
-            "colour": PALETTE[g % len(PALETTE)] if g >= 0 else "#cccccc",
+            "overlay": label or "-",
+            "colour": PALETTE[index % len(PALETTE)] if index >= 0 and (label or overlay is None) else "#cccccc",
             "merged": ", ".join(t for _, t in op.merged[1:]) or "-",
-            "part": part_of.get(op.name, "") if part_of else "",
-            "module": module_of.get(op.name, "") if module_of else "",
         })
     return pd.DataFrame(rows)
 
 
-def dag_view(graph: Graph, groups, word_bits: int, group_bytes=None, part_of=None, module_of=None) -> hv.Graph:
-    """HoloViews graph of the ops: colour = fused group; hover = op details and its group's DRAM bytes."""
-    nodes = node_table(graph, groups, word_bits, group_bytes, part_of, module_of)
+def dag_view(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="") -> hv.Graph:
+    """HoloViews graph of the ops: colour = fused group (or overlay); hover = op details and its group's cost."""
+    nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
     edges = pd.DataFrame(list(graph.dag.edges()), columns=["source", "target"])
     vdims = ["kind", "inputs", "output", "MACs", "weight_bytes", "group", "group_size", "group_dram_bytes",
-             "colour", "merged", "part", "module"]
+             "overlay", "colour", "merged"]
     hv_nodes = hv.Nodes(nodes, kdims=["x", "y", "op"], vdims=vdims)
     tooltips = [("op", "@op"), ("kind", "@kind"), ("folded", "@merged"), ("inputs", "@inputs"),
                 ("output", "@output"), ("MACs", "@MACs{0,0}"), ("weights (B)", "@weight_bytes{0,0}"),
                 ("group", "@group (@group_size ops)"), ("group DRAM (B)", "@group_dram_bytes{0,0}")]
-    if part_of:
-        tooltips.append(("part", "@part"))
-    if module_of:
-        tooltips.append(("module", "@module"))
-    height = max(500, min(3000, 14 * nodes["y"].nunique()))  # readable rows, even for DenseNet
+    if overlay is not None:
+        tooltips.append(("part / module", "@overlay"))
+    height = max(500, min(3200, 22 * nodes["y"].nunique()))  # readable rows, even for DenseNet
     return hv.Graph((edges, hv_nodes)).opts(
         node_color="colour", node_size=9, edge_line_width=0.6, edge_alpha=0.5, tools=["hover", "tap"],
         inspection_policy="nodes", hover_tooltips=tooltips, xaxis=None, yaxis=None, responsive=True,
-        min_height=int(height), active_tools=["wheel_zoom"], title=f"{graph.name}: {len(groups)} fused groups")
+        min_height=int(height), active_tools=["wheel_zoom"],
+        title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)")

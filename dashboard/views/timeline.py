@@ -25,6 +25,7 @@ def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
     rects = placement_rectangles(alloc)
     boxes = hv.Rectangles(rects, kdims=["x0", "y0", "x1", "y1"], vdims=["tensor", "size_kb", "first", "last"]).opts(
         color="tensor", cmap="Category20", line_color="white", line_width=0.5, alpha=0.85, tools=["hover"],
+        show_legend=False,
         hover_tooltips=[("tensor", "@tensor"), ("size (KB)", "@size_kb{0.0}"), ("steps", "@first to @last")])
     spills = pd.DataFrame(alloc.spills, columns=["tensor", "step"])
     back = pd.DataFrame(alloc.retrievals, columns=["tensor", "step"])

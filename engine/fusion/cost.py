@@ -109,12 +109,12 @@ def _resident(model: FusionModel, mask: int, cap: Capacity) -> bool:
     p_elems = model.io(mask)[2]
     if not p_elems:
         return True
-    return model.footprint(mask, 0) + p_elems <= cap.fmap if cap.shared else p_elems <= cap.param
+    return model.fits_finest(mask, cap.fmap - p_elems) if cap.shared else p_elems <= cap.param
 
 
 def fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     """Whether the finest tiles of a multi-op group fit (monotone: no group that grows upward from a misfit fits)."""
-    return all(model.covered[i] for i in model.members(mask)) and model.footprint(mask, 0) <= cap.fmap
+    return all(model.covered[i] for i in model.members(mask)) and model.fits_finest(mask, cap.fmap)
 
 
 def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
@@ -143,8 +143,7 @@ def _bytes(elements: int, word_bits: int) -> int:
 
 def _tiled(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
     """Eq. 3 at the largest tile of Eq. 4: fewest row steps, then most images per tile."""
-    finest = model.footprint(mask, 0)
-    if finest > cap.fmap:
+    if not model.fits_finest(mask, cap.fmap):
         return None
     fin, fout, p_elems, kbig = model.io(mask)
     resident = _resident(model, mask, cap)

@@ -20,6 +20,7 @@ from engine.fusion.dataflow import Throughput
 from engine.graph import Graph, OpKind
 
 WINDOW, SAME, WHOLE = 0, 1, 2  # how an op's input rows follow from its output rows
+_MERGE_AT = 16  # ISOA states beyond which states telling every pending consumer the same are merged
 
 _TILED_KINDS = {OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT,
                 OpKind.MATMUL}
@@ -310,6 +311,63 @@ class FusionModel:
         self._fp[key] = total
         return total
 
+    def fits_finest(self, mask: int, room: int) -> bool:
+        """Whether the exact finest footprint is <= room, settled by cheap bounds when they allow."""
+        hit = self._isoa.get(mask)
+        if hit is not None:
+            return hit[2] <= room
+        lower, upper = self.isoa_bounds(mask)
+        if upper <= room:
+            return True
+        if lower > room:
+            return False
+        return self.isoa(mask)[2] <= room
+
+    def isoa_bounds(self, mask: int) -> tuple[int, int]:
+        """(lower, upper) bounds on the finest footprint from ISOA assignments found greedily.
+
+        Upper: ISOA given to ops by decreasing saving whenever no chosen op conflicts.
+        Lower: the saving of all ops at once, less min(saving) over a greedy matching of
+        conflicting pairs (of two conflicting ops at most one adopts ISOA).
+        """
+        op_rows, in_rows = self.rows(mask, 0)
+        members = self.members(mask)
+        after = {}  # op -> the first non-concat/split ops its ofmap reaches inside the group
+        for i in reversed(members):
+            reach, s = 0, self.succ[i] & mask
+            while s:
+                b = s & -s
+                s ^= b
+                j = b.bit_length() - 1
+                reach |= after[j] if self.inplace[j] else b
+            after[i] = reach
+        gain = {i: self.save_row[i] * op_rows[i] for i in members if not self.inplace[i] and self.save_row[i] > 0}
+        before = dict.fromkeys(gain, 0)
+        pairs = []
+        for p in gain:
+            reach = after[p]
+            while reach:
+                b = reach & -reach
+                reach ^= b
+                c = b.bit_length() - 1
+                if c in gain:
+                    before[c] |= 1 << p
+                    pairs.append((min(gain[p], gain[c]), p, c))
+        chosen = saving = 0
+        for g, i in sorted(((g, i) for i, g in gain.items()), reverse=True):
+            if not chosen & (after[i] | before[i]):
+                chosen |= 1 << i
+                saving += g
+        matched: set[int] = set()
+        most = sum(gain.values())
+        for w, p, c in sorted(pairs, reverse=True):
+            if p not in matched and c not in matched:
+                matched.update((p, c))
+                most -= w
+        full = sum(self.tgeo[j].row * r for j, r in in_rows.items()) + sum(
+            self.full_row[i] * r for i, r in op_rows.items())
+        return full - most, full - saving
+
     def isoa(self, mask: int) -> tuple[int, int, int]:
         """(largest saving, mask of ops adopting ISOA, footprint) at the finest tiles (Alg. 2).
 
@@ -327,13 +385,14 @@ class FusionModel:
         if hit is not None:
             return hit
         op_rows, in_rows = self.rows(mask, 0)
+        members = self.members(mask)
+        last = {}  # member -> its last in-group consumer (-1: none)
+        for i in members:
+            last[i] = (self.succ[i] & mask).bit_length() - 1
         states = {0: (0, 0)}  # ISOA/chunked flags of the open ops -> (saving, ops adopting ISOA)
         open_ops = seen = 0
-        m = mask
-        while m:
-            b = m & -m
-            m ^= b
-            x = b.bit_length() - 1
+        for x in members:
+            b = 1 << x
             preds = self.pred[x] & mask
             gain = self.save_row[x] * op_rows[x]
             nxt: dict[int, tuple[int, int]] = {}
@@ -351,24 +410,31 @@ class FusionModel:
                     if old is None or cand[0] > old[0]:
                         nxt[key] = cand
             seen |= b
-            open_ops |= b
-            closed = 0
-            c = open_ops
-            while c:
-                cb = c & -c
-                c ^= cb
-                if not self.succ[cb.bit_length() - 1] & mask & ~seen:
-                    closed |= cb
-            open_ops &= ~closed
-            # the future reads only, per pending consumer, whether any of its producers is chunked
-            pending = [self.pred[w] & mask for w in self.members(self.succ_of(open_ops) & mask & ~seen)]
+            closed = b if last[x] < 0 else 0
+            m = preds
+            while m:
+                pb = m & -m
+                m ^= pb
+                if last[pb.bit_length() - 1] == x:
+                    closed |= pb
+            open_ops = (open_ops | b) & ~closed
             states = {}
-            for st, cand in nxt.items():
-                key = sum(1 << n for n, pm in enumerate(pending) if st & pm)
-                old = states.get(key)
-                if old is None or cand[0] > old[1][0]:
-                    states[key] = (st & open_ops, cand)
-            states = {st: cand for st, cand in states.values()}
+            if len(nxt) > _MERGE_AT:
+                # the future reads only, per pending consumer, whether any of its producers is chunked
+                pending = [self.pred[w] & mask for w in self.members(self.succ_of(open_ops) & mask & ~seen)]
+                merged: dict[int, tuple[int, tuple[int, int]]] = {}
+                for st, cand in nxt.items():
+                    key = sum(1 << n for n, pm in enumerate(pending) if st & pm)
+                    old = merged.get(key)
+                    if old is None or cand[0] > old[1][0]:
+                        merged[key] = (st & open_ops, cand)
+                states = dict(merged.values())
+            else:
+                for st, cand in nxt.items():
+                    key = st & open_ops
+                    old = states.get(key)
+                    if old is None or cand[0] > old[0]:
+                        states[key] = cand
         saving, chosen = max(states.values(), key=lambda v: v[0])
         total = sum(self.tgeo[j].row * r for j, r in in_rows.items())
         total += sum(self.full_row[i] * r for i, r in op_rows.items())

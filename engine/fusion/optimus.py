@@ -85,7 +85,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     elif lower > room:
                         grows = False
                     else:
-                        grows = model.footprint(grown, 0) <= room
+                        grows = model.fits_finest(grown, room)
                     if not grows and part.mask:
                         continue
                     link = model.link[x]
