@@ -65,10 +65,13 @@ def browser():
 
 def _dram_mb(page) -> float | None:
     """The best plan's DRAM traffic from the headline, or None while the headline re-renders."""
-    found = page.get_by_text(re.compile(r"best plan"))
-    if not found.count():
+    from playwright.sync_api import Error
+
+    try:
+        text = page.get_by_text(re.compile(r"best plan")).first.inner_text(timeout=2_000)
+    except Error:  # detached or not there yet: Panel is swapping the pane
         return None
-    match = re.search(r"best plan \([a-z_]+\) ([\d,.]+) MB", found.first.inner_text())
+    match = re.search(r"best plan \([a-z_]+\) ([\d,.]+) MB", text)
     return float(match.group(1).replace(",", "")) if match else None
 
 

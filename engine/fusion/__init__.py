@@ -39,9 +39,9 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus") -> FusionPl
     model = model_of(graph, acc)
     cap = Capacity.of(acc)
     check_runnable(model, cap, acc.name)
-    groups, evaluated = search(model, cap)
+    groups, evaluated, exact = search(model, cap)
     if not groups:
         raise EngineError(f"method '{method}' found no way to run '{graph.name}' on '{acc.name}'")
     seconds = time.perf_counter() - start
     return build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes,
-                      evaluated=evaluated, seconds=seconds, status=status)
+                      evaluated=evaluated, seconds=seconds, status=status if exact else "beam")

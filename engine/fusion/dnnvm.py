@@ -31,11 +31,11 @@ def chains(model: FusionModel) -> list[list[int]]:
     return out
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """DNNVM's groups: each chain cut optimally under the prior cost model."""
     groups, evaluated = [], 0
     for chain in chains(model):
         found, count = segments(model, cap, chain)
         groups += found
         evaluated += count
-    return groups, evaluated
+    return groups, evaluated, True

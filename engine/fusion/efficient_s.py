@@ -51,6 +51,6 @@ def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[li
     return groups[::-1], evaluated
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """Efficient-S on the graph's topological order."""
-    return segments(model, cap, list(range(model.n)))
+    return (*segments(model, cap, list(range(model.n))), True)

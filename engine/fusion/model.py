@@ -106,9 +106,12 @@ class FusionModel:
                 users[w] = users.get(w, 0) + 1
         self.own_weight_elems = [sum(self.weight_elems[w] for w in set(op.weights)) for op in ops]
         self.shares_weights = [any(users[w] > 1 for w in op.weights) for op in ops]
+        self.own_weight_bytes = [math.ceil(e * word_bits / 8) for e in self.own_weight_elems]
+        self.total_param_bytes = sum(self.own_weight_bytes)
         self._op_tables(ops)
         self._closure()
         self._fp: dict[tuple[int, int, bool], int] = {}  # (group, row steps, ISOA on) -> elements
+        self._bounds: dict[int, tuple[int, int]] = {}  # group -> finest footprint bounds
         self._isoa: dict[int, tuple[int, int, int]] = {}  # group -> (saving, ISOA ops, footprint), finest tiles
         self._io: dict[int, tuple[int, int, int, int]] = {}
         self.cost_cache: dict = {}  # (group mask, Capacity) -> cheapest schedule or None
@@ -330,6 +333,9 @@ class FusionModel:
         Lower: the saving of all ops at once, less min(saving) over a greedy matching of
         conflicting pairs (of two conflicting ops at most one adopts ISOA).
         """
+        hit = self._bounds.get(mask)
+        if hit is not None:
+            return hit
         op_rows, in_rows = self.rows(mask, 0)
         members = self.members(mask)
         after = {}  # op -> the first non-concat/split ops its ofmap reaches inside the group
@@ -366,6 +372,7 @@ class FusionModel:
                 most -= w
         full = sum(self.tgeo[j].row * r for j, r in in_rows.items()) + sum(
             self.full_row[i] * r for i, r in op_rows.items())
+        self._bounds[mask] = (full - most, full - saving)
         return full - most, full - saving
 
     def isoa(self, mask: int) -> tuple[int, int, int]:

@@ -6,6 +6,6 @@ from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """One group per op."""
-    return [1 << i for i in range(model.n)], model.n
+    return [1 << i for i in range(model.n)], model.n, True

@@ -49,7 +49,7 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     return limit
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """The cheapest chain of groups that obey the three rules."""
 
     def whole_fanout(group: int) -> bool:

@@ -18,6 +18,7 @@ upward, so nothing grown from a misfit fits either.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from engine.fusion.cost import Capacity, dram_bytes
@@ -27,12 +28,27 @@ from engine.fusion.model import FusionModel
 INF = float("inf")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Where the exact search turns into a beam: down-sets kept per size, groups tried per down-set.
+
+    No network whose Optimus Table 5 figures we compare with comes near them (GoogLeNet
+    keeps at most 13 down-sets of one size; a 2 MB buffer tries ~2,000 groups from one
+    down-set); NAS cells and very wide graphs do, and their plans say "beam".
+    """
+
+    states: int = 1000
+    groups: int = 20000
+
+
 def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
-                dead: Callable[[int, int], bool] | None = None, max_size: int = 0) -> tuple[list[int], int]:
-    """Group masks of a minimum-cost chain of down-sets, in execution order, and the groups evaluated.
+                dead: Callable[[int, int], bool] | None = None, max_size: int = 0,
+                limits: Limits = Limits()) -> tuple[list[int], int, bool]:
+    """Group masks of a minimum-cost chain of down-sets, in execution order, groups evaluated, and exactness.
 
     `accept(group)` filters candidate groups, `dead(group, last)` prunes a group and
-    everything grown from it, `max_size` caps the group size (the on-line variant's rules).
+    everything grown from it, `max_size` caps the group size (the on-line variant's
+    rules). Past `limits` the search keeps going as a beam and reports itself inexact.
     """
     n = model.n
     full = (1 << n) - 1
@@ -44,9 +60,16 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
     evaluated = 0
     room, shared = cap.fmap, cap.shared
     pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
+    still = {0: model.total_param_bytes}  # down-set -> bytes the rest must still load at least once
+    exact = True
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
+        if len(level) > limits.states:
+            level.sort(key=lambda d: best.get(d, INF) + still[d])
+            del level[limits.states:]
+            exact = False
+        for done in level:
             if done not in best:
                 continue
             base = best[done]
@@ -59,11 +82,16 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                 if after not in sources:
                     levels[after.bit_count()].append(after)
                     sources[after] = _ready(model, sources[done], b, after)
+                    still[after] = _still(model, still[done], done, b)
                 if base + cost < best.get(after, INF):
                     best[after], back[after] = base + cost, (done, b)
                 continue
             stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
+            quota = evaluated + limits.groups
             while stack:
+                if evaluated > quota:  # lone ops were all tried first, so the chain still completes
+                    exact = False
+                    break
                 part, last, comps, cand = stack.pop()
                 m = cand >> (last + 1) << (last + 1)
                 while m:
@@ -107,6 +135,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                         if after not in sources:
                             levels[after.bit_count()].append(after)
                             sources[after] = _ready(model, sources[done], grown, after)
+                            still[after] = _still(model, still[done], done, grown)
                         if part.mask and not resident:
                             pending.setdefault(after, []).append((base + least, done, grown))
                         else:
@@ -124,13 +153,13 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                                 nxt |= sb
                         stack.append((node, x, parts, nxt))
     if full not in best:
-        return [], evaluated
+        return [], evaluated, exact
     chain = []
     state = full
     while state:
         state, group = back[state]
         chain.append(group)
-    return chain[::-1], evaluated
+    return chain[::-1], evaluated, exact
 
 
 def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
@@ -143,6 +172,22 @@ def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: 
         if total < best.get(state, INF):
             best[state] = total
             back[state] = (done, group)
+
+
+def _still(model: FusionModel, before: int, done: int, group: int) -> int:
+    """A lower bound on the traffic left after `done` then `group`: weights not yet loaded, fmaps waiting off chip."""
+    after = done | group
+    left = before
+    for i in model.members(group):
+        left -= model.own_weight_bytes[i]
+        for j in model.ins[i]:
+            p = model.producer[j]
+            if p >= 0 and (done >> p) & 1 and not model.consumer_mask[j] & ~after:
+                left -= model.tbytes[j]  # its last reader ran
+        for j in model.outs[i]:
+            if model.consumer_mask[j] & ~after:
+                left += model.tbytes[j]  # written out, to be read back
+    return left
 
 
 def _runs_alone(model: FusionModel, ready: int) -> int:
@@ -172,6 +217,6 @@ def _ready(model: FusionModel, ready: int, group: int, done: int) -> int:
     return out
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int]:
-    """The exact minimum over the whole fusion space."""
+def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+    """The exact minimum over the whole fusion space (a beam's best past the default limits)."""
     return ideal_chain(model, cap)

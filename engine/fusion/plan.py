@@ -17,7 +17,9 @@ class FusionPlan:
     `dram_bytes` is the sum of the groups' `GroupCost.dram_bytes`, split into
     `fmap_in_bytes + fmap_out_bytes + param_bytes`. `status` says what the result
     is: "optimal" (minimum over the whole fusion space), "restricted" (best a
-    baseline or the on-line variant finds in its own smaller space) or "unfused".
+    baseline or the on-line variant finds in its own smaller space), "unfused", or
+    "beam" (the down-set search outgrew `optimus.Limits` and kept its most promising
+    states: a valid plan, not a proven optimum).
     """
 
     method: str
