@@ -22,6 +22,7 @@ from dashboard.state import BUFFER_STEPS_KB, KB, ExplorerState
 from dashboard.views.curve import curve_view
 from dashboard.views.dag import dag_view, layered_layout, node_table
 from dashboard.views.energy import energy_view
+from dashboard.views.sweep import sweep_view
 from dashboard.views.timeline import timeline_view
 from engine.explore import buffer_curve, evaluate
 
@@ -214,6 +215,33 @@ class Session:
                                               label="Download the whole report (JSON)")
         return pn.Column(json_button, pn.Tabs(*tabs, dynamic=True))
 
+    def sweep_tab(self) -> pn.Column:
+        """Open a sweep's Parquet file (from `python -m engine sweep --out ...`) and draw its curves."""
+        upload = pn.widgets.FileInput(accept=".parquet", label="Open a sweep's .parquet file")
+        shown = pn.Column(pn.pane.Markdown("Run a sweep with `python -m engine sweep ... --out sweep.parquet` "
+                                           "(see docs/sweep.md), then open the file here."))
+
+        def opened(event):
+            if event.new is None:
+                return
+            path = self.upload_dir / "sweep.parquet"
+            path.write_bytes(event.new)
+            try:
+                from engine.sweep import read_sweep
+
+                rows = read_sweep(path)
+                if rows.empty or rows["error"].notna().all():
+                    raise engine.EngineError(f"{upload.filename}: the sweep holds no successful rows")
+                failed = int(rows["error"].notna().sum())
+                note = f"{len(rows)} rows" + (f", {failed} with errors (not drawn)" if failed else "")
+                shown[:] = [pn.pane.Markdown(f"**{upload.filename}**: {note}"),
+                            pn.pane.HoloViews(sweep_view(rows), sizing_mode="stretch_width", widget_location="top")]
+            except Exception as err:
+                shown[:] = [message(err)]
+
+        upload.param.watch(opened, "value")
+        return pn.Column(upload, shown, sizing_mode="stretch_width")
+
     # ---- upload --------------------------------------------------------------
     def on_upload(self, event):
         data, filename = event.new, (self._upload.filename or "model.onnx")
@@ -280,7 +308,8 @@ class Session:
         timeline = pn.panel(pn.bind(self.timeline, s.network, s.batch, s.word_bits, s.budget, s.budget_kb,
                                     s.upload_name), sizing_mode="stretch_width")
         tabs = pn.Tabs(("Fusion", fusion), ("What-if curve", curve), ("Memory timeline", timeline),
-                       ("Tables", pn.bind(self.tables, *fast)), dynamic=True, sizing_mode="stretch_width")
+                       ("Tables", pn.bind(self.tables, *fast)), ("Sweep", self.sweep_tab()), dynamic=True,
+                       sizing_mode="stretch_width")
         return [self.status, tabs]
 
 

@@ -189,7 +189,7 @@ class _Sink:
 
     def __init__(self, out: Path | None, chunk_rows: int):
         self.out, self.chunk_rows = out, chunk_rows
-        self.saved = _read(out) if out is not None else _frame([])  # every row the file holds
+        self.saved = read_sweep(out) if out is not None else _frame([])  # every row the file holds
         self.done = {_key_of(r): r for r in self.saved.to_dict("records")}  # key tuple -> row already in the file
         self.rows = {}  # key tuple -> row finished in this run
         self.unsaved = []  # rows finished but not yet in the file
@@ -236,10 +236,11 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return frame.astype(COLUMNS)
 
 
-def _read(path: Path) -> pd.DataFrame:
-    """The rows of an earlier sweep's Parquet file (none where it does not exist yet)."""
+def read_sweep(path) -> pd.DataFrame:
+    """The rows of an earlier sweep's Parquet file (none where it does not exist yet); EngineError if it is not one."""
     import pandas as pd
 
+    path = Path(path)
     if not path.exists():
         return _frame([])
     try:

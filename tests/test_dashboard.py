@@ -96,3 +96,19 @@ def test_clicking_an_op_shows_its_loop_nest():
     levels = detail[2].value
     assert list(levels["level"]) == ["RF", "buffer", "DRAM"]
     assert (levels["reads"] > 0).all()
+
+
+def test_sweep_file_draws_curves(tmp_path):
+    from dashboard.views.sweep import sweep_frame, sweep_view
+
+    rows = engine.sweep({"networks": ["squeezenet1_0", "no_such_net"], "accelerators": ["optimus"],
+                         "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
+                        scheduler="synchronous", out=tmp_path / "s.parquet")
+    from engine.sweep import read_sweep
+
+    back = read_sweep(tmp_path / "s.parquet")
+    frame = sweep_frame(back)
+    assert set(frame["method"]) == {"dnnvm", "optimus", "oracle"}
+    assert set(frame["network"]) == {"squeezenet1_0"}  # the failed network's rows are left out
+    view = sweep_view(back)
+    assert len(view) == 1 and len(rows) == 8

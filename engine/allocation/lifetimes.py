@@ -33,7 +33,6 @@ class Lifetimes:
     ops: dict[str, tuple[int, int]]
     tensors: dict[str, Window]
     pairs: dict[int, list[tuple[str, str]]]
-    ancestors: dict[str, int]  # op -> bitset of its strict ancestors (bit i = problem.ops[i])
 
 
 def analyse(problem: Problem) -> Lifetimes:
@@ -41,10 +40,11 @@ def analyse(problem: Problem) -> Lifetimes:
     anc = _ancestors(problem)
     ops = _op_windows(problem, anc)
     tensors = _tensor_windows(problem, ops)
-    return Lifetimes(ops, tensors, _pairs(problem, tensors, anc), anc)
+    return Lifetimes(ops, tensors, _pairs(problem, tensors, anc))
 
 
 def _ancestors(problem: Problem) -> dict[str, int]:
+    """Op -> bitset of its strict ancestors (bit i stands for problem.ops[i])."""
     index = {op: i for i, op in enumerate(problem.ops)}
     anc: dict[str, int] = {}
     for op in problem.ops:  # topological, so predecessors come first
@@ -59,7 +59,7 @@ def _op_windows(problem: Problem, anc: dict[str, int]) -> dict[str, tuple[int, i
     if problem.order is not None:
         return {op: (t, t) for t, op in enumerate(problem.order)}
     n, desc = len(problem.ops), {op: 0 for op in problem.ops}
-    for i, op in enumerate(problem.ops):
+    for op in problem.ops:
         bits = anc[op]
         while bits:  # every ancestor gains one descendant
             low = bits & -bits

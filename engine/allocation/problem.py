@@ -84,9 +84,6 @@ class Problem:
             u = gcd(u, addr)
         return u or 1
 
-    def need_bytes(self, op: str) -> int:
-        return sum(self.size[a] for a in dict.fromkeys(self.reads[op] + self.writes[op]))
-
 
 def requirement(graph: Graph, op: str, *, include_params: bool, word_bits: int) -> int:
     """Bytes `op` needs on chip at once: its inputs and outputs (and weights): COSMA's per-op M_R term."""
