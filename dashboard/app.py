@@ -16,6 +16,7 @@ from pathlib import Path
 import holoviews as hv
 import pandas as pd
 import panel as pn
+import param
 
 import engine
 from dashboard.state import BUFFER_STEPS_KB, KB, ExplorerState
@@ -27,6 +28,9 @@ from dashboard.views.timeline import timeline_view
 from engine.explore import buffer_curve, evaluate
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+# the choices the fusion report depends on
+REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
+                 "methods", "upload_name")
 URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
               "methods", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
@@ -50,15 +54,22 @@ def message(err: Exception) -> pn.pane.Alert:
                          alert_type="danger")
 
 
-class Session:
-    """One browser session: its state, the current report, and the views bound to them."""
+class Session(param.Parameterized):
+    """One browser session: its state, the current report (computed off the UI thread), and the views."""
 
-    def __init__(self, state: ExplorerState | None = None):
+    report = param.Parameter(default=None, doc="The Report the views show (the last one that finished)")
+    busy = param.Boolean(default=False, doc="True while a newer report is being computed")
+    error = param.String(default="", doc="Why the last request produced no report")
+
+    def __init__(self, state: ExplorerState | None = None, **params):
+        super().__init__(**params)
         self.state = state or ExplorerState()
         self.upload_dir = Path(tempfile.mkdtemp(prefix="dnn-explorer-"))
-        self.status = pn.pane.Alert("", alert_type="light", visible=False, sizing_mode="stretch_width")
-        self._curve_ticket = 0
-        self._alloc_ticket = 0
+        self.status = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
+        self._report_ticket = self._curve_ticket = self._alloc_ticket = 0
+        self.state.param.watch(self._request, list(REPORT_PARAMS))
+        self.param.watch(self._show_status, "error")
+        self.refresh()
 
     # ---- model -------------------------------------------------------------
     def graph(self) -> engine.Graph:
@@ -66,24 +77,47 @@ class Session:
         upload = str(self.upload_dir / s.upload_name) if s.upload_name else ""
         return load_graph(s.network, s.batch, upload)
 
-    def report(self):
+    def compute_report(self):
+        """The fusion report for the current state (pure and cached; may take seconds on big networks)."""
         s = self.state
         methods = tuple(m for m in ("none", "dnnvm", "efficient_s", "optimus", "online") if m in s.methods)
         return fusion_report(self.graph(), s.accelerator(), methods or ("optimus",))
 
-    def try_report(self):
-        """The report, or None with the error shown in the status bar."""
+    def refresh(self):
+        """Recompute the report here and now (start-up, tests)."""
         try:
-            rep = self.report()
+            self.param.update(report=self.compute_report(), error="")
         except Exception as err:  # shown to the user, never raised into Bokeh
-            self.status.object, self.status.alert_type, self.status.visible = _text(err), "danger", True
-            return None
-        self.status.visible = False
-        return rep
+            self.error = _text(err)
 
-    # ---- views -------------------------------------------------------------
-    def headline(self, *_):
-        rep = self.try_report()
+    def _request(self, *_):
+        """A state change: recompute off the UI thread in a server session, at once elsewhere."""
+        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+            pn.state.execute(self._refresh_async)
+        else:
+            self.refresh()
+
+    async def _refresh_async(self):
+        """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins."""
+        self._report_ticket += 1
+        ticket = self._report_ticket
+        self.busy = True
+        try:
+            rep, err = await asyncio.to_thread(self.compute_report), ""
+        except Exception as exc:
+            rep, err = None, _text(exc)
+        if ticket != self._report_ticket:
+            return  # superseded by a newer request
+        if rep is None:
+            self.param.update(error=err, busy=False)
+        else:
+            self.param.update(report=rep, error="", busy=False)
+
+    def _show_status(self, event):
+        self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
+
+    # ---- views (functions of the report) -------------------------------------
+    def headline(self, rep):
         if rep is None:
             return pn.pane.Markdown("")
         g, acc = rep.graph, rep.acc
@@ -94,9 +128,7 @@ class Session:
                  f"{best.dram_bytes / 1e6:,.2f} MB in {len(best.groups)} groups."]
         return pn.pane.Markdown("\n\n".join(lines))
 
-    def dag(self, network, batch, preset, buffer_kb, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
-            upload_name, colour_by="fused group", cpu_kinds=()):
-        rep = self.try_report()
+    def dag(self, rep, colour_by="fused group", cpu_kinds=()):
         if rep is None:
             return hv.Graph(([], [])).opts(title="(no network loaded)")
         method = "optimus" if "optimus" in rep.plans else next(iter(rep.plans))
@@ -108,7 +140,7 @@ class Session:
             elif colour_by == "module":
                 overlay, title = module_overlay(rep.graph, rep.acc)
         except Exception as err:  # an overlay that cannot be computed leaves the groups and says why
-            self.status.object, self.status.alert_type, self.status.visible = _text(err), "warning", True
+            self.error = _text(err)
         return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay, title)
 
     def _select_op(self, x=None, y=None):
@@ -120,12 +152,12 @@ class Session:
         if (px - x) ** 2 + (py - y) ** 2 < 0.25:
             self.state.selected_op = name
 
-    def layer_detail(self, selected_op, *_):
+    def layer_detail(self, selected_op, rep):
         """The clicked op's best blocking on this accelerator: loop nest and per-level accesses and energy."""
-        if not selected_op:
+        if not selected_op or rep is None:
             return pn.pane.Markdown("Click an op in the DAG to see its loop nest here.")
         try:
-            graph, acc = self.graph(), self.state.accelerator()
+            graph, acc = rep.graph, rep.acc
             counts = layer_counts(graph, selected_op, acc)
         except Exception as err:
             return message(err)
@@ -142,13 +174,11 @@ class Session:
         return pn.Column(pn.pane.Markdown(head + note), pn.pane.Markdown(f"```\n{nest}\n```"),
                          pn.widgets.Tabulator(levels, disabled=True, show_index=False))
 
-    def energy(self, *_):
-        rep = self.try_report()
+    def energy(self, rep):
         return pn.pane.Markdown("") if rep is None else pn.pane.HoloViews(energy_view(dict(rep.energy)),
                                                                            sizing_mode="stretch_width")
 
-    def summary_table(self, *_):
-        rep = self.try_report()
+    def summary_table(self, rep):
         if rep is None:
             return pn.pane.Markdown("")
         df = rep.summary_frame()
@@ -200,8 +230,7 @@ class Session:
         yield pn.Column(pn.pane.HoloViews(timeline_view(rep.allocation, rep.budget_bytes), sizing_mode="stretch_width"),
                         _download_table(rep.allocation.timeline(), "allocation.csv"))
 
-    def tables(self, *_):
-        rep = self.try_report()
+    def tables(self, rep):
         if rep is None:
             return pn.pane.Markdown("")
         tabs = []
@@ -263,7 +292,7 @@ class Session:
         self.state.upload_name = safe
 
     def _show_error(self, text: str):
-        self.status.object, self.status.alert_type, self.status.visible = text, "danger", True
+        self.error = text
 
     # ---- layout ----------------------------------------------------------------
     def sidebar(self) -> list:
@@ -297,18 +326,20 @@ class Session:
         s = self.state.param
         fast = [s.network, s.batch, s.preset, s.buffer_kb, s.pe_rows, s.pe_cols, s.rf_bytes, s.word_bits,
                 s.dram_gbps, s.methods, s.upload_name]
-        dag = hv.DynamicMap(pn.bind(self.dag, *fast, s.colour_by, s.cpu_kinds)).opts(framewise=True)
+        rep = self.param.report
+        dag = hv.DynamicMap(pn.bind(self.dag, rep, s.colour_by, s.cpu_kinds)).opts(framewise=True)
         hv.streams.Tap(source=dag, x=None, y=None).add_subscriber(self._select_op)
-        fusion = pn.Column(pn.bind(self.headline, *fast), pn.widgets.RadioButtonGroup.from_param(s.colour_by),
+        fusion = pn.Column(pn.bind(self.headline, rep), pn.widgets.RadioButtonGroup.from_param(s.colour_by),
                            pn.Row(pn.pane.HoloViews(dag, sizing_mode="stretch_width"),
-                                  pn.Column(pn.bind(self.layer_detail, s.selected_op, *fast), width=420)),
-                           pn.bind(self.summary_table, *fast), pn.bind(self.energy, *fast),
+                                  pn.Column(pn.bind(self.layer_detail, s.selected_op, rep), width=420)),
+                           pn.bind(self.summary_table, rep), pn.bind(self.energy, rep),
                            sizing_mode="stretch_width")
+        self.param.watch(lambda e: setattr(fusion, "loading", e.new), "busy")
         curve = pn.panel(pn.bind(self.curve, *fast), sizing_mode="stretch_width")
         timeline = pn.panel(pn.bind(self.timeline, s.network, s.batch, s.word_bits, s.budget, s.budget_kb,
                                     s.upload_name), sizing_mode="stretch_width")
         tabs = pn.Tabs(("Fusion", fusion), ("What-if curve", curve), ("Memory timeline", timeline),
-                       ("Tables", pn.bind(self.tables, *fast)), ("Sweep", self.sweep_tab()), dynamic=True,
+                       ("Tables", pn.bind(self.tables, rep)), ("Sweep", self.sweep_tab()), dynamic=True,
                        sizing_mode="stretch_width")
         return [self.status, tabs]
 

@@ -30,13 +30,13 @@ def test_preset_choice_fills_every_accelerator_field():
 
 
 def test_buffer_change_gives_a_new_report(session):
-    small = session.report()
-    session.state.buffer_kb = 2048
-    big = session.report()
+    small = session.report
+    session.state.buffer_kb = 2048  # outside a server the report follows at once
+    big = session.report
     assert big.acc.buffer_bytes == 2048 * 1024
     assert big.plans["optimus"].dram_bytes < small.plans["optimus"].dram_bytes
     assert big.plans["optimus"].dram_bytes >= big.oracle_bytes
-    dag = session.dag(*([None] * 11))
+    dag = session.dag(big)
     assert isinstance(dag, hv.Graph)
     groups = {g for g in dag.nodes.data["group"]}
     assert len(groups) == len(big.plans["optimus"].groups)
@@ -44,13 +44,14 @@ def test_buffer_change_gives_a_new_report(session):
 
 def test_bad_values_show_a_message_not_a_traceback(session):
     session.state.network = "light_vgg19.onnx"
-    session.state.rf_bytes = 4096
-    session.state.pe_rows = 1
-    assert session.try_report() is not None
-    session.state.buffer_kb = 8
-    session.state.batch = 64
-    rep = session.try_report()
-    assert rep is not None or session.status.visible
+    session.state.param.update(rf_bytes=4096, pe_rows=1)
+    assert session.report.graph.name == "light_vgg19" and not session.status.visible
+    session.state.word_bits = 4
+    with pytest.raises(Exception):
+        engine.Accelerator.preset("optimus").with_buffer(0)
+    session.state.upload_name = "missing.onnx"  # a file that is not there: the message, the old report kept
+    assert session.status.visible and "no such file" in session.status.object
+    assert session.report.graph.name == "light_vgg19"
 
 
 def test_bad_upload_shows_the_importer_message(session):
@@ -74,23 +75,22 @@ def test_whole_page_builds():
 
 def test_dag_overlays_colour_by_part_and_module():
     s = Session(ExplorerState(network="googlenet"))
-    args = [None] * 11
-    by_group = s.dag(*args).nodes.data
-    by_part = s.dag(*args, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
+    by_group = s.dag(s.report).nodes.data
+    by_part = s.dag(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
     pools = by_part["kind"] == "pool"
     assert by_part.loc[pools, "overlay"].str.startswith("cpu part").all()
     assert by_part.loc[~pools, "overlay"].str.startswith("accelerator part").all()
-    by_module = s.dag(*args, colour_by="module").nodes.data
+    by_module = s.dag(s.report, colour_by="module").nodes.data
     assert by_module["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
     assert by_group["overlay"].str.startswith("group").all()
 
 
 def test_clicking_an_op_shows_its_loop_nest():
     s = Session(ExplorerState(network="resnet18"))
-    assert "Click an op" in s.layer_detail("").object
+    assert "Click an op" in s.layer_detail("", s.report).object
     s._select_op(x=0.1, y=-0.05)  # a click next to the first op (the top row, centred)
     assert s.state.selected_op == s.graph().ops[0].name
-    detail = s.layer_detail(s.state.selected_op)
+    detail = s.layer_detail(s.state.selected_op, s.report)
     text = detail[0].object + detail[1].object
     assert "for " in text and "MACs" in text
     levels = detail[2].value
