@@ -195,8 +195,12 @@ class _Importer:
 
     def _shape(self, tensor: str, node: str | None = None) -> tuple[int, ...]:
         if tensor not in self.shapes:
-            raise ShapeError(self.path, f"the shape of tensor '{tensor}' cannot be inferred; give static input "
-                                        f"shapes with input_shapes=", node=node)
+            source = getattr(self, "node_by_name", {}).get(node)
+            why = (f" (ONNX shape inference knows no rule for '{source.op_type}'"
+                   + (f" of domain '{source.domain}'" if source.domain else "") + ")") if source is not None else ""
+            raise ShapeError(self.path, f"the shape of tensor '{tensor}' cannot be inferred{why}; give static input "
+                                        f"shapes with input_shapes=, or record the tensor's shape in the model's "
+                                        f"value_info", node=node)
         return self.shapes[tensor]
 
     # ---- constants -------------------------------------------------------

@@ -186,3 +186,16 @@ def test_cli_resolves_onnx_light_model_name(capsys):
     out = capsys.readouterr().out
     assert "25,557,032" in out and "4,089,184,256" in out
     assert main(["info", "no_such_net.onnx"]) == 2
+
+
+def test_unknown_shapes_name_the_tensor(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Mystery", ["x"], ["m"], name="mystery", domain="com.example"),
+             helper.make_node("Relu", ["m"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    path = tmp_path / "custom.onnx"
+    onnx.save(model, path)
+    with pytest.raises(engine.ShapeError, match="tensor 'y' cannot be inferred .*'Mystery' of domain 'com.example'"):
+        load_onnx(path)
