@@ -174,7 +174,8 @@ def test_optimum_needs_a_group_that_does_not_pay_alone():
     # reloaded every row), yet {a, b, c} is the optimum (the input is 8 channels deep and the
     # weights stay on chip). A search built from profitable sub-groups stops at {a, b} + {c}.
     graph, acc = _chain(), engine.Accelerator.preset("optimus").with_buffer(8192)
-    cost = {grp: group_cost(graph, grp, acc).dram_bytes for grp in (("a", "b", "c"), ("b", "c"), ("b",), ("c",), ("a", "b"))}
+    groups = (("a", "b", "c"), ("b", "c"), ("b",), ("c",), ("a", "b"))
+    cost = {grp: group_cost(graph, grp, acc).dram_bytes for grp in groups}
     assert cost[("b", "c")] == 94208 > cost[("b",)] + cost[("c",)] == 52480
     assert cost[("a", "b")] + cost[("c",)] == 24832
     plan = fuse(graph, acc)

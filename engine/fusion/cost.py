@@ -38,10 +38,11 @@ class Capacity:
     @classmethod
     def of(cls, acc: Accelerator) -> "Capacity":
         """A unified buffer holds both; split buffers hold fmaps in input+output and parameters in the weight buffer."""
-        per = lambda nbytes: nbytes * 8 // acc.word_bits  # noqa: E731
+        bits = acc.word_bits
         if acc.split_buffers:
-            return cls(per(acc.input_buffer_bytes + acc.output_buffer_bytes), per(acc.weight_buffer_bytes), False)
-        return cls(per(acc.buffer_bytes), per(acc.buffer_bytes), True)
+            return cls((acc.input_buffer_bytes + acc.output_buffer_bytes) * 8 // bits,
+                       acc.weight_buffer_bytes * 8 // bits, False)
+        return cls(acc.buffer_bytes * 8 // bits, acc.buffer_bytes * 8 // bits, True)
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ class FusionModel:
         return True
 
     def _rule(self, op, j: int, out_size: int, axis: int) -> tuple[int, int, int]:
-        """(mode, effective kernel, stride) giving the rows (axis 0) or columns (axis 1) of input j that r output ones need."""
+        """(mode, effective kernel, stride): the rows (axis 0) or columns (axis 1) of input j that r outputs need."""
         size_in = self.tgeo[j].h if axis == 0 else self.tgeo[j].w
         if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL) and op.kernel:
             dil = op.dilation[axis] if op.dilation else 1

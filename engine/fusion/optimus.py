@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.fusion import dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes
 from engine.fusion.grow import Partial, extend
 from engine.fusion.model import FusionModel
@@ -32,13 +33,18 @@ INF = float("inf")
 class Limits:
     """Where the exact search turns into a beam: down-sets kept per size, groups tried per down-set.
 
-    No network whose Optimus Table 5 figures we compare with comes near them (GoogLeNet
-    keeps at most 13 down-sets of one size; a 2 MB buffer tries ~2,000 groups from one
-    down-set); NAS cells and very wide graphs do, and their plans say "beam".
+    Up to `total` groups evaluated the limits are `states` and `groups`; past it the
+    beam narrows to `narrow_states` and `narrow_groups` so that any graph finishes.
+    No network whose Optimus Table 5 figures we compare with reaches them (GoogLeNet
+    keeps at most 13 down-sets of one size and evaluates ~107,000 groups at 2 MB);
+    NAS cells do, and their plans say "beam".
     """
 
     states: int = 1000
     groups: int = 20000
+    total: int = 400_000
+    narrow_states: int = 4
+    narrow_groups: int = 250
 
 
 def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
@@ -65,9 +71,11 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
-        if len(level) > limits.states:
+        narrow = evaluated > limits.total
+        width = limits.narrow_states if narrow else limits.states
+        if len(level) > width:
             level.sort(key=lambda d: best.get(d, INF) + still[d])
-            del level[limits.states:]
+            del level[width:]
             exact = False
         for done in level:
             if done not in best:
@@ -87,7 +95,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     best[after], back[after] = base + cost, (done, b)
                 continue
             stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
-            quota = evaluated + limits.groups
+            quota = evaluated + (limits.narrow_groups if narrow else limits.groups)
             while stack:
                 if evaluated > quota:  # lone ops were all tried first, so the chain still completes
                     exact = False
@@ -218,5 +226,9 @@ def _ready(model: FusionModel, ready: int, group: int, done: int) -> int:
 
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
-    """The exact minimum over the whole fusion space (a beam's best past the default limits)."""
-    return ideal_chain(model, cap)
+    """The exact minimum over the whole fusion space; past the limits, the best of the beam and the baselines."""
+    groups, evaluated, exact = ideal_chain(model, cap)
+    if exact:
+        return groups, evaluated, True
+    options = [groups] + [baseline.search(model, cap)[0] for baseline in (efficient_s, dnnvm)]
+    return min(options, key=lambda gs: sum(dram_bytes(model, g, cap) for g in gs)), evaluated, False
