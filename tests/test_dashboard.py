@@ -112,3 +112,9 @@ def test_sweep_file_draws_curves(tmp_path):
     assert set(frame["network"]) == {"squeezenet1_0"}  # the failed network's rows are left out
     view = sweep_view(back)
     assert len(view) == 1 and len(rows) == 8
+
+
+def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
+    session._jump_to_buffer(x=1000.0, y=5.0)
+    assert session.state.buffer_kb == 1024
+    assert session.report.acc.buffer_bytes == 1024 * 1024
