@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--skip-nas", action="store_true")
     args = ap.parse_args()
     print(f"## Allocation: COSMA vs baselines (8-bit data, batch 1, time limit {args.time_limit:g} s)\n")
-    print("| network | tensors | budget | bytes | COSMA status | time (s) | COSMA off-chip | "
+    print("| network | tensors placed | budget | bytes | COSMA status | time (s) | COSMA off-chip | "
           + " | ".join(BASELINES) + " | mean reduction |")
     print("|---" * (8 + len(BASELINES)) + "|")
     rows, reductions, times = [], [], []

@@ -42,12 +42,12 @@ def segments_for(graph: Graph, order, divide, *, fixed: bool, include_params: bo
 def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params: bool, divide, time_limit_s: float,
                 solver: str, word_bits: int) -> Joined:
     """Solve COSMA over `order`'s segments (a free schedule inside each when not `fixed`) within the time limit."""
+    deadline = time.perf_counter() + time_limit_s
     mpmf_order = () if fixed else mpmf(graph, include_params=include_params, word_bits=word_bits,
                                        time_limit_s=time_limit_s, solver=solver).order
     if not fixed and divide is not None:
         order = mpmf_order  # segments of a low-footprint order: each is still a down-set, and starts agree
     bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
-    deadline = time.perf_counter() + time_limit_s
     carry = Carry.start(graph, include_params)
     plans, statuses, gaps = [], [], []
     for k, (lo, hi) in enumerate(bounds):
