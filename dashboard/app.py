@@ -25,7 +25,7 @@ from dashboard.views.dag import dag_view, layered_layout, node_table
 from dashboard.views.energy import energy_view
 from dashboard.views.sweep import sweep_view
 from dashboard.views.timeline import timeline_view
-from engine.explore import buffer_curve, evaluate
+from engine.explore import allocate_for_budget, buffer_curve, evaluate
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 # the choices the fusion report depends on
@@ -218,17 +218,17 @@ class Session(param.Parameterized):
         try:
             graph, acc = self.graph(), self.state.accelerator()
             chosen = budget_kb * KB if budget == "bytes" else budget
-            rep = await asyncio.to_thread(_allocation_cached, graph, acc, chosen)
+            alloc, budget_bytes = await asyncio.to_thread(_allocation_cached, graph, acc, chosen)
         except Exception as err:
             yield message(err)
             return
         if ticket != self._alloc_ticket:
             return
-        if rep.allocation is None:
-            yield pn.pane.Alert(rep.errors.get("allocation", "no allocation"), alert_type="warning")
+        if not alloc.has_plan:  # infeasible, or a time-out before any plan: the solver's own words
+            yield pn.pane.Alert(f"{alloc.status}: {alloc.message}", alert_type="warning")
             return
-        yield pn.Column(pn.pane.HoloViews(timeline_view(rep.allocation, rep.budget_bytes), sizing_mode="stretch_width"),
-                        _download_table(rep.allocation.timeline(), "allocation.csv"))
+        yield pn.Column(pn.pane.HoloViews(timeline_view(alloc, budget_bytes), sizing_mode="stretch_width"),
+                        _download_table(alloc.timeline(), "allocation.csv"))
 
     def tables(self, rep):
         if rep is None:
@@ -378,7 +378,7 @@ def _curve_cached(graph, acc, methods):
 
 @lru_cache(maxsize=32)
 def _allocation_cached(graph, acc, budget):
-    return evaluate(graph, acc, methods=("none",), allocation="cosma", budget=budget, time_limit_s=20)
+    return allocate_for_budget(graph, acc, "cosma", budget, time_limit_s=20)
 
 
 def _download_table(df: pd.DataFrame, filename: str) -> pn.Column:

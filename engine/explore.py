@@ -90,7 +90,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     alloc = budget_bytes = part = mods = None
     if allocation:
         try:
-            alloc, budget_bytes = _allocate(graph, acc, allocation, budget, time_limit_s)
+            alloc, budget_bytes = allocate_for_budget(graph, acc, allocation, budget, time_limit_s)
         except EngineError as err:
             errors["allocation"] = str(err)
     if cpu_kinds:
@@ -125,7 +125,8 @@ def budget_bytes_for(graph: Graph, acc: Accelerator, budget) -> int:
     return int(budget)
 
 
-def _allocate(graph, acc, method, budget, time_limit_s):
+def allocate_for_budget(graph: Graph, acc: Accelerator, method: str, budget, time_limit_s: float):
+    """(Allocation, budget bytes) for a budget named as COSMA does ('M_R', 'M_H', 'M_P') or in bytes."""
     from engine.allocation import allocate
 
     nbytes = budget_bytes_for(graph, acc, budget)

@@ -118,3 +118,22 @@ def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
     session._jump_to_buffer(x=1000.0, y=5.0)
     assert session.state.buffer_kb == 1024
     assert session.report.acc.buffer_bytes == 1024 * 1024
+
+
+def test_allocation_timeline_for_a_named_budget():
+    import asyncio
+
+    s = Session(ExplorerState(network="squeezenet1_0"))
+
+    async def last(gen):
+        out = None
+        async for item in gen:
+            out = item
+        return out
+
+    shown = asyncio.run(last(s.timeline(None, None, None, "M_R", None, None)))
+    plot, table = shown[0].object, shown[1][1].value
+    assert isinstance(plot, hv.Overlay) and "cosma: optimal" in plot.opts.get().kwargs["title"]
+    assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
+    tiny = asyncio.run(last(s.timeline(None, None, None, "bytes", 1, None)))  # 1 KB: below M_R
+    assert "infeasible" in tiny.object
