@@ -238,7 +238,19 @@ class Session(param.Parameterized):
             df = rep.groups_frame(method)
             tabs.append((method, _download_table(df, f"{rep.graph.name}-{method}-groups.csv")))
         ops = node_table(rep.graph, rep.plans[next(iter(rep.plans))].groups, rep.acc.word_bits)
-        tabs.append(("ops", _download_table(ops.drop(columns=["x", "y", "colour"]), f"{rep.graph.name}-ops.csv")))
+        tabs.append(("ops", _download_table(ops.drop(columns=["x", "y", "colour", "overlay"]),
+                                            f"{rep.graph.name}-ops.csv")))
+        try:
+            modules = pd.DataFrame(engine.plan_modules(rep.graph, rep.acc).table())
+            tabs.append(("modules", _download_table(modules, f"{rep.graph.name}-modules.csv")))
+            cpu = tuple(self.state.cpu_kinds)
+            split = engine.partition(rep.graph, lambda op: op.kind.value not in cpu, word_bits=rep.acc.word_bits)
+            parts = pd.DataFrame([{"part": i, "device": p.device, "ops": len(p.ops), "first op": p.ops[0],
+                                   "inputs": " ".join(p.inputs), "outputs": " ".join(p.outputs),
+                                   "crossing_bytes": p.crossing_bytes} for i, p in enumerate(split.parts)])
+            tabs.append(("CPU/accelerator parts", _download_table(parts, f"{rep.graph.name}-parts.csv")))
+        except Exception as err:
+            tabs.append(("modules and parts", message(err)))
         json_button = pn.widgets.FileDownload(callback=lambda: io.StringIO(rep.to_json()),
                                               filename=f"{rep.graph.name}-report.json", color="primary",
                                               label="Download the whole report (JSON)")

@@ -1,6 +1,7 @@
 """Dashboard state -> Report -> views, without a browser."""
 
 import holoviews as hv
+import panel as pn
 import pytest
 
 import engine
@@ -137,3 +138,17 @@ def test_allocation_timeline_for_a_named_budget():
     assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
     tiny = asyncio.run(last(s.timeline(None, None, None, "bytes", 1, None)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
+
+
+def test_tables_offer_groups_ops_modules_and_parts_as_csv():
+    s = Session(ExplorerState(network="googlenet", cpu_kinds=["pool"]))
+    page = s.tables(s.report)
+    tabs = page[1]
+    names = [tabs._names[i] for i in range(len(tabs))]
+    assert names == ["dnnvm", "efficient_s", "optimus", "ops", "modules", "CPU/accelerator parts"]
+    modules = tabs[4][1].value
+    assert modules["module"].iloc[-1] == "total" and len(modules) == 10  # nine inception modules + total
+    parts = tabs[5][1].value
+    assert set(parts["device"]) == {"cpu", "accelerator"}
+    assert all(isinstance(t[0], pn.widgets.FileDownload) for t in tabs)
+    assert '"fusion"' in page[0].callback().read()
