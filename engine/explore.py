@@ -77,15 +77,25 @@ class Report:
         return json.dumps(out, indent=1, default=str)
 
 
+ACCESS_MODELS = ("dataflow", "blocking")
+
+
 def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s", "optimus"),
              allocation: str | None = None, budget="M_H", time_limit_s: float = 10.0,
-             cpu_kinds=(), modules: bool = False) -> Report:
-    """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules."""
+             cpu_kinds=(), modules: bool = False, access_model: str = "dataflow") -> Report:
+    """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules.
+
+    `access_model` counts buffer and RF accesses from the PE array's dataflow blocks
+    ("dataflow", fast) or from each layer's best loop blocking (Yang et al.; "blocking").
+    """
     from engine.energy import energy_breakdown
     from engine.fusion import fuse, oracle_bytes
 
+    if access_model not in ACCESS_MODELS:
+        raise EngineError(f"access_model must be one of {', '.join(ACCESS_MODELS)}, got '{access_model}'")
+    price = blocked_energy if access_model == "blocking" else energy_breakdown
     plans = {m: fuse(graph, acc, method=m) for m in methods}
-    energy = {m: energy_breakdown(graph, plans[m], acc) for m in methods}
+    energy = {m: price(graph, plans[m], acc) for m in methods}
     errors: dict[str, str] = {}
     alloc = budget_bytes = part = mods = None
     if allocation:
@@ -109,6 +119,41 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             errors["modules"] = str(err)
     return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
                   alloc, budget_bytes, part, mods, MappingProxyType(errors))
+
+
+def blocked_energy(graph: Graph, plan, acc: Accelerator):
+    """The plan's energy with buffer and RF accesses taken from each layer's best blocking (Yang et al.).
+
+    DRAM traffic stays the plan's (fusion decides what crosses the chip boundary); the
+    buffer and RF words of every op with a loop nest are those of its least-energy
+    blocking on `acc`'s hierarchy (`engine.blocking.layer_access_counts`); ops without
+    one (element-wise, concat, ...) keep the dataflow model's counts.
+    """
+    from dataclasses import replace
+
+    from engine.blocking import layer_access_counts
+    from engine.energy import energy_breakdown, op_accesses
+
+    base = energy_breakdown(graph, plan, acc)
+    buffer = plan.dram_bytes / (acc.word_bits / 8)  # each DRAM word passes through the buffer once
+    rf = 0.0
+    for op in graph.ops:
+        counts = layer_access_counts(graph, op, acc)
+        if counts is None:
+            a = op_accesses(graph, op, acc)
+            buffer, rf = buffer + a.buffer, rf + a.rf
+            continue
+        for level in counts.levels:
+            words = level.reads + level.writes
+            if level.level == "RF":
+                rf += words
+            elif level.level != "DRAM":
+                buffer += words
+        if counts.rf_skipped:  # MAC operands come straight from the buffer
+            buffer += 3 * op.macs
+    accesses = dict(base.accesses, buffer=round(buffer), rf=round(rf))
+    return replace(base, buffer_pj=buffer * acc.energy_pj("buffer"), rf_pj=rf * acc.energy_pj("rf"),
+                   accesses=tuple(accesses.items()))
 
 
 def budget_bytes_for(graph: Graph, acc: Accelerator, budget) -> int:

@@ -1,0 +1,60 @@
+"""evaluate(): one Report from every part; the blocking access model prices buffer and RF by Yang's blocking."""
+
+import json
+
+import pytest
+
+import engine
+from engine.explore import blocked_energy, buffer_curve, evaluate
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return engine.load_network("resnet18")
+
+
+def test_report_holds_every_part(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    rep = evaluate(resnet18, acc, methods=("dnnvm", "optimus"), allocation="cosma", budget="M_P",
+                   cpu_kinds=("pool",), modules=True)
+    assert rep.plans["optimus"].dram_bytes <= rep.plans["dnnvm"].dram_bytes
+    assert rep.plans["optimus"].dram_bytes >= rep.oracle_bytes
+    assert rep.allocation.offchip_bytes == 0 and rep.allocation.status == "optimal"
+    assert {p.device for p in rep.partition.parts} == {"cpu", "accelerator"}
+    assert rep.modules is not None and not rep.errors
+    out = json.loads(rep.to_json())
+    assert out["fusion"]["optimus"]["dram_bytes"] == rep.plans["optimus"].dram_bytes
+    assert out["allocation"]["status"] == "optimal"
+
+
+def test_an_infeasible_budget_is_an_honest_partial_report(resnet18):
+    rep = evaluate(resnet18, engine.Accelerator.preset("optimus"), methods=("optimus",), allocation="cosma",
+                   budget=1024)
+    assert rep.allocation is not None and rep.allocation.status == "infeasible"
+    bad = evaluate(resnet18, engine.Accelerator.preset("optimus"), methods=("optimus",), allocation="cosma",
+                   budget="M_X")
+    assert bad.allocation is None and "budget must be" in bad.errors["allocation"]
+    assert bad.plans["optimus"].dram_bytes > 0  # the rest of the report stands
+
+
+def test_blocking_access_model_keeps_dram_and_macs_and_moves_buffer_and_rf(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    plan = engine.fuse(resnet18, acc, method="optimus")
+    flow = engine.energy.energy_breakdown(resnet18, plan, acc)
+    blocked = blocked_energy(resnet18, plan, acc)
+    assert blocked.dram_pj == flow.dram_pj and blocked.mac_pj == flow.mac_pj
+    counts = dict(blocked.accesses)
+    assert counts["rf"] > 0 and counts["buffer"] >= plan.dram_bytes / 2  # every DRAM word passes the buffer
+    assert blocked.buffer_pj != flow.buffer_pj
+    rep = evaluate(resnet18, acc, methods=("optimus",), access_model="blocking")
+    assert rep.energy["optimus"] == blocked
+    with pytest.raises(engine.EngineError, match="access_model"):
+        evaluate(resnet18, acc, access_model="magic")
+
+
+def test_buffer_curve_never_rises_for_optimus_and_stays_above_the_oracle(resnet18):
+    curve = buffer_curve(resnet18, engine.Accelerator.preset("optimus"), ("optimus",), buffers_kb=(16, 64, 256, 1024))
+    opt = curve[curve["method"] == "optimus"]["dram_mb"].tolist()
+    oracle = curve[curve["method"] == "oracle"]["dram_mb"].tolist()
+    assert opt == sorted(opt, reverse=True)
+    assert all(o >= r for o, r in zip(opt, oracle))
