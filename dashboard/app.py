@@ -30,9 +30,9 @@ from engine.explore import allocate_for_budget, buffer_curve, evaluate
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-                 "methods", "upload_name")
+                 "methods", "access_model", "upload_name")
 URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-              "methods", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
+              "methods", "access_model", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
 @lru_cache(maxsize=16)
@@ -42,8 +42,8 @@ def load_graph(name: str, batch: int, upload_path: str = "") -> engine.Graph:
 
 
 @lru_cache(maxsize=64)
-def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...]):
-    return evaluate(graph, acc, methods=methods)
+def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str):
+    return evaluate(graph, acc, methods=methods, access_model=access_model)
 
 
 def message(err: Exception) -> pn.pane.Alert:
@@ -81,7 +81,7 @@ class Session(param.Parameterized):
         """The fusion report for the current state (pure and cached; may take seconds on big networks)."""
         s = self.state
         methods = tuple(m for m in ("none", "dnnvm", "efficient_s", "optimus", "online") if m in s.methods)
-        return fusion_report(self.graph(), s.accelerator(), methods or ("optimus",))
+        return fusion_report(self.graph(), s.accelerator(), methods or ("optimus",), s.access_model)
 
     def refresh(self):
         """Recompute the report here and now (start-up, tests)."""
@@ -329,6 +329,7 @@ class Session(param.Parameterized):
             pn.widgets.Select.from_param(s.param.word_bits),
             pn.widgets.FloatInput.from_param(s.param.dram_gbps),
             pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
+            pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
             pn.widgets.Select.from_param(s.param.budget),
             pn.widgets.IntInput.from_param(s.param.budget_kb),
             pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),

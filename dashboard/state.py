@@ -44,6 +44,9 @@ class ExplorerState(param.Parameterized):
     dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
     methods = param.ListSelector(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
                                  doc="Fusion methods to compare")
+    access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
+                                  label="Buffer/RF accesses from",
+                                  doc="The PE array's dataflow blocks (fast), or each layer's best loop blocking")
     budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")
     budget_kb = param.Integer(default=512, label="Budget (KB) when 'bytes'", bounds=(1, 1024 * 1024), doc="Budget in KB when 'bytes' is chosen")
     cpu_kinds = param.ListSelector(default=[], label="Op kinds left on the CPU", objects=list(OP_KINDS), doc="Op kinds left on the CPU")

@@ -152,3 +152,10 @@ def test_tables_offer_groups_ops_modules_and_parts_as_csv():
     assert set(parts["device"]) == {"cpu", "accelerator"}
     assert all(isinstance(t[0], pn.widgets.FileDownload) for t in tabs)
     assert '"fusion"' in page[0].callback().read()
+
+
+def test_access_model_switch_reprices_buffer_and_rf_only(session):
+    flow = session.report.energy["optimus"]
+    session.state.access_model = "blocking"
+    blocked = session.report.energy["optimus"]
+    assert blocked.dram_pj == flow.dram_pj and blocked.buffer_pj != flow.buffer_pj
