@@ -58,6 +58,7 @@ class Session(param.Parameterized):
     """One browser session: its state, the current report (computed off the UI thread), and the views."""
 
     report = param.Parameter(default=None, doc="The Report the views show (the last one that finished)")
+    shown_graph = param.Parameter(default=None, doc="The graph of that report; a new one redraws the DAG afresh")
     busy = param.Boolean(default=False, doc="True while a newer report is being computed")
     error = param.String(default="", doc="Why the last request produced no report")
 
@@ -69,6 +70,7 @@ class Session(param.Parameterized):
         self._report_ticket = self._curve_ticket = self._alloc_ticket = 0
         self.state.param.watch(self._request, list(REPORT_PARAMS))
         self.param.watch(self._show_status, "error")
+        self.param.watch(self._follow_graph, "report")
         self.refresh()
 
     # ---- model -------------------------------------------------------------
@@ -113,6 +115,10 @@ class Session(param.Parameterized):
         else:
             self.param.update(report=rep, error="", busy=False)
 
+    def _follow_graph(self, event):
+        if event.new is not None and event.new.graph != self.shown_graph:
+            self.shown_graph = event.new.graph
+
     def _show_status(self, event):
         self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
 
@@ -142,6 +148,13 @@ class Session(param.Parameterized):
         except Exception as err:  # an overlay that cannot be computed leaves the groups and says why
             self.error = _text(err)
         return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay, title)
+
+    def dag_pane(self, graph):
+        """A DAG plot per network: colours follow every new report, while zoom and pan survive them."""
+        dag = hv.DynamicMap(pn.bind(self.dag, self.param.report, self.state.param.colour_by,
+                                    self.state.param.cpu_kinds))
+        hv.streams.Tap(source=dag, x=None, y=None).add_subscriber(self._select_op)
+        return pn.pane.HoloViews(dag, sizing_mode="stretch_width")
 
     def _select_op(self, x=None, y=None):
         """A click on the DAG selects the op drawn nearest to it (rows are 1 apart, so distance is in rows)."""
@@ -340,10 +353,8 @@ class Session(param.Parameterized):
         fast = [s.network, s.batch, s.preset, s.buffer_kb, s.pe_rows, s.pe_cols, s.rf_bytes, s.word_bits,
                 s.dram_gbps, s.methods, s.upload_name]
         rep = self.param.report
-        dag = hv.DynamicMap(pn.bind(self.dag, rep, s.colour_by, s.cpu_kinds)).opts(framewise=True)
-        hv.streams.Tap(source=dag, x=None, y=None).add_subscriber(self._select_op)
         fusion = pn.Column(pn.bind(self.headline, rep), pn.widgets.RadioButtonGroup.from_param(s.colour_by),
-                           pn.Row(pn.pane.HoloViews(dag, sizing_mode="stretch_width"),
+                           pn.Row(pn.bind(self.dag_pane, self.param.shown_graph),
                                   pn.Column(pn.bind(self.layer_detail, s.selected_op, rep), width=420)),
                            pn.bind(self.summary_table, rep), pn.bind(self.energy, rep),
                            sizing_mode="stretch_width")
