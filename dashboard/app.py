@@ -342,6 +342,7 @@ class Session(param.Parameterized):
             pn.widgets.Select.from_param(s.param.word_bits),
             pn.widgets.FloatInput.from_param(s.param.dram_gbps),
             pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
+            pn.pane.Markdown("Buffer and RF accesses counted from"),
             pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
             pn.widgets.Select.from_param(s.param.budget),
             pn.widgets.IntInput.from_param(s.param.budget_kb),
