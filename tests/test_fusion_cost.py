@@ -208,3 +208,32 @@ def test_split_buffers_keep_parameters_in_the_weight_buffer():
     assert not c.params_resident and c.param_bytes == params * c.subgroups
     unified = group_cost(g, ["a", "b"], split.with_buffer(256 * 1024))
     assert unified.params_resident and unified.param_bytes == params
+
+
+@pytest.mark.parametrize("kb", [4, 8, 12, 24])
+def test_batch_tile_and_row_band_give_the_fewest_subgroups(kb):
+    # streamed weights load once per (row band, batch tile): on 7-row fmaps, bands of several images beat
+    # one image's bands (4 images x 7 one-row bands = 7 loads against 4 x 2 bands = 8 at 8 KB)
+    g = convnet([("a", "x", 64, 256, 1, 1), ("b", "a", 256, 64, 1, 1)], (4, 64, 7, 7), batch=4)
+    acc = ACC.with_buffer(kb * 1024)
+    c = group_cost(g, ["a", "b"], acc)
+    model = model_of(g, acc)
+    mask, room = model.mask_of(["a", "b"]), kb * 1024 // 2
+    fits = [(k * -(-4 // n), n) for n in range(1, 5) for k in range(1, 8) if n * model.footprint(mask, k) <= room]
+    assert not c.params_resident and c.subgroups == min(fits)[0] < min(s for s, n in fits if n == 1)
+    assert c.batch_tile > 1 and c.param_bytes == 2 * 64 * 256 * 2 * c.subgroups
+    assert c.footprint_bytes <= acc.buffer_bytes
+
+
+def test_printed_eq3_loads_streamed_weights_once_per_row_band_for_the_whole_batch():
+    g = convnet([("a", "x", 16, 64, 3, 1), ("b", "a", 64, 64, 3, 1)], (4, 16, 28, 28), batch=4)
+    acc = ACC.with_buffer(40 * 1024)
+    tile, band = (group_cost(g, ["a", "b"], acc, reloads=r) for r in ("tile", "band"))
+    model = model_of(g, acc)
+    mask = model.mask_of(["a", "b"])
+    fewest = min(k for k in range(1, 29) if model.footprint(mask, k) <= 20 * 1024)  # one image's tiles (Eq. 4)
+    assert band.row_steps == band.subgroups == fewest and band.batch_tile == 4
+    assert band.param_bytes == 2 * (16 * 64 + 64 * 64) * 9 * fewest < tile.param_bytes
+    assert band.fmap_in_bytes == tile.fmap_in_bytes and band.fmap_out_bytes == tile.fmap_out_bytes
+    with pytest.raises(engine.errors.UnknownNameError):
+        group_cost(g, ["a", "b"], acc, reloads="image")

@@ -88,7 +88,7 @@ def _valid(graph: Graph, groups: list[tuple[str, ...]]) -> bool:
     return nx.is_directed_acyclic_graph(quotient)
 
 
-def brute_force(graph: Graph, acc) -> int | None:
+def brute_force(graph: Graph, acc, reloads: str = "tile") -> int | None:
     """Least total group_cost over every set partition of the ops that is valid (None if none is)."""
     names = [op.name for op in graph.ops]
     cost: dict[frozenset, int | None] = {}
@@ -96,7 +96,7 @@ def brute_force(graph: Graph, acc) -> int | None:
     def of(group: frozenset) -> int | None:
         if group not in cost:
             try:
-                found = group_cost(graph, group, acc)
+                found = group_cost(graph, group, acc, reloads=reloads)
             except GraphError:
                 found = None  # not convex: cannot run as one group
             cost[group] = None if found is None else found.dram_bytes
@@ -137,6 +137,17 @@ def test_optimus_equals_brute_force(seed, n_ops, buffer):
     plan = fuse(graph, acc, method="optimus")
     assert plan.dram_bytes == expect
     assert plan.status == "optimal"
+
+
+@pytest.mark.parametrize("seed,n_ops,buffer", CASES[::4])
+def test_optimus_equals_brute_force_under_printed_eq3(seed, n_ops, buffer):
+    graph = random_graph(seed, n_ops)
+    acc = engine.Accelerator.preset("optimus").with_buffer(buffer).with_pe_array(4, 4)
+    expect = brute_force(graph, acc, reloads="band")
+    if expect is not None:
+        plan = fuse(graph, acc, method="optimus", reloads="band")
+        assert plan.dram_bytes == expect == sum(
+            group_cost(graph, grp, acc, reloads="band").dram_bytes for grp in plan.groups)
 
 
 @pytest.mark.parametrize("seed", range(0, 36, 5))

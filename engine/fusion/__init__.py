@@ -14,7 +14,7 @@ import time
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
 from engine.fusion import dnnvm, efficient_s, none, online, optimus
-from engine.fusion.cost import Capacity, GroupCost, group_cost, model_of, oracle_bytes
+from engine.fusion.cost import RELOADS, Capacity, GroupCost, group_cost, model_of, oracle_bytes
 from engine.fusion.plan import FusionPlan, build_plan, check_runnable
 from engine.graph import Graph
 
@@ -27,17 +27,21 @@ METHODS = {
     "online": (online.search, "restricted"),
 }
 
-__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS"]
+__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
 
 
-def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus") -> FusionPlan:
-    """Partition `graph` into fused operator-groups for `acc` with the search `method`."""
+def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile") -> FusionPlan:
+    """Partition `graph` into fused operator-groups for `acc` with the search `method`.
+
+    `reloads` picks how streamed parameters are counted (`cost.RELOADS`): "tile"
+    (default, a row band of t_n images per parameter load) or "band" (Eq. 3 as printed).
+    """
     if method not in METHODS:
         raise UnknownNameError("fusion method", method, METHODS)
     search, status = METHODS[method]
     start = time.perf_counter()
     model = model_of(graph, acc)
-    cap = Capacity.of(acc)
+    cap = Capacity.of(acc, reloads)
     check_runnable(model, cap, acc.name)
     groups, evaluated, exact = search(model, cap)
     if not groups:

@@ -5,7 +5,8 @@ outside it, once) + its output fmaps (each tensor it makes that any op outside
 reads, or that the network returns, once) + its parameters, reloaded once per
 sub-group when they cannot stay on chip for the whole group (Eq. 3). The
 sub-group count comes from the largest tile that fits the buffer (Eq. 4) with
-ISOA decisions (Alg. 2); batch images join one tile only when a whole image fits.
+ISOA decisions (Alg. 2) and a batch tile: a sub-group is a row band of t_n images
+(RELOADS also offers Eq. 3 as printed, one load per row band for the whole batch).
 
 A single op gets the cheaper of that tiled schedule and a layer-wise schedule that
 blocks output channels (re-reading its input once per block), so every op of a
@@ -21,28 +22,47 @@ import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
-from engine.errors import EngineError, GraphError
+from engine.errors import EngineError, GraphError, UnknownNameError
 from engine.fusion import dataflow
+from engine.fusion.grow import least_subgroups
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """On-chip room in elements: fmap tiles, and parameters (the same room when `shared`)."""
+    """On-chip room in elements: fmap tiles, and parameters (the same room when `shared`).
+
+    `per_band`: Eq. 3 as printed, streamed parameters loaded once per row band for the
+    whole batch while Eq. 4 sizes one image's tiles (see RELOADS).
+    """
 
     fmap: int
     param: int
     shared: bool
+    per_band: bool = False
 
     @classmethod
-    def of(cls, acc: Accelerator) -> "Capacity":
+    def of(cls, acc: Accelerator, reloads: str = "tile") -> "Capacity":
         """A unified buffer holds both; split buffers hold fmaps in input+output and parameters in the weight buffer."""
-        bits = acc.word_bits
+        if reloads not in RELOADS:
+            raise UnknownNameError("parameter reload accounting", reloads, RELOADS)
+        bits, band = acc.word_bits, reloads == "band"
         if acc.split_buffers:
             return cls((acc.input_buffer_bytes + acc.output_buffer_bytes) * 8 // bits,
-                       acc.weight_buffer_bytes * 8 // bits, False)
-        return cls(acc.buffer_bytes * 8 // bits, acc.buffer_bytes * 8 // bits, True)
+                       acc.weight_buffer_bytes * 8 // bits, False, band)
+        return cls(acc.buffer_bytes * 8 // bits, acc.buffer_bytes * 8 // bits, True, band)
+
+
+# how often streamed parameters are loaded: per (row band, batch tile) with the batch tile's
+# fmaps on chip (the default), or per row band whatever the batch (Eq. 3 and 4 as printed)
+RELOADS = {"tile": "once per row band of each batch tile; t_n images' tiles share the buffer",
+           "band": "once per row band for the whole batch, as Eq. 3 is printed; Eq. 4 sizes one image"}
+
+
+def image_tiles(model: FusionModel, cap: Capacity, images: int) -> int:
+    """Eq. 3's factor for the batch: image tiles of `images` images, or 1 under the printed per-band accounting."""
+    return 1 if cap.per_band else -(-model.batch // images)
 
 
 @dataclass(frozen=True)
@@ -105,6 +125,20 @@ def least_bytes(model: FusionModel, mask: int) -> int:
     return fin + fout + _bytes(p_elems, model.word_bits)
 
 
+def lower_bytes(model: FusionModel, mask: int, cap: Capacity) -> int:
+    """A lower bound on the fused schedule's traffic, without the exact ISOA program when parameters surely stream.
+
+    Streamed parameters are loaded once per sub-group, and the sub-group count is at
+    least `grow.least_subgroups` of a lower bound on the whole-image footprint.
+    """
+    least = least_bytes(model, mask)
+    if _resident(model, mask, cap):
+        return least
+    p_bytes = _bytes(model.io(mask)[2], model.word_bits)
+    batch = 1 if cap.per_band else model.batch
+    return least + p_bytes * (least_subgroups(model.whole_lower(mask), batch, cap.fmap) - 1)
+
+
 def _resident(model: FusionModel, mask: int, cap: Capacity) -> bool:
     """Whether all the group's parameters stay on chip beside its finest fmap tiles."""
     p_elems = model.io(mask)[2]
@@ -143,20 +177,43 @@ def _bytes(elements: int, word_bits: int) -> int:
 
 
 def _tiled(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
-    """Eq. 3 at the largest tile of Eq. 4: fewest row steps, then most images per tile."""
+    """Eq. 3 at the largest tile of Eq. 4, with a batch tile: fewest sub-groups over (t_n, t_h).
+
+    A sub-group is a row band of t_n images, so its fmap tiles take t_n times one
+    image's (Eq. 4 with the batch tile) and streamed parameters are loaded once per
+    (row band, batch tile): ceil(N / t_n) * ceil(O_h / t_h) times. More images per
+    band need thinner bands, so the scheduler takes the (t_n, t_h) with the fewest
+    sub-groups (ties: fewest row steps, then most images). Resident parameters are
+    loaded once whatever the tile; there the largest t_h for one image is kept.
+    """
     if not model.fits_finest(mask, cap.fmap):
         return None
     fin, fout, p_elems, kbig = model.io(mask)
     resident = _resident(model, mask, cap)
     room = cap.fmap - (p_elems if resident and cap.shared else 0)  # resident parameters share the buffer
     k = _fewest_steps(model, mask, room, kbig)
-    whole = model.footprint(mask, k)
-    images = min(model.batch, room // whole) if k == 1 and whole else 1
-    subgroups = k * -(-model.batch // images)
+    tile = model.footprint(mask, k)
+    images = min(model.batch, room // tile) if k == 1 and tile else 1
+    if cap.per_band:
+        images = model.batch  # the whole batch runs through each row band on one parameter load
+    elif not resident and p_elems:
+        finest = model.footprint(mask, 0)
+        best = (k * -(-model.batch // images), k, -images)
+        for n in range(2, model.batch + 1):
+            if n * finest > room:
+                break  # no band of n images fits, nor of more
+            if -(-model.batch // n) * -(-n * model.footprint(mask, 1) // room) > best[0]:
+                continue  # footprint(k) >= footprint(1) / k: no band of n images has fewer sub-groups
+            kn = _fewest_steps(model, mask, room // n, kbig)
+            best = min(best, (kn * -(-model.batch // n), kn, -n))
+        _, k, images = best
+        images = -images
+        tile = model.footprint(mask, k)
+    subgroups = k * image_tiles(model, cap, images)
     pbytes = _bytes(p_elems, model.word_bits)
     par = pbytes if resident else pbytes * subgroups
-    return _Schedule(fin, fout, par, "fused", whole * images + (p_elems if resident and cap.shared else 0),
-                     resident, k, images)
+    on_chip = tile * (1 if cap.per_band else images) + (p_elems if resident and cap.shared else 0)
+    return _Schedule(fin, fout, par, "fused", on_chip, resident, k, images)
 
 
 def _fewest_steps(model: FusionModel, mask: int, room: int, kbig: int) -> int:
@@ -192,9 +249,9 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
     heights = sorted({-(-h_out // j) for j in range(1, h_out + 1)}, reverse=True)
     best = None
     for widths in ([w_out], sorted({-(-w_out // j) for j in range(2, w_out + 1)}, reverse=True)):
-        for images in range(1, model.batch + 1):
+        for images in range(1, 2 if cap.per_band else model.batch + 1):
             for t in heights:
-                bands = -(-h_out // t) * -(-model.batch // images)
+                bands = -(-h_out // t) * image_tiles(model, cap, images)
                 limit = best.dram if best is not None else beat
                 if limit is not None and fin + fout + pbytes * bands >= limit:
                     break  # smaller bands only reload the weights more often
@@ -232,7 +289,7 @@ def _band(model: FusionModel, i: int, cap: Capacity, images: int, t: int, tw: in
     cols = -(-max(g.w for g in out_geo) // tw)
     fin = sum(-(-nbytes * passes * max(geo.h, steps * rows) * max(geo.w, cols * wide) // (geo.h * geo.w))
               for geo, nbytes, rows, wide in ins)
-    par = _bytes(p_elems, model.word_bits) * steps * cols * -(-model.batch // images)
+    par = _bytes(p_elems, model.word_bits) * steps * cols * image_tiles(model, cap, images)
     return _Schedule(fin, fout, par, "layerwise", footprint, False, steps * cols, images, passes, t)
 
 
@@ -269,16 +326,16 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
         tiles = ((names[0], best.rows),)
     else:
         tiles = ((names[0], model.out_h[ops[0]]),)
-    steps = best.row_steps * -(-model.batch // best.batch_tile)
+    steps = best.row_steps * image_tiles(model, cap, best.batch_tile)
     return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
                      _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
                      steps, tiles, isoa, best.passes)
 
 
-def group_cost(graph: Graph, ops, acc: Accelerator) -> GroupCost | None:
+def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") -> GroupCost | None:
     """Eq. 3 traffic and schedule of the ops `ops` run as one fused group on `acc`; None when no tile fits.
 
-    `ops` is any iterable of op names. A group that an outside op splits (a path
+    `ops` is any iterable of op names; `reloads` is a key of RELOADS. A group that an outside op splits (a path
     leaves the group and comes back) cannot run as one group and raises GraphError.
     """
     names = list(ops)
@@ -292,7 +349,7 @@ def group_cost(graph: Graph, ops, acc: Accelerator) -> GroupCost | None:
     mask = model.mask_of(names)
     if not model.is_convex(mask):
         raise GraphError(f"ops {sorted(names)} cannot run as one group: a path leaves the group and comes back")
-    return record(model, mask, Capacity.of(acc))
+    return record(model, mask, Capacity.of(acc, reloads))
 
 
 def oracle_bytes(graph: Graph, acc: Accelerator) -> int:

@@ -39,8 +39,17 @@ class Partial:
         return self.full - self.relaxed, self.full - self.greedy
 
     def least_subgroups(self, batch: int, room: int) -> int:
-        """Lower bound on Eq. 3's sub-group count: every tile of k row steps holds >= 1/k of each image."""
-        return max(1, -(-batch * self.whole // room))
+        """Lower bound on Eq. 3's sub-group count (see `least_subgroups`)."""
+        return least_subgroups(self.whole, batch, room)
+
+
+def least_subgroups(whole: int, batch: int, room: int) -> int:
+    """Lower bound on Eq. 3's sub-group count of a group whose whole-image footprint is at least `whole`.
+
+    A tile of t_n images in k row steps holds >= t_n / k of an image, so t_n * whole <= k * room
+    and the count k * ceil(N / t_n) >= N * whole / room.
+    """
+    return max(1, -(-batch * whole // room))
 
 
 def extend(model: FusionModel, part: Partial, x: int) -> Partial:

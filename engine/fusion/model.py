@@ -114,6 +114,8 @@ class FusionModel:
         self._bounds: dict[int, tuple[int, int]] = {}  # group -> finest footprint bounds
         self._isoa: dict[int, tuple[int, int, int]] = {}  # group -> (saving, ISOA ops, footprint), finest tiles
         self._io: dict[int, tuple[int, int, int, int]] = {}
+        self._whole: dict[int, int] = {}  # group -> lower bound on its whole-image footprint
+        self._finest: dict[int, tuple[dict, dict]] = {}  # group -> rows(group, 0), shared by the ISOA bounds and program
         self.cost_cache: dict = {}  # (group mask, Capacity) -> cheapest schedule or None
         self.online_limit: dict[int, int] = {}  # fmap room -> group size limit of engine.fusion.online
 
@@ -193,13 +195,11 @@ class FusionModel:
     # ---- group structure -------------------------------------------------
     @staticmethod
     def members(mask: int) -> list[int]:
-        """Op indices of a mask, ascending (topological order)."""
-        out = []
-        while mask:
-            b = mask & -mask
-            out.append(b.bit_length() - 1)
-            mask ^= b
-        return out
+        """Op indices of a mask, ascending (topological order); read off its binary string, the fastest way in Python."""
+        if not mask:
+            return []
+        low = (mask & -mask).bit_length() - 1
+        return [low + i for i, c in enumerate(bin(mask >> low)[:1:-1]) if c == "1"]
 
     def mask_of(self, names) -> int:
         m = 0
@@ -269,6 +269,10 @@ class FusionModel:
         applied to every op) and at least ceil(H / k) rows so all tensors advance together;
         k = 0 means the finest tiles.
         """
+        if not k:
+            hit = self._finest.get(mask)
+            if hit is not None:
+                return hit
         demand: dict[int, int] = {}
         op_rows: dict[int, int] = {}
         for i in reversed(self.members(mask)):
@@ -290,6 +294,8 @@ class FusionModel:
             if p < 0 or not (mask >> p) & 1:
                 h = self.tgeo[j].h
                 in_rows[j] = min(h, max(need, -(-h // k) if k else 1))
+        if not k:
+            self._finest[mask] = (op_rows, in_rows)
         return op_rows, in_rows
 
     def footprint(self, mask: int, k: int, isoa: bool = True) -> int:
@@ -337,9 +343,51 @@ class FusionModel:
         if hit is not None:
             return hit
         op_rows, in_rows = self.rows(mask, 0)
-        members = self.members(mask)
-        after = {}  # op -> the first non-concat/split ops its ofmap reaches inside the group
-        for i in reversed(members):
+        after = self._reach(mask)
+        gain = {i: self.save_row[i] * op_rows[i] for i in after if not self.inplace[i] and self.save_row[i] > 0}
+        before = dict.fromkeys(gain, 0)
+        gmask = sum(1 << i for i in gain)
+        for p in gain:
+            m = after[p] & gmask
+            while m:
+                b = m & -m
+                m ^= b
+                before[b.bit_length() - 1] |= 1 << p
+        chosen = saving = 0
+        for g, i in sorted(((g, i) for i, g in gain.items()), reverse=True):
+            if not chosen & (after[i] | before[i]):
+                chosen |= 1 << i
+                saving += g
+        full = sum(self.tgeo[j].row * r for j, r in in_rows.items()) + sum(
+            self.full_row[i] * r for i, r in op_rows.items())
+        most = self._most_saving(gain, after)
+        self._bounds[mask] = (full - most, full - saving)
+        return full - most, full - saving
+
+    def whole_lower(self, mask: int) -> int:
+        """A lower bound on the footprint of whole images (k = 1) under any valid ISOA assignment."""
+        hit = self._whole.get(mask)
+        if hit is not None:
+            return hit
+        after = self._reach(mask)
+        made = 0
+        full = 0
+        for i in after:
+            made |= sum(1 << j for j in self.outs[i])
+            full += self.full_row[i] * self.out_h[i]
+        for j in {j for i in after for j in self.ins[i]}:
+            if not (made >> j) & 1 and self.tgeo[j] is not None:
+                full += self.tgeo[j].row * self.tgeo[j].h
+        gain = {i: self.save_row[i] * self.out_h[i] for i in after
+                if not self.inplace[i] and self.save_row[i] > 0}
+        hit = full - self._most_saving(gain, after)
+        self._whole[mask] = hit
+        return hit
+
+    def _reach(self, mask: int) -> dict[int, int]:
+        """Member -> the first non-concat/split members its ofmap reaches (those that may not adopt ISOA with it)."""
+        after: dict[int, int] = {}
+        for i in reversed(self.members(mask)):
             reach, s = 0, self.succ[i] & mask
             while s:
                 b = s & -s
@@ -347,33 +395,26 @@ class FusionModel:
                 j = b.bit_length() - 1
                 reach |= after[j] if self.inplace[j] else b
             after[i] = reach
-        gain = {i: self.save_row[i] * op_rows[i] for i in members if not self.inplace[i] and self.save_row[i] > 0}
-        before = dict.fromkeys(gain, 0)
+        return dict(sorted(after.items()))
+
+    def _most_saving(self, gain: dict[int, int], after: dict[int, int]) -> int:
+        """An upper bound on the ISOA saving: all gains, less min(gain) over a greedy matching of conflicting pairs."""
+        gmask = sum(1 << i for i in gain)
         pairs = []
-        for p in gain:
-            reach = after[p]
-            while reach:
-                b = reach & -reach
-                reach ^= b
+        for p, g in gain.items():
+            m = after[p] & gmask
+            while m:
+                b = m & -m
+                m ^= b
                 c = b.bit_length() - 1
-                if c in gain:
-                    before[c] |= 1 << p
-                    pairs.append((min(gain[p], gain[c]), p, c))
-        chosen = saving = 0
-        for g, i in sorted(((g, i) for i, g in gain.items()), reverse=True):
-            if not chosen & (after[i] | before[i]):
-                chosen |= 1 << i
-                saving += g
+                pairs.append((min(g, gain[c]), p, c))
         matched: set[int] = set()
         most = sum(gain.values())
         for w, p, c in sorted(pairs, reverse=True):
             if p not in matched and c not in matched:
                 matched.update((p, c))
                 most -= w
-        full = sum(self.tgeo[j].row * r for j, r in in_rows.items()) + sum(
-            self.full_row[i] * r for i, r in op_rows.items())
-        self._bounds[mask] = (full - most, full - saving)
-        return full - most, full - saving
+        return most
 
     def isoa(self, mask: int) -> tuple[int, int, int]:
         """(largest saving, mask of ops adopting ISOA, footprint) at the finest tiles (Alg. 2).

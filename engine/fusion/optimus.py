@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.fusion import dnnvm, efficient_s
-from engine.fusion.cost import Capacity, dram_bytes
+from engine.fusion.cost import Capacity, dram_bytes, lower_bytes
 from engine.fusion.grow import Partial, extend
 from engine.fusion.model import FusionModel
 
@@ -65,8 +65,9 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
     levels[0].append(0)
     evaluated = 0
     room, shared = cap.fmap, cap.shared
+    batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
     pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
-    still = {0: model.total_param_bytes}  # down-set -> bytes the rest must still load at least once
+    still = {0: _owed(model)}  # down-set -> bytes the rest must still move at least once
     exact = True
     for level in levels:
         for done in level:
@@ -138,7 +139,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     least = node.fin + node.fout + pbytes
                     resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
                     if part.mask and not resident and (lower + node.params > room if shared else True):
-                        least += pbytes * (node.least_subgroups(model.batch, room) - 1)  # surely reloaded
+                        least += pbytes * (node.least_subgroups(batch, room) - 1)  # surely reloaded
                     if len(parts) == 1 and base + least < best.get(after, INF) and (accept is None or accept(grown)):
                         if after not in sources:
                             levels[after.bit_count()].append(after)
@@ -176,25 +177,44 @@ def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: 
     for bound, done, group in waiting:
         if bound >= best.get(state, INF):
             break
+        if best[done] + lower_bytes(model, group, cap) >= best.get(state, INF):
+            continue
         total = best[done] + dram_bytes(model, group, cap)
         if total < best.get(state, INF):
             best[state] = total
             back[state] = (done, group)
 
 
+def _owed(model: FusionModel) -> int:
+    """Bytes any partition moves at least once: unshared weights, network inputs read, network outputs."""
+    weights = sum(b for b, shared in zip(model.own_weight_bytes, model.shares_weights) if not shared)
+    ins = sum(model.tbytes[j] for j in range(len(model.tnames)) if model.producer[j] < 0 and model.consumer_mask[j])
+    outs = sum(model.tbytes[j] for j in range(len(model.tnames)) if model.producer[j] >= 0 and model.is_graph_output[j])
+    return weights + ins + outs
+
+
 def _still(model: FusionModel, before: int, done: int, group: int) -> int:
-    """A lower bound on the traffic left after `done` then `group`: weights not yet loaded, fmaps waiting off chip."""
+    """A lower bound on the traffic left after `done` then `group`.
+
+    The weights of ops not yet run (a weight two ops share is left out: one load may
+    serve both), every tensor made or read before that an op still to run reads (it
+    waits off chip, or is a network input), and network outputs not yet made.
+    """
     after = done | group
     left = before
-    for i in model.members(group):
-        left -= model.own_weight_bytes[i]
-        for j in model.ins[i]:
-            p = model.producer[j]
-            if p >= 0 and (done >> p) & 1 and not model.consumer_mask[j] & ~after:
-                left -= model.tbytes[j]  # its last reader ran
+    members = model.members(group)
+    for j in {j for i in members for j in model.ins[i]}:
+        p = model.producer[j]
+        if (p < 0 or (done >> p) & 1) and not model.consumer_mask[j] & ~after:
+            left -= model.tbytes[j]  # its last reader ran
+    for i in members:
+        if not model.shares_weights[i]:
+            left -= model.own_weight_bytes[i]
         for j in model.outs[i]:
             if model.consumer_mask[j] & ~after:
                 left += model.tbytes[j]  # written out, to be read back
+            if model.is_graph_output[j]:
+                left -= model.tbytes[j]
     return left
 
 
