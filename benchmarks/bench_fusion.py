@@ -93,6 +93,9 @@ def main():
     parser.add_argument("--batch", type=int, default=4)
     args = parser.parse_args()
     networks = args.networks.split(",")
+    print(f"## Operator fusion (Optimus), batch {args.batch}, `optimus` preset\n")
+    print("Search speed and final groups at 128 KB beside Optimus Table 5 (paper's figures in brackets; "
+          "times are this machine's, first search on a cold cost cache):\n")
     speed_table(args.speed_networks.split(","), args.batch)
     traffic_tables(networks, [int(k) for k in args.buffers_kb.split(",")], args.batch)
 
