@@ -24,6 +24,11 @@ from engine.errors import ModelFileError, ShapeError
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
 
 MIN_OPSET = 9
+MAX_FOLD_ROUNDS = 4  # inference, then folding of integer shape arithmetic, repeated while it helps
+MAX_FOLD_ELEMENTS = 4096  # integer tensors larger than this are data, not shape arithmetic
+FOLDABLE_INT_OPS = {"Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Add", "Sub", "Mul", "Div",
+                    "Reshape", "ConstantOfShape", "Range", "Expand", "Neg", "Min", "Max", "Equal", "Where",
+                    "ReduceProd", "Transpose", "Identity"}
 MAX_FILE_BYTES = 2 * 1024**3
 
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
@@ -102,6 +107,19 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
                                        f"model's folder; refusing to follow it", node=None)
 
 
+def _attr(node, name: str, default=None):
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+def _topological(nodes) -> list:
+    """Nodes in an order where every writer comes before its readers (input order where that holds)."""
+    writer = {out: i for i, n in enumerate(nodes) for out in n.output}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(nodes)))
+    dag.add_edges_from((writer[t], i) for i, n in enumerate(nodes) for t in n.input if t in writer)
+    return [nodes[i] for i in nx.lexicographical_topological_sort(dag)]
+
+
 class _Importer:
     def __init__(self, model, path, batch, input_shapes):
         self.model, self.path, self.batch, self.input_shapes = model, path, batch, input_shapes
@@ -175,10 +193,23 @@ class _Importer:
                                             f"static one, e.g. input_shapes={{'{inp.name}': (1, 3, 224, 224)}}")
 
     def _infer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Static shapes of every tensor ONNX can infer, after folding integer shape arithmetic.
+
+        Exporters compute pads, slice bounds and reshape targets with small integer subgraphs
+        (Shape -> Gather -> Concat ...) that ONNX's inference does not evaluate; folding them into
+        initializers lets it finish. Float tensors (weights) are never folded.
+        """
         if self.input_shapes:  # recorded shapes were for other input shapes: infer afresh
             del self.model.graph.value_info[:]
             for out in self.model.graph.output:
                 out.type.tensor_type.ClearField("shape")
+        for _ in range(MAX_FOLD_ROUNDS):
+            shapes = self._run_inference()
+            if not self._fold_integer_nodes(shapes):
+                return shapes
+        return shapes
+
+    def _run_inference(self) -> dict[str, tuple[int, ...]]:
         try:
             inferred = shape_inference.infer_shapes(self.model, check_type=False, strict_mode=True, data_prop=True)
         except Exception as err:  # onnx raises several types; all mean the same to the user
@@ -193,15 +224,59 @@ class _Importer:
             shapes[init.name] = tuple(int(d) for d in init.dims)
         return shapes
 
+    def _fold_integer_nodes(self, shapes) -> bool:
+        """Replace nodes that compute small integer tensors from constants by initializers; True if any was."""
+        from onnx.reference import ReferenceEvaluator
+
+        g = self.model.graph
+        known = {i.name: numpy_helper.to_array(i) for i in g.initializer
+                 if i.data_type == onnx.TensorProto.INT64 and i.data_location != onnx.TensorProto.EXTERNAL}
+        folded = []
+        for node in _topological(g.node):
+            ins = [t for t in node.input if t]
+            if node.op_type == "Shape" and ins and ins[0] in shapes:
+                values = [np.array(shapes[ins[0]], dtype=np.int64)[slice(_attr(node, "start", 0), _attr(node, "end"))]]
+            elif node.op_type in ("Constant", *FOLDABLE_INT_OPS) and all(t in known for t in ins):
+                try:
+                    values = ReferenceEvaluator(node).run(None, {t: known[t] for t in ins})
+                except Exception:  # an op the reference runtime cannot run: leave it to inference
+                    continue
+            else:
+                continue
+            values = [np.asarray(v) for v in values]
+            if any(v.dtype.kind not in "iu" or v.size > MAX_FOLD_ELEMENTS for v in values):
+                continue
+            known.update(zip(node.output, values))
+            folded.append((node, values))
+        if not folded:
+            return False
+        for node, values in folded:
+            g.node.remove(node)
+            g.initializer.extend(numpy_helper.from_array(v.astype(np.int64), out) for out, v in zip(node.output, values))
+        return True
+
     def _shape(self, tensor: str, node: str | None = None) -> tuple[int, ...]:
         if tensor not in self.shapes:
-            source = getattr(self, "node_by_name", {}).get(node)
-            why = (f" (ONNX shape inference knows no rule for '{source.op_type}'"
-                   + (f" of domain '{source.domain}'" if source.domain else "") + ")") if source is not None else ""
+            source = self._first_shapeless(tensor)
+            why = (f" (ONNX shape inference found none for the output of '{source.op_type}'"
+                   + (f" of domain '{source.domain}'" if source.domain else "")
+                   + f" node '{source.name}')") if source is not None else ""
             raise ShapeError(self.path, f"the shape of tensor '{tensor}' cannot be inferred{why}; give static input "
                                         f"shapes with input_shapes=, or record the tensor's shape in the model's "
                                         f"value_info", node=node)
         return self.shapes[tensor]
+
+    def _first_shapeless(self, tensor: str):
+        """The earliest node upstream of `tensor` whose inputs have shapes but whose output has none."""
+        writer = {out: n for n in self.model.graph.node for out in n.output}
+        node, seen = writer.get(tensor), set()
+        while node is not None and node.name not in seen:
+            seen.add(node.name)
+            upstream = next((writer[t] for t in node.input if t and t not in self.shapes and t in writer), None)
+            if upstream is None:
+                return node
+            node = upstream
+        return node
 
     # ---- constants -------------------------------------------------------
     def _find_constants(self, nodes) -> None:

@@ -197,5 +197,28 @@ def test_unknown_shapes_name_the_tensor(tmp_path):
                               opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     path = tmp_path / "custom.onnx"
     onnx.save(model, path)
-    with pytest.raises(engine.ShapeError, match="tensor 'y' cannot be inferred .*'Mystery' of domain 'com.example'"):
+    with pytest.raises(engine.ShapeError, match="tensor 'y' cannot be inferred .*'Mystery' of domain 'com.example' node 'mystery'"):
         load_onnx(path)
+
+
+def test_integer_shape_arithmetic_is_folded_so_shapes_resolve(tmp_path):
+    """Exporters compute Pad's pads from the input's Shape; inference alone leaves the output shapeless."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one"], ["c"], name="channels", axis=0),  # 4
+             helper.make_node("Div", ["c", "c"], ["u"], name="unit"),  # 1, known only by evaluation
+             helper.make_node("Constant", [], ["z"], name="zero", value=helper.make_tensor("zv", TensorProto.INT64,
+                                                                                           [2], [0, 0])),
+             helper.make_node("Concat", ["z", "u", "u", "z", "u", "u"], ["pads"], name="pads", axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("AveragePool", ["p"], ["y"], name="pool", kernel_shape=[3, 3])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=[one]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "pad.onnx"
+    onnx.save(model, path)
+    g = load_onnx(path)
+    assert [op.kind for op in g.ops] == ["other", "pool"]  # Pad is modelled by its tensors only
+    assert g.tensors[g.ops[0].outputs[0]].shape == (1, 4, 10, 10)
+    assert g.tensors["y"].shape == (1, 4, 8, 8)
