@@ -22,7 +22,7 @@ import engine
 from dashboard.state import BUFFER_STEPS_KB, KB, ExplorerState
 from dashboard.views.curve import curve_view
 from dashboard.views.dag import dag_view, layered_layout, node_table
-from dashboard.views.energy import energy_view
+from dashboard.views.energy import energy_bars, latency_bars
 from dashboard.views.sweep import sweep_view
 from dashboard.views.timeline import timeline_view
 from engine.explore import allocate_for_budget, buffer_curve, evaluate
@@ -187,16 +187,26 @@ class Session(param.Parameterized):
         return pn.Column(pn.pane.Markdown(head + note), pn.pane.Markdown(f"```\n{nest}\n```"),
                          pn.widgets.Tabulator(levels, disabled=True, show_index=False))
 
-    def energy(self, rep):
-        return pn.pane.Markdown("") if rep is None else pn.pane.HoloViews(energy_view(dict(rep.energy)),
-                                                                           sizing_mode="stretch_width")
+    def energy(self) -> pn.Row:
+        """Energy and latency bars that update in place with each report (no new plot per slider move)."""
+        energies = pn.bind(lambda rep: dict(rep.energy) if rep is not None else {}, self.param.report)
+        bars = hv.DynamicMap(pn.bind(lambda e: energy_bars(e), energies))
+        latency = hv.DynamicMap(pn.bind(lambda e: latency_bars(e), energies))
+        return pn.Row(pn.pane.HoloViews(bars, sizing_mode="stretch_width"),
+                      pn.pane.HoloViews(latency, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
-    def summary_table(self, rep):
-        if rep is None:
-            return pn.pane.Markdown("")
-        df = rep.summary_frame()
-        return pn.widgets.Tabulator(df, disabled=True, sizing_mode="stretch_width", show_index=False,
-                                    formatters={"dram_bytes": {"type": "money", "precision": 0, "symbol": ""}})
+    def summary_table(self) -> pn.widgets.Tabulator:
+        """One table of the methods' DRAM bytes, groups, energy and latency, refilled with each report."""
+        table = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, sizing_mode="stretch_width", show_index=False,
+                                     formatters={"dram_bytes": {"type": "money", "precision": 0, "symbol": ""}})
+
+        def refill(rep):
+            if rep is not None:
+                table.value = rep.summary_frame()
+
+        refill(self.report)
+        self.param.watch(lambda e: refill(e.new), "report")
+        return table
 
     async def curve(self, network, batch, preset, buffer_kb, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps,
                     methods, upload_name):
@@ -207,7 +217,7 @@ class Session(param.Parameterized):
         try:
             graph, acc = self.graph(), self.state.accelerator()
             wanted = tuple(m for m in methods) or ("optimus",)
-            df = await asyncio.to_thread(_curve_cached, graph, acc, wanted)
+            df = await asyncio.to_thread(_curve_cached, graph, acc.with_buffer(KB), wanted)
         except Exception as err:
             yield message(err)
             return
@@ -354,12 +364,12 @@ class Session(param.Parameterized):
         fast = [s.network, s.batch, s.preset, s.buffer_kb, s.pe_rows, s.pe_cols, s.rf_bytes, s.word_bits,
                 s.dram_gbps, s.methods, s.upload_name]
         rep = self.param.report
-        fusion = pn.Column(pn.bind(self.headline, rep), pn.widgets.RadioButtonGroup.from_param(s.colour_by),
+        busy = pn.indicators.LoadingSpinner(value=True, size=22, visible=self.param.busy, label="computing...")
+        fusion = pn.Column(pn.Row(pn.bind(self.headline, rep), busy),
+                           pn.widgets.RadioButtonGroup.from_param(s.colour_by),
                            pn.Row(pn.bind(self.dag_pane, self.param.shown_graph),
                                   pn.Column(pn.bind(self.layer_detail, s.selected_op, rep), width=420)),
-                           pn.bind(self.summary_table, rep), pn.bind(self.energy, rep),
-                           sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(fusion, "loading", e.new), "busy")
+                           self.summary_table(), self.energy(), sizing_mode="stretch_width")
         curve = pn.panel(pn.bind(self.curve, *fast), sizing_mode="stretch_width")
         timeline = pn.panel(pn.bind(self.timeline, s.network, s.batch, s.word_bits, s.budget, s.budget_kb,
                                     s.upload_name), sizing_mode="stretch_width")

@@ -1,3 +1,8 @@
 """Views: pure functions from engine results to HoloViews objects, styled for the Bokeh backend."""
 
+import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the backend whose options the views set)
+
+# Our plots hold hundreds of glyphs, not millions: the 2-D canvas draws them at once everywhere,
+# while WebGL without a GPU (VMs, remote desktops, headless browsers) takes seconds per update.
+hv.renderer("bokeh").webgl = False
