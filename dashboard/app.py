@@ -190,8 +190,8 @@ class Session(param.Parameterized):
     def energy(self) -> pn.Row:
         """Energy and latency bars that update in place with each report (no new plot per slider move)."""
         energies = pn.bind(lambda rep: dict(rep.energy) if rep is not None else {}, self.param.report)
-        bars = hv.DynamicMap(pn.bind(lambda e: energy_bars(e), energies))
-        latency = hv.DynamicMap(pn.bind(lambda e: latency_bars(e), energies))
+        bars = hv.DynamicMap(pn.bind(energy_bars, energies))
+        latency = hv.DynamicMap(pn.bind(latency_bars, energies))
         return pn.Row(pn.pane.HoloViews(bars, sizing_mode="stretch_width"),
                       pn.pane.HoloViews(latency, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 

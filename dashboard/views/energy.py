@@ -30,8 +30,3 @@ def latency_bars(energies: dict) -> hv.Bars:
     lat = energy_frame(energies).drop_duplicates("method")
     return hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
         color="#555555", tools=["hover"], responsive=True, min_height=320, ylabel="latency (ms)", title="Latency")
-
-
-def energy_view(energies: dict) -> hv.Layout:
-    """Energy bars and latency side by side, as the Optimus paper's Fig. 13."""
-    return (energy_bars(energies) + latency_bars(energies)).cols(2)
