@@ -111,13 +111,19 @@ def _attr(node, name: str, default=None):
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
-def _topological(nodes) -> list:
-    """Nodes in an order where every writer comes before its readers (input order where that holds)."""
-    writer = {out: i for i, n in enumerate(nodes) for out in n.output}
+def _topological(nodes) -> list[int]:
+    """Indices of `nodes` with every writer before its readers (input order where that holds).
+
+    Raises networkx.NetworkXUnfeasible, with the cycle in `.args[1]`, when the nodes form a cycle.
+    """
+    writer = {out: i for i, n in enumerate(nodes) for out in n.output if out}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(nodes)))
     dag.add_edges_from((writer[t], i) for i, n in enumerate(nodes) for t in n.input if t in writer)
-    return [nodes[i] for i in nx.lexicographical_topological_sort(dag)]
+    try:
+        return list(nx.lexicographical_topological_sort(dag))
+    except nx.NetworkXUnfeasible:
+        raise nx.NetworkXUnfeasible("cycle", nx.find_cycle(dag)) from None
 
 
 class _Importer:
@@ -152,15 +158,10 @@ class _Importer:
                 name += "_"
             seen.add(name)
             names.append(name)
-        writer = {out: i for i, n in enumerate(g.node) for out in n.output if out}
-        dag = nx.DiGraph()
-        dag.add_nodes_from(range(len(g.node)))
-        dag.add_edges_from((writer[t], i) for i, n in enumerate(g.node) for t in n.input if t in writer)
         try:
-            order = list(nx.lexicographical_topological_sort(dag))
-        except nx.NetworkXUnfeasible:
-            cycle = nx.find_cycle(dag)
-            raise ModelFileError(self.path, "the graph has a cycle", node=names[cycle[0][0]]) from None
+            order = _topological(g.node)
+        except nx.NetworkXUnfeasible as err:
+            raise ModelFileError(self.path, "the graph has a cycle", node=names[err.args[1][0][0]]) from None
         self.node_names = names
         return [(names[i], g.node[i]) for i in order]
 
@@ -232,7 +233,7 @@ class _Importer:
         known = {i.name: numpy_helper.to_array(i) for i in g.initializer
                  if i.data_type == onnx.TensorProto.INT64 and i.data_location != onnx.TensorProto.EXTERNAL}
         folded = []
-        for node in _topological(g.node):
+        for node in (g.node[i] for i in _topological(g.node)):
             ins = [t for t in node.input if t]
             if node.op_type == "Shape" and ins and ins[0] in shapes:
                 values = [np.array(shapes[ins[0]], dtype=np.int64)[slice(_attr(node, "start", 0), _attr(node, "end"))]]

@@ -173,24 +173,8 @@ class FusionModel:
 
     def _closure(self) -> None:
         """Ancestor and descendant masks of every op (for the convexity check)."""
-        self.anc = [0] * self.n
-        for i in range(self.n):
-            m, a = self.pred[i], 0
-            while m:
-                b = m & -m
-                m ^= b
-                p = b.bit_length() - 1
-                a |= b | self.anc[p]
-            self.anc[i] = a
-        self.desc = [0] * self.n
-        for i in range(self.n - 1, -1, -1):
-            m, d = self.succ[i], 0
-            while m:
-                b = m & -m
-                m ^= b
-                s = b.bit_length() - 1
-                d |= b | self.desc[s]
-            self.desc[i] = d
+        self.anc = _reach(self.pred, range(self.n))
+        self.desc = _reach(self.succ, range(self.n - 1, -1, -1))
 
     # ---- group structure -------------------------------------------------
     @staticmethod
@@ -495,3 +479,17 @@ class FusionModel:
 def model_for(graph: Graph, tp: Throughput, word_bits: int) -> FusionModel:
     """The cached model of a graph on a PE array; independent of the buffer size."""
     return FusionModel(graph, tp, word_bits)
+
+
+def _reach(neighbours: list[int], order) -> list[int]:
+    """Per op, the mask of every op reachable through `neighbours` masks, visiting ops in `order`
+    (an order in which each op's neighbours come before it)."""
+    reach = [0] * len(neighbours)
+    for i in order:
+        m, r = neighbours[i], 0
+        while m:
+            b = m & -m
+            m ^= b
+            r |= b | reach[b.bit_length() - 1]
+        reach[i] = r
+    return reach
