@@ -1,49 +1,166 @@
 """How long the dashboard's fusion views take to follow a buffer-slider move (goal: under 100 ms for ResNet-50).
 
-Measures, per network, the work one throttled slider move triggers on the server: the
-fusion report at a new buffer size (all three default methods + energy) and building
-the Bokeh model of the DAG. Run: `.venv/bin/python -m benchmarks.run dashboard`.
+Two measurements. On the server: the fusion report at a new buffer size (three methods +
+energy) and patching the Fusion tab's views with it. In a browser: `panel serve dashboard`
+driven by headless Chromium (Playwright), from the mouse release on the slider to the
+frame after the page applied the last message that carries the new report.
+Run: `.venv/bin/python -m benchmarks.run dashboard`.
 """
 
+from __future__ import annotations
+
+import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import holoviews as hv
+from param.parameterized import discard_events
 
 from dashboard.app import Session
 from dashboard.state import ExplorerState
+from dashboard.tabs.fusion import FusionTab
 
 NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "densenet121", "mobilenet_v2")
 STEPS_KB = (90, 181, 362, 724, 1448)
+BROWSER_NETWORKS = ("resnet50", "squeezenet1_0")
+ROOT = Path(__file__).resolve().parent.parent
+
+# Times, in the page, each websocket message's handling and the frame after it; marks the mouse release.
+TIMING_SCRIPT = """
+(() => {
+  window.__frames = [];
+  const Native = window.WebSocket;
+  class Timed extends Native {
+    set onmessage(handler) {
+      super.onmessage = (event) => {
+        const result = handler.call(this, event);
+        const text = typeof event.data === 'string' ? event.data : '';
+        const entry = {header: /msgtype/.test(text), done: 0,
+                       content: /"(ModelChanged|ColumnDataChanged|ColumnsPatched|RootAdded)"/.test(text) && !/"loader"/.test(text)};
+        window.__frames.push(entry);
+        Promise.resolve(result).then(() => requestAnimationFrame(() => setTimeout(() => { entry.done = performance.now(); })));
+        return result;
+      };
+    }
+    get onmessage() { return super.onmessage; }
+  }
+  window.WebSocket = Timed;
+  document.addEventListener('mouseup', () => { window.__release = performance.now(); window.__frames = []; }, true);
+  window.__drawnAfter = () => {   // ms from the release to the frame after the last content message was applied
+    const f = window.__frames;
+    let last = -1;
+    f.forEach((e, i) => { if (e.content) last = i; });
+    if (last < 0) return null;
+    while (last + 1 < f.length && !f[last + 1].header) last += 1;   // its binary buffers follow it
+    return f[last].done - window.__release;
+  };
+})();
+"""
 
 
-def measure(network: str) -> tuple[float, float, float]:
-    session = Session(ExplorerState(network=network))
-    report_ms, render_ms = [], []
+def server_side(network: str) -> tuple[float, float, float]:
+    """Median report and patch times over the steps, and the worst total, in ms."""
+    session = Session(ExplorerState(network=network, buffer_kb=64))
+    tab = FusionTab(session)
+    report_ms, patch_ms = [], []
     for kb in STEPS_KB:
+        with discard_events(session.state):  # move the buffer without telling the views: time report and patch apart
+            session.state.buffer_kb = kb
         t0 = time.perf_counter()
-        session.state.buffer_kb = kb  # outside a server the report is computed at once
+        rep = session.compute_report()
         t1 = time.perf_counter()
-        hv.render(session.dag(session.report), backend="bokeh")
+        tab.show(rep)
         t2 = time.perf_counter()
         report_ms.append((t1 - t0) * 1e3)
-        render_ms.append((t2 - t1) * 1e3)
-    return statistics.median(report_ms), statistics.median(render_ms), max(r + d for r, d in zip(report_ms, render_ms))
+        patch_ms.append((t2 - t1) * 1e3)
+    return statistics.median(report_ms), statistics.median(patch_ms), max(map(sum, zip(report_ms, patch_ms)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def browser_side(networks) -> dict[str, list[float]]:
+    """Per network, ms from slider release to the new report drawn, over ten moves."""
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    panel = Path(sys.executable).parent / "panel"
+    server = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        results = {}
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                        args=["--no-sandbox", "--disable-gpu"])
+            for net in networks:
+                page = browser.new_page(viewport={"width": 1500, "height": 1100})
+                page.add_init_script(TIMING_SCRIPT)
+                page.goto(f"http://127.0.0.1:{port}/dashboard?network={net}&buffer_kb=64", timeout=120_000)
+                page.get_by_text("best plan").first.wait_for(timeout=120_000)
+                page.wait_for_timeout(3000)
+                results[net] = [_one_move(page, dx) for dx in (40, 40, -60, 30, 50, -40, 35, -45, 40, -40)]
+                page.close()
+            browser.close()
+        return results
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _one_move(page, dx: int) -> float:
+    handle = page.locator(".noUi-handle").first
+    box = handle.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + dx, y, steps=4)
+    page.mouse.up()
+    seen, quiet_since = -1, time.time()
+    while time.time() - quiet_since < 1.5:  # until no message for 1.5 s
+        page.wait_for_timeout(100)
+        count = page.evaluate("window.__frames.length")
+        if count != seen:
+            seen, quiet_since = count, time.time()
+    return page.evaluate("window.__drawnAfter()")
 
 
 def main():
     print("## Dashboard: one buffer-slider move\n")
+    print("### On the server\n")
     print("Median over buffer sizes " + ", ".join(f"{k} KB" for k in STEPS_KB) + " (each new to the caches), "
-          "methods dnnvm + efficient_s + optimus with energy, batch 1, `optimus` preset.\n")
-    print("| network | report (ms) | DAG Bokeh model (ms) | worst total (ms) |")
+          "methods dnnvm + efficient_s + optimus with energy, batch 1, `optimus` preset. \"Patch\" puts the report "
+          "into the Fusion tab (headline, DAG colours, table, energy and latency bars) without drawing anything anew.\n")
+    print("| network | report (ms) | patch views (ms) | worst total (ms) |")
     print("|---|---:|---:|---:|")
     for net in NETWORKS:
-        rep, ren, worst = measure(net)
-        print(f"| {net} | {rep:.0f} | {ren:.0f} | {worst:.0f} |")
-    print("\nIn a browser the page also has to draw: with Playwright driving headless Chromium without a GPU, "
-          "a ResNet-50 slider move took 0.45-0.85 s from mouse release to the new headline (measured by hand "
-          "on 2026-11-22; it was ~5 s while plots drew with WebGL, which is now off).")
+        rep, patch, worst = server_side(net)
+        print(f"| {net} | {rep:.0f} | {patch:.0f} | {worst:.0f} |")
+    print("\n### In a browser\n")
+    if not shutil.which("chromium"):
+        print("(skipped: Debian's chromium is not installed; `make browser` installs it)")
+        return
+    print("`panel serve dashboard`, headless Chromium without a GPU on this machine, ten slider moves per network: "
+          "ms from the mouse release to the frame after the last message carrying the new report was applied.\n")
+    print("| network | median (ms) | fastest | slowest |")
+    print("|---|---:|---:|---:|")
+    for net, times in browser_side(BROWSER_NETWORKS).items():
+        print(f"| {net} | {statistics.median(times):.0f} | {min(times):.0f} | {max(times):.0f} |")
 
 
 if __name__ == "__main__":
+    hv.extension("bokeh")
     main()

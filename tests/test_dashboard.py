@@ -7,6 +7,7 @@ import pytest
 import engine
 from dashboard.app import Session, build_app
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_buffer_change_gives_a_new_report(session):
     assert big.acc.buffer_bytes == 2048 * 1024
     assert big.plans["optimus"].dram_bytes < small.plans["optimus"].dram_bytes
     assert big.plans["optimus"].dram_bytes >= big.oracle_bytes
-    dag = session.dag(big)
+    dag = dag_element(big)
     assert isinstance(dag, hv.Graph)
     groups = {g for g in dag.nodes.data["group"]}
     assert len(groups) == len(big.plans["optimus"].groups)
@@ -56,15 +57,7 @@ def test_bad_values_show_a_message_not_a_traceback(session):
 
 
 def test_bad_upload_shows_the_importer_message(session):
-    class Upload:
-        filename = "broken.onnx"
-
-    session._upload = Upload()
-
-    class Event:
-        new = b"not a protobuf at all" * 10
-
-    session.on_upload(Event())
+    session.on_upload(b"not a protobuf at all" * 10, "broken.onnx")
     assert session.status.visible and "not an ONNX model" in session.status.object
     assert session.state.upload_name == ""
 
@@ -76,27 +69,46 @@ def test_whole_page_builds():
 
 def test_dag_overlays_colour_by_part_and_module():
     s = Session(ExplorerState(network="googlenet"))
-    by_group = s.dag(s.report).nodes.data
-    by_part = s.dag(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
+    by_group = dag_element(s.report).nodes.data
+    by_part = dag_element(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
     pools = by_part["kind"] == "pool"
     assert by_part.loc[pools, "overlay"].str.startswith("cpu part").all()
     assert by_part.loc[~pools, "overlay"].str.startswith("accelerator part").all()
-    by_module = s.dag(s.report, colour_by="module").nodes.data
+    by_module = dag_element(s.report, colour_by="module").nodes.data
     assert by_module["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
     assert by_group["overlay"].str.startswith("group").all()
 
 
 def test_clicking_an_op_shows_its_loop_nest():
     s = Session(ExplorerState(network="resnet18"))
-    assert "Click an op" in s.layer_detail("", s.report).object
-    s._select_op(x=0.1, y=-0.05)  # a click next to the first op (the top row, centred)
-    assert s.state.selected_op == s.graph().ops[0].name
-    detail = s.layer_detail(s.state.selected_op, s.report)
-    text = detail[0].object + detail[1].object
+    tab = FusionTab(s)
+    assert tab.detail.head.object == CLICK_HINT and not tab.detail.levels.visible
+    first = s.graph().ops[0].name
+    node = list(tab.dag._source.data["index_hover"]).index(first)
+    tab.dag._source.selected.indices = [node]  # what a click on the node sends back from the browser
+    assert s.state.selected_op == first
+    text = tab.detail.head.object + tab.detail.nest.object
     assert "for " in text and "MACs" in text
-    levels = detail[2].value
-    assert list(levels["level"]) == ["RF", "buffer", "DRAM"]
+    levels = tab.detail.levels.value
+    assert tab.detail.levels.visible and list(levels["level"]) == ["RF", "buffer", "DRAM"]
     assert (levels["reads"] > 0).all()
+
+
+def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
+    s = Session(ExplorerState(network="resnet18", buffer_kb=32))
+    tab = FusionTab(s)
+    figure, source = tab.dag.pane.object, tab.dag._source
+    groups_before = len(set(source.data["group"]))
+    s.state.buffer_kb = 2048
+    assert tab.dag.pane.object is figure and tab.dag._source is source  # same plot: zoom and pan survive
+    groups_after = len(set(source.data["group"]))
+    assert groups_after == len(s.report.plans["optimus"].groups) < groups_before
+    assert list(source.data["node_color"]) == list(source.data["colour"])
+    assert f"{groups_after} fused groups" in figure.title.text
+    assert "2,048 KB buffer" in tab.headline.object
+    assert tab.table.value["dram_bytes"].min() == min(p.dram_bytes for p in s.report.plans.values())
+    s.state.network = "squeezenet1_0"  # another network: a new plot
+    assert tab.dag.pane.object is not figure
 
 
 def test_sweep_file_draws_curves(tmp_path):
@@ -116,7 +128,9 @@ def test_sweep_file_draws_curves(tmp_path):
 
 
 def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
-    session._jump_to_buffer(x=1000.0, y=5.0)
+    from dashboard.tabs.curve import nearest_step
+
+    session.state.buffer_kb = nearest_step(1000.0)
     assert session.state.buffer_kb == 1024
     assert session.report.acc.buffer_bytes == 1024 * 1024
 
@@ -132,17 +146,21 @@ def test_allocation_timeline_for_a_named_budget():
             out = item
         return out
 
-    shown = asyncio.run(last(s.timeline(None, None, None, "M_R", None, None)))
+    from dashboard.tabs.timeline import timeline_views
+
+    shown = asyncio.run(last(timeline_views(s, "M_R", None)))
     plot, table = shown[0].object, shown[1][1].value
     assert isinstance(plot, hv.Overlay) and "cosma: optimal" in plot.opts.get().kwargs["title"]
     assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
-    tiny = asyncio.run(last(s.timeline(None, None, None, "bytes", 1, None)))  # 1 KB: below M_R
+    tiny = asyncio.run(last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
 
 
 def test_tables_offer_groups_ops_modules_and_parts_as_csv():
     s = Session(ExplorerState(network="googlenet", cpu_kinds=["pool"]))
-    page = s.tables(s.report)
+    from dashboard.tabs.tables import report_tables
+
+    page = report_tables(s.report, ("pool",))
     tabs = page[1]
     names = [tabs._names[i] for i in range(len(tabs))]
     assert names == ["dnnvm", "efficient_s", "optimus", "ops", "modules", "CPU/accelerator parts"]
@@ -159,3 +177,24 @@ def test_access_model_switch_reprices_buffer_and_rf_only(session):
     session.state.access_model = "blocking"
     blocked = session.report.energy["optimus"]
     assert blocked.dram_pj == flow.dram_pj and blocked.buffer_pj != flow.buffer_pj
+
+
+def test_patched_energy_bars_equal_freshly_drawn_ones():
+    from dashboard.views.energy import energy_bars, latency_bars
+
+    s = Session(ExplorerState(network="resnet18", buffer_kb=32))
+    tab = FusionTab(s)
+    figure = tab.energy.pane.object
+    s.state.buffer_kb = 1024
+    assert tab.energy.pane.object is figure  # patched, not redrawn
+
+    def bars(data):
+        return sorted(zip(data["method"], data["component"], [round(v, 6) for v in data["bottom"]],
+                          [round(v, 6) for v in data["top"]]))
+
+    fresh = hv.render(energy_bars(dict(s.report.energy)), backend="bokeh").renderers[0].data_source.data
+    assert bars(tab.energy._source.data) == bars(fresh)
+    assert tab.energy._figure.y_range.end >= max(fresh["top"])
+    fresh_latency = hv.render(latency_bars(dict(s.report.energy)), backend="bokeh").renderers[0].data_source.data
+    assert dict(zip(tab.latency._source.data["method"], tab.latency._source.data["latency_ms"])) == \
+        dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))

@@ -67,6 +67,22 @@ def browser():
         b.close()
 
 
+# What a click on a DAG node does in BokehJS: select that node in the nodes' data source.
+SELECT_NODE = """(op) => {
+  for (const doc of Bokeh.documents) {
+    for (const model of doc.all_models) {
+      const names = model.data instanceof Map ? model.data.get("index_hover") : model.data?.index_hover;
+      if (names !== undefined) {
+        const node = Array.from(names).indexOf(op);
+        model.selected.indices = [node];
+        return node;
+      }
+    }
+  }
+  return -1;
+}"""
+
+
 def _dram_mb(page) -> float | None:
     """The best plan's DRAM traffic from the headline, or None while the headline re-renders."""
     from playwright.sync_api import Error
@@ -109,9 +125,37 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     assert after < before  # a bigger buffer never needs more DRAM traffic
     page.screenshot(path=str(SHOTS / "after-slider.png"), full_page=True)
 
+    # a click on a node selects it in the browser, which tells the server; the layer detail follows
+    assert page.evaluate(SELECT_NODE, "inception3a.branch2.1.conv") >= 0
+    page.get_by_text(re.compile(r"inception3a\.branch2\.1\.conv \(conv, [\d,]+ MACs\)")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile(r"for \w+ in range")).first.wait_for(timeout=10_000)
+    assert "selected_op=inception3a.branch2.1.conv" in page.url
+    page.screenshot(path=str(SHOTS / "layer-detail.png"), full_page=True)
+
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"definitely not protobuf" * 50)
     page.locator("input[type=file]").first.set_input_files(str(bad))
     page.get_by_text(re.compile("not an ONNX model")).first.wait_for(timeout=30_000)
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "bad-upload.png"), full_page=True)
+
+
+def test_slow_tabs_compute_when_opened(server, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + "?network=squeezenet1_0&buffer_kb=128", timeout=120_000)
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+
+    page.get_by_text("What-if curve", exact=True).click()
+    page.get_by_text("computing the buffer-size curve...").first.wait_for(state="detached", timeout=120_000)
+    page.locator(".bk-Canvas, canvas").nth(1).wait_for(timeout=30_000)
+    page.screenshot(path=str(SHOTS / "curve.png"), full_page=True)
+
+    page.get_by_text("Memory timeline", exact=True).click()
+    page.get_by_text("Download allocation.csv").first.wait_for(timeout=120_000)  # COSMA solved, timeline drawn
+    page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
+
+    page.get_by_text("Tables", exact=True).click()
+    page.get_by_text("Download the whole report (JSON)").first.wait_for(timeout=60_000)
+    page.get_by_text("Download squeezenet1_0-dnnvm-groups.csv").first.wait_for(timeout=10_000)
+    assert "Traceback" not in page.content()
+    page.screenshot(path=str(SHOTS / "tables.png"), full_page=True)

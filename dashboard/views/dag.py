@@ -67,11 +67,12 @@ def dag_view(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=Non
     vdims = ["kind", "inputs", "output", "MACs", "weight_bytes", "group", "group_size", "group_dram_bytes",
              "overlay", "colour", "merged"]
     hv_nodes = hv.Nodes(nodes, kdims=["x", "y", "op"], vdims=vdims)
-    tooltips = [("op", "@op"), ("kind", "@kind"), ("folded", "@merged"), ("inputs", "@inputs"),
-                ("output", "@output"), ("MACs", "@MACs{0,0}"), ("weights (B)", "@weight_bytes{0,0}"),
-                ("group", "@group (@group_size ops)"), ("group DRAM (B)", "@group_dram_bytes{0,0}")]
+    # @{name} keeps Bokeh from reading "@group_size" as the column "group" followed by "_size"
+    tooltips = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
+                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
+                ("group", "@{group} (@{group_size} ops)"), ("group DRAM (B)", "@{group_dram_bytes}{0,0}")]
     if overlay is not None:
-        tooltips.append(("part / module", "@overlay"))
+        tooltips.append(("part / module", "@{overlay}"))
     height = max(500, min(3200, 22 * nodes["y"].nunique()))  # readable rows, even for DenseNet
     return hv.Graph((edges, hv_nodes)).opts(
         node_color="colour", node_size=9, edge_line_width=0.6, edge_alpha=0.5, tools=["hover", "tap"],

@@ -30,3 +30,17 @@ def latency_bars(energies: dict) -> hv.Bars:
     lat = energy_frame(energies).drop_duplicates("method")
     return hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
         color="#555555", tools=["hover"], responsive=True, min_height=320, ylabel="latency (ms)", title="Latency")
+
+
+def stacked_columns(energies: dict) -> dict[str, list]:
+    """The columns a drawn `energy_bars` plot reads (method, component, uJ, bottom, top), for patching it in place."""
+    frame = energy_frame(energies)
+    frame["top"] = frame.groupby("method", sort=False)["uJ"].cumsum()
+    frame["bottom"] = frame["top"] - frame["uJ"]
+    return {col: frame[col].tolist() for col in ("method", "component", "uJ", "bottom", "top")}
+
+
+def latency_columns(energies: dict) -> dict[str, list]:
+    """The columns a drawn `latency_bars` plot reads (method, latency_ms)."""
+    lat = energy_frame(energies).drop_duplicates("method")
+    return {"method": lat["method"].tolist(), "latency_ms": lat["latency_ms"].tolist()}

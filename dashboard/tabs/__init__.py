@@ -1,0 +1,1 @@
+"""The dashboard's tabs, one module each; every tab reads the session's state and report, none changes the engine."""

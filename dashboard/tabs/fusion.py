@@ -1,0 +1,245 @@
+"""The Fusion tab: headline, DAG, layer detail, method table and energy bars, patched in place per report.
+
+A slider move must reach the browser in well under a second, so nothing here builds a new
+plot or pane for a new report: the DAG is drawn once per network and only its node colours
+and hover data change; text, tables and bars change their data. All of one report's changes
+go out in one message (`pn.io.hold`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+
+import engine
+from dashboard.state import KB
+from dashboard.tabs.common import error_text
+from dashboard.views.dag import dag_view, node_table
+from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
+
+# node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
+RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
+CLICK_HINT = "Click an op in the DAG to see its loop nest here."
+
+
+def headline_text(rep) -> str:
+    """What the page says first: the network, the accelerator, the Oracle and the best plan."""
+    g, acc = rep.graph, rep.acc
+    best = min(rep.plans.values(), key=lambda p: p.dram_bytes)
+    return (f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer\n\n"
+            f"{len(g.ops)} ops, {g.macs / 1e9:.2f} GMACs, {g.params / 1e6:.2f} M parameters. "
+            f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}) "
+            f"{best.dram_bytes / 1e6:,.2f} MB in {len(best.groups)} groups.")
+
+
+def shown_plan(rep):
+    """The plan the DAG colours: Optimus when it was run, else the first method."""
+    return rep.plans["optimus"] if "optimus" in rep.plans else next(iter(rep.plans.values()))
+
+
+@lru_cache(maxsize=64)
+def part_overlay(graph, cpu_kinds: tuple[str, ...], word_bits: int):
+    """Op -> 'accelerator part i' / 'CPU part i' when the kinds in `cpu_kinds` stay on the CPU."""
+    split = engine.partition(graph, lambda op: op.kind.value not in cpu_kinds, word_bits=word_bits)
+    overlay = {op: f"{p.device} part {i}" for i, p in enumerate(split.parts) for op in p.ops}
+    title = (f"{graph.name}: {len(split.accelerator_parts)} accelerator parts, {len(split.parts)} parts in all, "
+             f"{split.crossing_bytes / 1e6:,.2f} MB crossing CPU/accelerator")
+    return overlay, title
+
+
+@lru_cache(maxsize=64)
+def module_overlay(graph, acc):
+    """Op -> its module's name and processing (NPU paper), for multi-branch blocks."""
+    plan = engine.plan_modules(graph, acc)
+    overlay = {op: f"{m.name} ({m.processing})" for m in plan.modules for op in m.ops}
+    title = (f"{graph.name}: {len(plan.modules)} modules; feature-map traffic {plan.naive.bytes / 1e6:,.2f} MB naive, "
+             f"{plan.proposed.bytes / 1e6:,.2f} MB with module reuse")
+    return overlay, title
+
+
+def dag_colouring(rep, colour_by: str = "fused group", cpu_kinds=()):
+    """(overlay, title) for the DAG: None and '' for fused groups, else the parts' or modules' labels."""
+    if colour_by == "CPU/accelerator part":
+        return part_overlay(rep.graph, tuple(cpu_kinds or ()), rep.acc.word_bits)
+    if colour_by == "module":
+        return module_overlay(rep.graph, rep.acc)
+    return None, ""
+
+
+def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()) -> hv.Graph:
+    """The DAG of a report as a HoloViews graph, coloured by fused group, part or module."""
+    plan = shown_plan(rep)
+    overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
+    return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay, title)
+
+
+@lru_cache(maxsize=512)
+def layer_counts(graph, op: str, acc):
+    from engine.blocking import layer_access_counts
+
+    return layer_access_counts(graph, op, acc)
+
+
+def layer_detail_parts(graph, acc, op_name: str) -> tuple[str, str, pd.DataFrame | None]:
+    """(heading, loop nest, per-level accesses and energy) of one op's best blocking on `acc`.
+
+    The nest is empty and the table None for ops without a convolution-like loop nest.
+    """
+    counts = layer_counts(graph, op_name, acc)
+    op = graph.op(op_name)
+    head = (f"### {op.name} ({op.kind.value}, {op.macs:,} MACs)\n"
+            f"Folded ONNX nodes: {', '.join(f'{n} ({t})' for n, t in op.merged)}")
+    if counts is None:
+        return (head + "\n\nThis op has no convolution-like loop nest to block "
+                       "(element-wise, concat, reshape or other): it streams its inputs once."), "", None
+    if counts.rf_skipped:
+        head += "\n\nThe RF cannot hold one element of every tensor: MACs read the buffer."
+    levels = pd.DataFrame([{"level": c.level, "reads": c.reads, "writes": c.writes,
+                            "energy_uJ": round(c.energy_pj / 1e6, 3)} for c in counts.levels])
+    return head, "```\n" + "\n".join(counts.loop_nest) + "\n```", levels
+
+
+class DagPlot:
+    """The network's DAG, drawn once per network and colouring; later reports only patch its node data.
+
+    Zoom, pan and the clicked op therefore survive every slider move.
+    """
+
+    def __init__(self, on_select):
+        self.pane = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self._on_select = on_select
+        self._key = None
+        self._source = None
+        self._figure = None
+
+    def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
+        plan = shown_plan(rep)
+        overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
+        key = (rep.graph, overlay is None)  # the hover lines differ with and without an overlay
+        if key != self._key:
+            self._draw(rep, dag_view(rep.graph, plan.groups, rep.acc.word_bits,
+                                     [c.dram_bytes for c in plan.costs], overlay, title), key)
+            return
+        nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay)
+        nodes = nodes.set_index("op").loc[list(self._source.data["index_hover"])]
+        patch = {col: nodes[col].to_numpy() for col in RECOLOURED}
+        patch["node_color"] = patch["colour"]
+        self._source.data.update(patch)
+        self._figure.title.text = title or f"{rep.graph.name}: {len(plan.groups)} fused groups (click an op for its loop nest)"
+
+    def _draw(self, rep, element: hv.Graph, key):
+        figure = hv.render(element, backend="bokeh")
+        graph_renderer = next(r for r in figure.renderers if hasattr(r, "node_renderer"))
+        self._source = graph_renderer.node_renderer.data_source
+        self._source.selected.on_change("indices", self._clicked)
+        self._figure, self._key = figure, key
+        self.pane.object = figure
+
+    def _clicked(self, attr, old, new):
+        if new:
+            self._on_select(str(self._source.data["index_hover"][new[0]]))
+
+    def op_at(self, index: int) -> str:
+        """The op drawn as node `index` (the order Bokeh reports clicks in)."""
+        return str(self._source.data["index_hover"][index])
+
+
+class BarsPlot:
+    """A bar chart drawn once per set of methods; later reports only patch its bars and its y range."""
+
+    def __init__(self, element, columns, top: str):
+        self.pane = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self._element, self._columns, self._top = element, columns, top
+        self._key = self._figure = self._source = None
+
+    def show(self, energies: dict):
+        key = tuple(energies)
+        if key != self._key:
+            figure = hv.render(self._element(energies), backend="bokeh")
+            self._source = next(r for r in figure.renderers if hasattr(r, "data_source")).data_source
+            self._figure, self._key = figure, key
+            self.pane.object = figure
+            return
+        data = self._columns(energies)
+        self._source.data = data
+        end = 1.05 * max(data[self._top], default=1.0) or 1.0
+        self._figure.y_range.update(start=0, end=end, reset_start=0, reset_end=end)
+
+
+class LayerDetail:
+    """The clicked op's blocking: heading, loop nest and a per-level table, refilled in place."""
+
+    def __init__(self):
+        self.head = pn.pane.Markdown(CLICK_HINT)
+        self.nest = pn.pane.Markdown("", visible=False)
+        self.levels = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, visible=False)
+        self.panel = pn.Column(self.head, self.nest, self.levels, width=420)
+
+    def show(self, rep, op_name: str):
+        if not op_name or rep is None or op_name not in rep.graph.position:
+            self.head.object, self.nest.visible, self.levels.visible = CLICK_HINT, False, False
+            return
+        try:
+            head, nest, levels = layer_detail_parts(rep.graph, rep.acc, op_name)
+        except Exception as err:  # the engine's words in the page, never a traceback
+            self.head.object, self.nest.visible, self.levels.visible = f"**{error_text(err)}**", False, False
+            return
+        self.head.object = head
+        self.nest.object, self.nest.visible = nest, bool(nest)
+        if levels is not None:
+            self.levels.value = levels
+        self.levels.visible = levels is not None
+
+
+class FusionTab:
+    """Every fusion view of one session, following its report, colouring and clicked op."""
+
+    def __init__(self, session):
+        self.session, state = session, session.state
+        self.headline = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.busy = pn.indicators.LoadingSpinner(value=True, size=22, visible=session.param.busy,
+                                                 label="computing...")
+        self.dag = DagPlot(on_select=lambda op: setattr(state, "selected_op", op))
+        self.detail = LayerDetail()
+        self.table = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, sizing_mode="stretch_width",
+                                          show_index=False,
+                                          formatters={"dram_bytes": {"type": "money", "precision": 0, "symbol": ""}})
+        self.energy = BarsPlot(energy_bars, stacked_columns, top="top")
+        self.latency = BarsPlot(latency_bars, latency_columns, top="latency_ms")
+        session.param.watch(lambda e: self.show(e.new), "report")
+        state.param.watch(lambda e: self.recolour(), ["colour_by", "cpu_kinds"])
+        state.param.watch(lambda e: self.detail.show(session.report, e.new), "selected_op")
+        self.show(session.report)
+
+    def show(self, rep):
+        """Put a new report into every view, as one message to the browser."""
+        if rep is None:
+            return
+        with pn.io.hold():
+            self.headline.object = headline_text(rep)
+            self.recolour(rep)
+            self.table.value = rep.summary_frame()
+            self.energy.show(dict(rep.energy))
+            self.latency.show(dict(rep.energy))
+            self.detail.show(rep, self.session.state.selected_op)
+
+    def recolour(self, rep=None):
+        rep = rep or self.session.report
+        if rep is None:
+            return
+        state = self.session.state
+        try:
+            self.dag.show(rep, state.colour_by, tuple(state.cpu_kinds))
+        except Exception as err:  # an overlay that cannot be computed: keep the groups and say why
+            self.session.error = error_text(err)
+            self.dag.show(rep)
+
+    def panel(self) -> pn.Column:
+        colour_by = pn.widgets.RadioButtonGroup.from_param(self.session.state.param.colour_by)
+        return pn.Column(pn.Row(self.headline, self.busy), colour_by,
+                         pn.Row(self.dag.pane, self.detail.panel), self.table,
+                         pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
