@@ -32,7 +32,7 @@ FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
                  "methods", "access_model", "upload_name")
 URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-              "methods", "access_model", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
+              "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
 @lru_cache(maxsize=16)
@@ -150,6 +150,8 @@ class Session(param.Parameterized):
             pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
             pn.pane.Markdown("Buffer and RF accesses counted from"),
             pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
+            pn.pane.Markdown("#### Scratchpad allocation"),
+            pn.widgets.Select.from_param(s.param.alloc_method),
             pn.widgets.Select.from_param(s.param.budget),
             pn.widgets.IntInput.from_param(s.param.budget_kb),
             pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import param
 
 import engine
+from engine.allocation import METHODS as ALLOCATION_METHODS
 from engine.loading import onnx_light_models
 
 KB = 1024
@@ -13,6 +14,7 @@ BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 21)})
 FUSION_METHODS = ("none", "dnnvm", "efficient_s", "optimus", "online")
 BUDGET_CHOICES = ("M_R", "M_H", "M_P", "bytes")
 OP_KINDS = tuple(k.value for k in engine.OpKind)
+
 
 
 def nearest_step_kb(buffer_bytes: int) -> int:
@@ -47,6 +49,8 @@ class ExplorerState(param.Parameterized):
     access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
                                   label="Buffer/RF accesses from",
                                   doc="The PE array's dataflow blocks (fast), or each layer's best loop blocking")
+    alloc_method = param.Selector(default="cosma", label="Allocation method", objects=list(ALLOCATION_METHODS),
+                                  doc="COSMA's ILP, or a baseline: (default | MPMF) order, (Belady | greedy) eviction")
     budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")
     budget_kb = param.Integer(default=512, label="Budget (KB) when 'bytes'", bounds=(1, 1024 * 1024), doc="Budget in KB when 'bytes' is chosen")
     cpu_kinds = param.ListSelector(default=[], label="Op kinds left on the CPU", objects=list(OP_KINDS), doc="Op kinds left on the CPU")

@@ -149,9 +149,13 @@ def test_allocation_timeline_for_a_named_budget():
     from dashboard.tabs.timeline import timeline_views
 
     shown = asyncio.run(last(timeline_views(s, "M_R", None)))
-    plot, table = shown[0].object, shown[1][1].value
+    compared, plot, table = shown[1].value, shown[2].object, shown[3][1].value
     assert isinstance(plot, hv.Overlay) and "cosma: optimal" in plot.opts.get().kwargs["title"]
     assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
+    assert list(compared["method"]) == ["cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy"]
+    assert (compared["offchip_bytes"].iloc[0] <= compared["offchip_bytes"]).all()  # COSMA never above a baseline
+    belady = asyncio.run(last(timeline_views(s, "M_R", None, "default-belady")))
+    assert "default-belady" in belady[2].object.opts.get().kwargs["title"]
     tiny = asyncio.run(last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
 
