@@ -8,7 +8,9 @@ each in dashboard/tabs/) only read the session's state and report.
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,6 +29,9 @@ from dashboard.tabs.timeline import timeline_tab
 from engine.explore import evaluate
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+# Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
+PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
+PREFETCH_STEP_S = 0.5
 FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
@@ -41,7 +46,7 @@ def load_graph(name: str, batch: int, upload_path: str = "") -> engine.Graph:
     return engine.load_network(upload_path or name, batch=batch)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str):
     return evaluate(graph, acc, methods=methods, access_model=access_model)
 
@@ -68,11 +73,11 @@ class Session(param.Parameterized):
         upload = str(self.upload_dir / s.upload_name) if s.upload_name else ""
         return load_graph(s.network, s.batch, upload)
 
-    def compute_report(self):
-        """The fusion report for the current state (pure and cached; may take seconds on big networks)."""
+    def compute_report(self, buffer_kb: int | None = None):
+        """The fusion report for the current state, or at another buffer step (pure and cached)."""
         s = self.state
         methods = tuple(m for m in FUSION_METHOD_ORDER if m in s.methods)
-        return fusion_report(self.graph(), s.accelerator(), methods or ("optimus",), s.access_model)
+        return fusion_report(self.graph(), s.accelerator(buffer_kb), methods or ("optimus",), s.access_model)
 
     def refresh(self):
         """Recompute the report here and now (start-up, tests)."""
@@ -101,8 +106,28 @@ class Session(param.Parameterized):
             return  # superseded by a newer request
         if rep is None:
             self.param.update(error=err, busy=False)
-        else:
-            self.param.update(report=rep, error="", busy=False)
+            return
+        self.param.update(report=rep, error="", busy=False)
+        if PREFETCH:
+            await self._prefetch(ticket)
+
+    async def _prefetch(self, ticket: int):
+        """Compute the other buffer steps' reports in the background, nearest first, so slider moves find them ready.
+
+        Stops at any newer request, and at the first step that takes longer than PREFETCH_STEP_S
+        (big networks at big buffers), so it never holds up what the user asks for next.
+        """
+        here = BUFFER_STEPS_KB.index(self.state.buffer_kb)
+        for i in sorted(range(len(BUFFER_STEPS_KB)), key=lambda i: abs(i - here))[1:]:
+            if ticket != self._report_ticket:
+                return
+            start = time.perf_counter()
+            try:
+                await asyncio.to_thread(self.compute_report, BUFFER_STEPS_KB[i])
+            except Exception:  # the same error will be shown if the user goes there
+                return
+            if time.perf_counter() - start > PREFETCH_STEP_S:
+                return
 
     def _show_status(self, event):
         self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)

@@ -71,10 +71,14 @@ class ExplorerState(param.Parameterized):
         """A new network has other ops: the layer detail starts empty."""
         self.selected_op = ""
 
-    def accelerator(self) -> engine.Accelerator:
-        """The accelerator the fields describe (a preset, edited); raises AcceleratorError on bad values."""
+    def accelerator(self, buffer_kb: int | None = None) -> engine.Accelerator:
+        """The accelerator the fields describe (a preset, edited), or the same at another slider step.
+
+        Raises AcceleratorError on bad values.
+        """
         acc = engine.Accelerator.preset(self.preset)
-        if self.buffer_kb != nearest_step_kb(acc.buffer_bytes):  # the slider moved off the preset's size
-            acc = acc.with_buffer(self.buffer_kb * KB)
+        kb = self.buffer_kb if buffer_kb is None else buffer_kb
+        if kb != nearest_step_kb(acc.buffer_bytes):  # the slider moved off the preset's size
+            acc = acc.with_buffer(kb * KB)
         return (acc.with_pe_array(self.pe_rows, self.pe_cols).with_rf(self.rf_bytes)
                 .with_word_bits(self.word_bits).with_bandwidth(self.dram_gbps * 1e9))

@@ -202,3 +202,21 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
     fresh_latency = hv.render(latency_bars(dict(s.report.energy)), backend="bokeh").renderers[0].data_source.data
     assert dict(zip(tab.latency._source.data["method"], tab.latency._source.data["latency_ms"])) == \
         dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))
+
+
+def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
+    import asyncio
+
+    from dashboard.app import fusion_report
+
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=128, methods=["dnnvm", "optimus"]))
+    stale = s._report_ticket
+    s._report_ticket += 1  # a newer request came in: the old prefetch does nothing
+    misses = fusion_report.cache_info().misses
+    asyncio.run(s._prefetch(stale))
+    assert fusion_report.cache_info().misses == misses
+    asyncio.run(s._prefetch(s._report_ticket))
+    hits = fusion_report.cache_info().hits
+    ready = [s.compute_report(kb) for kb in (90, 181)]  # the nearest steps are computed first
+    assert fusion_report.cache_info().hits == hits + 2
+    assert [r.acc.buffer_bytes for r in ready] == [90 * 1024, 181 * 1024]
