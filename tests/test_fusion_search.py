@@ -217,3 +217,27 @@ def test_buffer_too_small_names_the_op():
     graph = random_graph(2, 6)
     with pytest.raises(EngineError, match="needs at least"):
         fuse(graph, engine.Accelerator.preset("optimus").with_buffer(16))
+
+
+@pytest.mark.parametrize("seed", range(0, 48, 7))
+def test_grown_rows_equal_the_rows_propagated_from_scratch(seed):
+    # the search seeds FusionModel's finest rows from grow.Partial; both must agree on every group grown
+    from engine.fusion.cost import model_of
+    from engine.fusion.grow import Partial, extend
+    from engine.fusion.model import FusionModel
+
+    graph = random_graph(seed, 10)
+    acc = engine.Accelerator.preset("optimus").with_pe_array(4, 4)
+    model = model_of(graph, acc)
+    checked = 0
+    for first in range(model.n):
+        part = Partial()
+        for x in range(first, model.n):
+            if not model.covered[x] or not (x == first or model.pred[x] & part.mask):
+                continue
+            part = extend(model, part, x)
+            fresh = FusionModel(graph, model.tp, model.word_bits)
+            fresh.seed_finest(part.mask, part.rows, part.demand)
+            assert fresh.rows(part.mask, 0) == model.rows(part.mask, 0)
+            checked += 1
+    assert checked > model.n

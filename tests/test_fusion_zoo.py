@@ -54,3 +54,25 @@ def test_every_method_runs_on_imported_onnx(file):
     best = plans["optimus"].dram_bytes
     assert all(best <= plan.dram_bytes for plan in plans.values())
     assert best >= oracle_bytes(graph, acc)
+
+
+def test_vgg16_features_need_ten_groups_at_128kb_whatever_the_cost():
+    # Table 5 lists VGG with 18 operators (13 convs, 5 pools) fused into 8 groups at 128 KB.
+    # Under Eq. 4 (group inputs at full depth, Alg. 2's ISOA rule) no segmentation of the
+    # 18-op chain into fewer than 10 groups fits at all, so no Eq. 3 reading reaches 8
+    # (docs/fusion.md, "Table 5's group counts"). conv3_3 + pool3 is one misfit, by 768 elements.
+    from engine.fusion.cost import Capacity, fits, model_of
+
+    graph = zoo.build("vgg16", 4)
+    acc = engine.Accelerator.preset("optimus")
+    model, cap = model_of(graph, acc), Capacity.of(acc)
+    features = [i for i, op in enumerate(graph.ops) if op.name.startswith("features.")]
+    assert len(features) == 18 and cap.fmap == 65536
+    assert model.isoa(model.mask_of(["features.14", "features.16"]))[2] == 66304
+    fewest = [0] + [len(features)] * len(features)
+    for j in range(1, len(features) + 1):
+        for i in range(j):
+            mask = sum(1 << k for k in features[i:j])
+            if j - i == 1 or fits(model, mask, cap):
+                fewest[j] = min(fewest[j], fewest[i] + 1)
+    assert fewest[-1] == 10

@@ -122,6 +122,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     elif lower > room:
                         grows = False
                     else:
+                        model.seed_finest(grown, node.rows, node.demand)
                         grows = model.fits_finest(grown, room)
                     if not grows and part.mask:
                         continue
