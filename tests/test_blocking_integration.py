@@ -3,9 +3,11 @@
 import pytest
 
 import engine
-from engine.blocking import (Hierarchy, Layer, block, codesign, diannao_baseline, evaluate, im2col,
+from engine.blocking import (Hierarchy, Layer, Memory, block, codesign, diannao_baseline, evaluate, im2col,
                              layer_access_counts, lowered_cost, multicore, table4)
+from engine.blocking.codesign import split_last_level
 from engine.blocking.counts import _counts
+from engine.blocking.hierarchy import access_energy_pj
 from engine.errors import EngineError, GraphError
 from engine.graph import Graph, Op, OpKind, Tensor
 
@@ -126,3 +128,33 @@ def test_multicore_one_core_is_single_core_and_broadcast_counts_once():
     assert dram_in == pytest.approx(four.per_core.cost.energy_at("DRAM", "I"))
     with pytest.raises(EngineError, match="split"):
         multicore(layer, h, cores=3, unroll="K")
+
+
+def test_split_last_level_sizes_buffers_to_the_tiles():
+    layer = Layer(X=8, Y=8, C=8, K=16, Fw=3, Fh=3)
+    single = block(layer, Hierarchy.from_sizes([256, 16 * KB], width_bits=512))
+    chip = split_last_level(single)
+    last = chip.on_chip[-1]
+    kept = {a.tensor: a.stored_words for a in single.cost.accesses if a.level == last.name}
+    for T, nbytes in zip("IWO", last.split_bytes):
+        assert nbytes & (nbytes - 1) == 0 and kept[T] * 2 <= nbytes < max(2, kept[T] * 4)
+    assert evaluate(layer, chip, single.blocking).fits
+    assert last.energy("W") == pytest.approx(access_energy_pj(last.split_bytes[1], width_bits=512))
+
+
+@pytest.mark.parametrize("unroll, shared", [("K", 0), ("XY", 1)])
+def test_multicore_partition_last_shares_the_chip(unroll, shared):
+    """Cores share one chip's last level: partitioned buffers shrink, the shared one stays whole, memory is fixed."""
+    layer = Layer(X=8, Y=8, C=8, K=8, Fw=3, Fh=3)
+    chip = Hierarchy((Memory.sram("RF", 256, width_bits=512),
+                      Memory.split("LL", (4 * KB, 8 * KB, 2 * KB), widths=(512,) * 3), Memory.dram()))
+    one = multicore(layer, chip, cores=1, unroll=unroll, partition_last=True)
+    assert one.energy_pj == pytest.approx(block(layer, chip).energy_pj)
+    four = multicore(layer, chip, cores=4, unroll=unroll, partition_last=True)
+    split = four.per_core.hierarchy.on_chip[-1].split_bytes
+    assert split[shared] == chip.on_chip[-1].split_bytes[shared]
+    assert [b * 4 for i, b in enumerate(split) if i != shared] == \
+        [b for i, b in enumerate(chip.on_chip[-1].split_bytes) if i != shared]
+    assert four.broadcast_pj == pytest.approx(access_energy_pj(4 * 256 + 14 * KB))
+    with pytest.raises(EngineError, match="split"):
+        multicore(layer, Hierarchy.from_sizes([256, 8 * KB]), cores=2, partition_last=True)

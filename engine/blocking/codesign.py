@@ -9,11 +9,12 @@ layer with the exact optimizer, so the common choice is the true best of the gri
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 
-from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import Layer
+from engine.blocking.hierarchy import Hierarchy, Memory
+from engine.blocking.layer import TENSORS, Layer
 from engine.blocking.optimizer import BlockingResult, block
 from engine.errors import EngineError
 
@@ -78,3 +79,14 @@ def codesign(layers, *, total_bytes: int, levels: int = 3, word_bits: int = 16, 
     if best is None:
         raise EngineError(f"no hierarchy on the grid holds every layer within {total_bytes} bytes")
     return CodesignResult(best[0], best[2], tuple(points), total_bytes, time.perf_counter() - start)
+
+
+def split_last_level(result: BlockingResult, *, width_bits: int = 512) -> Hierarchy:
+    """`result`'s hierarchy with its last on-chip level replaced by IB/KB/OB buffers sized to the tiles its
+    blocking keeps there (Table 2's buffer sizes, rounded up to a power of two bytes), each priced by Table 3."""
+    h, last = result.hierarchy, len(result.hierarchy.on_chip) - 1
+    name = h.levels[last].name
+    words = {a.tensor: a.stored_words for a in result.cost.accesses if a.level == name}
+    nbytes = tuple(1 << max(0, math.ceil(math.log2(max(1, words.get(T, 0) * h.word_bits // 8)))) for T in TENSORS)
+    split = Memory.split(name, nbytes, widths=(width_bits,) * 3, word_bits=h.word_bits)
+    return Hierarchy((*h.on_chip[:-1], split, h.levels[-1]), h.word_bits, h.mac_pj, f"{h.name} split")

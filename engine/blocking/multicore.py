@@ -6,14 +6,19 @@ broadcasts the shared kernels. The broadcast tensor is fetched from DRAM once an
 one global last-level buffer; every word sent from it reaches all cores over a wire whose
 energy the paper estimates as one access to a memory the size of all on-chip memory
 (Sec. 3.4). The partitioned tensors live in each core's private buffers.
+
+Two ways to lay out the memories: every core gets its own copy of the hierarchy (the default),
+or, as in Fig. 9, the hierarchy is the single-core chip and the cores share its last level
+(split into IB/KB/OB): each core keeps 1/cores of the partitioned buffers there while the
+shared tensor's buffer stays whole, so chip memory stays the same as the cores are added.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.blocking.hierarchy import Hierarchy, access_energy_pj
-from engine.blocking.layer import Layer
+from engine.blocking.hierarchy import Hierarchy, Memory, access_energy_pj
+from engine.blocking.layer import TENSORS, Layer
 from engine.blocking.optimizer import BlockingResult, block
 from engine.errors import EngineError, UnknownNameError
 
@@ -35,18 +40,27 @@ class MulticoreResult:
         return sum(e for _, _, e in self.energy)
 
 
-def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "K") -> MulticoreResult:
-    """Block one core's share of `layer` on `hierarchy` (one core's memories) and total the energy over cores."""
+def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "K", partition_last: bool = False,
+              width_bits: int = 512) -> MulticoreResult:
+    """Block one core's share of `layer` and total the energy over cores.
+
+    `hierarchy` is one core's memories, or with `partition_last` the whole single-core chip whose
+    split last level the cores share (its partitioned IB/KB/OB buffers re-priced by Table 3 at
+    1/cores of their size and `width_bits`).
+    """
     if unroll not in SHARED:
         raise UnknownNameError("unrolled loop", unroll, SHARED)
     dim = "K" if unroll == "K" else "Y"
     if cores < 1 or getattr(layer, dim) % cores:
         raise EngineError(f"layer '{layer.name}': {dim} = {getattr(layer, dim)} does not split over {cores} cores")
     share = replace(layer, **{dim: getattr(layer, dim) // cores})
-    best = block(share, hierarchy)
     shared = SHARED[unroll]
+    if partition_last:
+        hierarchy, on_chip_bytes = _partitioned(hierarchy, cores, shared, width_bits)
+    else:
+        on_chip_bytes = cores * sum(m.total_bytes for m in hierarchy.on_chip)
+    best = block(share, hierarchy)
     top = hierarchy.on_chip[-1].name
-    on_chip_bytes = cores * sum(m.total_bytes for m in hierarchy.on_chip)
     wire = access_energy_pj(on_chip_bytes, word_bits=hierarchy.word_bits)
     energy = []
     for a in best.cost.accesses:
@@ -59,3 +73,22 @@ def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "
         else:
             energy.append((a.level, a.tensor, cores * a.energy_pj))
     return MulticoreResult(cores, unroll, best, tuple(energy), wire)
+
+
+def _partitioned(chip: Hierarchy, cores: int, shared: str, width_bits: int) -> tuple[Hierarchy, int]:
+    """One core's view of `chip` with its split last level shared by `cores` cores, and the chip's on-chip bytes.
+
+    Inner levels are private copies; in the last level the shared tensor's buffer stays whole and
+    every other buffer is divided between the cores (Sec. 3.3: "the other buffers can be partitioned").
+    """
+    last = chip.on_chip[-1]
+    if not last.split_bytes:
+        raise EngineError(f"partition_last needs the last on-chip level '{last.name}' split into IB/KB/OB buffers; "
+                          "build it with Memory.split(...)")
+    split = tuple(b if T == shared else max(1, b // cores) for T, b in zip(TENSORS, last.split_bytes))
+    energy = tuple(last.energy(T) if T == shared else access_energy_pj(b, width_bits=width_bits,
+                                                                        word_bits=chip.word_bits)
+                   for T, b in zip(TENSORS, split))
+    core = Hierarchy((*chip.on_chip[:-1], Memory(last.name, split_bytes=split, energy_pj=energy), chip.levels[-1]),
+                     chip.word_bits, chip.mac_pj, chip.name)
+    return core, cores * sum(m.total_bytes for m in chip.on_chip[:-1]) + sum(last.split_bytes)

@@ -41,6 +41,7 @@ CANONICAL = {"I": ("K", "X", "Y", "N", "C", "Fw", "Fh"),
 # Group order of each canonical order, as keys of REUSE_GROUP (the tensor each group reuses).
 _GROUP_ORDER = {"I": ("I", "W", "O"), "W": ("W", "I", "O"), "O": ("O", "I", "W")}
 PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
+PARENT_CAP = 64  # parents per level in the quick search that bounds the exact one
 EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
 METHODS = ("exact", "exhaustive")
 
@@ -127,6 +128,12 @@ def _min_level0_words(layer: Layer, hierarchy: Hierarchy) -> None:
                           f"one-element tile ({sum(need.values())} words); leave it out with levels=...")
 
 
+@lru_cache(maxsize=32)
+def _grid(layer: Layer) -> "_Grid":
+    """The tile grid of a layer, shared by the searches of co-design and multi-core over many hierarchies."""
+    return _Grid(layer)
+
+
 class _Grid:
     """Every tile (a divisor of each bound), with footprints, as numpy columns."""
 
@@ -208,11 +215,34 @@ def _refill_costs(layer: Layer, hierarchy: Hierarchy, grid: _Grid, a, b, parent_
 
 
 def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
-    """Dynamic program over levels, DRAM inwards; value[l][tile] = least energy above level l."""
+    """Dynamic program over levels, DRAM inwards; value[l][tile] = least energy above level l.
+
+    Branch and bound (three or more levels): feasible blockings found first cap the energy
+    (`_upper_bound`), so tiles whose energy above them, or whose refills alone (`_refill_floor`),
+    already exceed that cap minus level 0's fixed MAC operand reads are never paired. The
+    optimum is kept.
+    """
     _min_level0_words(layer, hierarchy)
-    grid = _Grid(layer)
-    m = len(hierarchy.on_chip)
+    grid = _grid(layer)
     cand = _candidates(layer, hierarchy, grid)
+    # with two levels the only pairing step is level 0's, already pruned by `_growable`: no bound needed
+    cap, evaluated = _upper_bound(layer, hierarchy, grid, cand) if len(hierarchy.on_chip) > 2 else (np.inf, 0)
+    budget = cap - _level0_pj(layer, hierarchy)
+    budget += 1e-9 * abs(budget)
+    cand = [ok & (_refill_floor(layer, hierarchy, grid, l) <= budget) for l, ok in enumerate(cand)]
+    blocking, n = _dp(layer, hierarchy, grid, cand, budget)
+    if blocking is None:
+        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+    return blocking, evaluated + n
+
+
+def _dp(layer, hierarchy, grid: _Grid, cand, budget: float, *, parents: int | None = None):
+    """The dynamic program over candidate tiles: the best blocking within `budget` (pJ above level 0), or None.
+
+    `parents` limits each inner step to that many parent tiles of least energy above them
+    (a quick, inexact search whose result is an upper bound).
+    """
+    m = len(hierarchy.on_chip)
     value = [None] * m
     parent = [None] * m
     best_order = [None] * m
@@ -227,13 +257,16 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
     best_order[m - 1] = np.zeros(grid.size, dtype=np.int64)
     best_order[m - 1][a] = costs.argmin(axis=0)
     for l in range(m - 2, -1, -1):
+        value[l + 1][value[l + 1] > budget] = np.inf  # cannot be part of a blocking under the cap
+        if parents is not None and np.isfinite(value[l + 1]).sum() > parents:
+            value[l + 1][value[l + 1] > np.partition(value[l + 1], parents)[parents]] = np.inf
         value[l], parent[l], best_order[l], n = _inner_step(layer, hierarchy, grid, cand[l], cand[l + 1], value[l + 1], l)
         evaluated += n
     # level 0 keeps every tensor; the MAC operand reads are the same for every tile
     total = np.where(cand[0], value[0], np.inf)
     start = int(np.argmin(total))
     if not np.isfinite(total[start]):
-        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+        return None, evaluated
     tiles, orders, i = [], [], start
     order_names = tuple(CANONICAL)
     for l in range(m):
@@ -242,6 +275,54 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
         if l < m - 1:
             i = int(parent[l][i])
     return Blocking(layer.dims, tuple(tiles), tuple(orders)), evaluated
+
+
+def _level0_pj(layer: Layer, hierarchy: Hierarchy) -> float:
+    """Energy (pJ, one group) of the MAC operand reads and partial-sum writes at level 0: the same for every blocking."""
+    macs, mem = math.prod(layer.dims), hierarchy.levels[0]
+    return sum(mem.energy(T) * (2 * macs - layer.size(T) if T == "O" else macs) for T in layer.tensors)
+
+
+def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, cand) -> tuple[float, int]:
+    """Energy (pJ, one group) of a good feasible blocking, inf when none is found; and the pairs scored.
+
+    Two quick searches: the exact optimum with one level above level 0 left out (that level
+    gets the tile of the level below, so every tensor passes through it and the blocking is
+    valid at the same cost), and the DP restricted to the `PARENT_CAP` cheapest parents per level.
+    """
+    m, found, evaluated = len(hierarchy.on_chip), [], 0
+    for j in range(1, m):
+        sub = hierarchy.keep([x.name for i, x in enumerate(hierarchy.on_chip) if i != j])
+        try:
+            b, n = exact_blocking(layer, sub)
+        except EngineError:
+            continue
+        evaluated += n
+        found.append(Blocking(layer.dims, (*b.tiles[:j], b.tiles[j - 1], *b.tiles[j:]),
+                              (*b.orders[:j - 1], DIMS, *b.orders[j - 1:])))
+    if m > 1:
+        b, n = _dp(layer, hierarchy, grid, cand, np.inf, parents=PARENT_CAP)
+        evaluated += n
+        found += [b] if b is not None else []
+    costs = [evaluate(layer, hierarchy, b) for b in found]
+    return min([c.memory_pj / layer.groups for c in costs if c.fits], default=np.inf), evaluated
+
+
+def _refill_floor(layer: Layer, hierarchy: Hierarchy, grid: _Grid, l: int) -> np.ndarray:
+    """A lower bound (pJ, one group) on the refills of each level-l tile from the levels above it.
+
+    Whatever the order and the levels above, each distinct tile of a tensor (the input with its
+    halo) is loaded at least once, at no less than the cheapest per-word energy above level l.
+    This holds also when the tensor passes through level l: the tile below has the same extent.
+    """
+    total = np.zeros(grid.size)
+    above = hierarchy.levels[l + 1:]
+    for T in layer.tensors:
+        distinct = grid.above * grid.group[T] / grid.full_group[T]
+        fills = grid.fp[T] * distinct
+        words = 2 * fills - layer.size(T) if T == "O" else fills
+        total += min(mem.energy(T) for mem in above) * words
+    return total
 
 
 def _candidates(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> list[np.ndarray]:
@@ -282,14 +363,24 @@ def _inner_step(layer, hierarchy, grid: _Grid, child_ok, parent_ok, parent_value
 
 
 def _pairs(grid: _Grid, child_ok, parent_ok, *, prune: bool):
-    """All (child, parent) tile pairs with the child dividing the parent in every bound.
+    """All (child, parent) tile pairs with the child dividing the parent in every bound, grouped by child.
 
     With `prune` (children at level 0) a child is paired only with parents it cannot grow
-    inside (see `_growable`).
+    inside (see `_growable`). Otherwise the pairs are listed from whichever side has fewer
+    candidates (few parents survive the bound when the cap is tight).
     """
     children = np.flatnonzero(child_ok)
     n = len(DIMS)
     radix = [int(np.prod([len(d) for d in grid.divs[j + 1:]])) for j in range(n)]
+    if not prune:
+        parents = np.flatnonzero(parent_ok)
+        up = np.prod([grid.divides[j].sum(axis=1)[grid.idx[children, j]].astype(np.float64) for j in range(n)], axis=0)
+        down = np.prod([grid.divides[j].sum(axis=0)[grid.idx[parents, j]].astype(np.float64) for j in range(n)], axis=0)
+        if down.sum() < up.sum():
+            keys = [grid.idx[parents, j] for j in range(n)]
+            b, a = _expand(parents, keys, lambda j, i: np.flatnonzero(grid.divides[j][:, i]) * radix[j], child_ok)
+            order = np.argsort(a, kind="stable")  # parents stay in increasing order within a child
+            return a[order], b[order]
     free = np.zeros((len(children), n), dtype=np.int64)  # bit k: the k-th prime of bound j may still grow
     steps = {}
     if prune:
@@ -297,33 +388,49 @@ def _pairs(grid: _Grid, child_ok, parent_ok, *, prune: bool):
             for k, (p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
                 free[:, j] |= grow.astype(np.int64) << k
                 steps[j, k] = step
-    allowed = {}  # (dim, child divisor position, free bits) -> parent divisor positions * radix
 
-    def options(j, i, bits):
-        key = (j, i, bits)
-        if key not in allowed:
-            ok = grid.divides[j][i].copy()
-            k = 0
-            while bits >> k:
-                if bits >> k & 1:
-                    ok &= ~steps[j, k][i]
-                k += 1
-            allowed[key] = np.flatnonzero(ok) * radix[j]
-        return allowed[key]
+    def options(j, key):
+        """Parent divisor positions (times the radix) of a child with divisor position and free bits `key`."""
+        i, bits = key >> 32, key & 0xFFFFFFFF
+        ok = grid.divides[j][i].copy()
+        k = 0
+        while bits >> k:
+            if bits >> k & 1:
+                ok &= ~steps[j, k][i]
+            k += 1
+        return np.flatnonzero(ok) * radix[j]
 
-    rows, cols = [], []
-    for r, a in enumerate(children):
-        ci = grid.idx[a]
-        flat = np.zeros(1, dtype=np.int64)
-        for j in range(n):
-            opt = options(j, int(ci[j]), int(free[r, j]))
-            flat = (flat[:, None] + opt[None, :]).ravel()
-        flat = flat[parent_ok[flat]]
-        rows.append(np.full(len(flat), a, dtype=np.int64))
-        cols.append(flat)
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(rows), np.concatenate(cols)
+    return _expand(children, [grid.idx[children, j] * 2 ** 32 + free[:, j] for j in range(n)], options, parent_ok)
+
+
+def _expand(tiles, keys, options, partner_ok):
+    """(tile, partner) pairs: per dim j, a tile with key `keys[j]` combines with `options(j, key)` flat offsets.
+
+    Expanded dim by dim with one CSR table per dim over the distinct keys, in chunks of about
+    `PAIR_CHUNK` pairs of whole tiles; partners are listed in increasing order; `partner_ok` filters.
+    """
+    tables = []
+    for j, key in enumerate(keys):
+        uniq, inv = np.unique(key, return_inverse=True)
+        lists = [options(j, int(k)) for k in uniq]
+        lengths = np.array([len(x) for x in lists], dtype=np.int64)
+        tables.append((inv.ravel(), lengths, np.cumsum(lengths) - lengths, np.concatenate(lists)))
+    per_tile = np.prod([t[1][t[0]].astype(np.float64) for t in tables], axis=0)  # partners before the filter
+    bounds = np.searchsorted(np.cumsum(per_tile), np.arange(PAIR_CHUNK, per_tile.sum() + PAIR_CHUNK, PAIR_CHUNK))
+    rows_out, cols_out = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for lo, hi in zip(np.r_[0, bounds[:-1] + 1], bounds + 1):
+        rows = np.arange(lo, min(hi, len(tiles)), dtype=np.int64)
+        flat = np.zeros(len(rows), dtype=np.int64)
+        for inv, lengths, starts, data in tables:
+            k = inv[rows]
+            rep = np.repeat(np.arange(len(rows)), lengths[k])
+            within = np.arange(len(rep)) - np.repeat(np.cumsum(lengths[k]) - lengths[k], lengths[k])
+            flat = flat[rep] + data[starts[k][rep] + within]
+            rows = rows[rep]
+        keep = partner_ok[flat]
+        rows_out.append(tiles[rows[keep]])
+        cols_out.append(flat[keep])
+    return np.concatenate(rows_out), np.concatenate(cols_out)
 
 
 def _growable(grid: _Grid, ok, tiles, j: int) -> dict:
