@@ -220,3 +220,21 @@ def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
     ready = [s.compute_report(kb) for kb in (90, 181)]  # the nearest steps are computed first
     assert fusion_report.cache_info().hits == hits + 2
     assert [r.acc.buffer_bytes for r in ready] == [90 * 1024, 181 * 1024]
+
+
+def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():
+    from dashboard.views.dag import edge_paths, layered_layout
+
+    graph = engine.load_network("densenet121")
+    pos = layered_layout(graph)
+    paths = edge_paths(graph)
+    skips = 0
+    for (u, v), path in zip(graph.dag.edges(), paths):
+        assert tuple(path[0]) == pos[u] and tuple(path[-1]) == pos[v]  # each path joins its two ops
+        if pos[u][1] - pos[v][1] > 1:
+            skips += 1
+            inside = path[1:-1]
+            ops_between = [p for p in pos.values() if pos[v][1] < p[1] < pos[u][1]]
+            gap = min(min(abs(px - x) + abs(py - y) for x, y in inside) for px, py in ops_between)
+            assert gap > 0.05  # no op sits on the arc
+    assert skips > 100  # DenseNet's dense concats

@@ -6,6 +6,7 @@ from functools import lru_cache
 
 import holoviews as hv
 import networkx as nx
+import numpy as np
 import pandas as pd
 
 from engine.graph import Graph
@@ -30,6 +31,29 @@ def layered_layout(graph: Graph) -> dict[str, tuple[float, float]]:
         for i, node in enumerate(row):
             pos[node] = (i - (len(row) - 1) / 2, -float(depth))
     return pos
+
+
+@lru_cache(maxsize=32)
+def edge_paths(graph: Graph) -> tuple[np.ndarray, ...]:
+    """One polyline per DAG edge: straight to the next row, an arc for an edge that skips rows.
+
+    A skip edge (a residual add, DenseNet's concats) drawn straight would run over the ops
+    between its ends; the arc bows sideways by sqrt(rows skipped), so nested skips stay apart.
+    """
+    pos = layered_layout(graph)
+    t = np.linspace(0.0, 1.0, 16)[:, None]
+    paths = []
+    for u, v in graph.dag.edges():
+        (x1, y1), (x2, y2) = pos[u], pos[v]
+        span = y1 - y2
+        if span <= 1:
+            paths.append(np.array([[x1, y1], [x2, y2]]))
+            continue
+        side = 1.0 if (x1 + x2) >= 0 else -1.0
+        control = np.array([(x1 + x2) / 2 + side * 0.8 * np.sqrt(span), (y1 + y2) / 2])
+        start, end = np.array([x1, y1]), np.array([x2, y2])
+        paths.append((1 - t) ** 2 * start + 2 * (1 - t) * t * control + t ** 2 * end)  # quadratic Bezier
+    return tuple(paths)
 
 
 def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None) -> pd.DataFrame:
@@ -74,7 +98,10 @@ def dag_view(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=Non
     if overlay is not None:
         tooltips.append(("part / module", "@{overlay}"))
     height = max(500, min(3200, 22 * nodes["y"].nunique()))  # readable rows, even for DenseNet
-    return hv.Graph((edges, hv_nodes)).opts(
+    paths = edge_paths(graph)
+    xs = np.concatenate([nodes["x"].to_numpy(), *(p[:, 0] for p in paths)]) if paths else nodes["x"].to_numpy()
+    return hv.Graph((edges, hv_nodes, list(paths))).opts(
+        xlim=(float(xs.min()) - 0.6, float(xs.max()) + 0.6), ylim=(float(nodes["y"].min()) - 0.8, 0.8),
         node_color="colour", node_size=9, edge_line_width=0.6, edge_alpha=0.5, tools=["hover", "tap"],
         inspection_policy="nodes", hover_tooltips=tooltips, xaxis=None, yaxis=None, responsive=True,
         min_height=int(height), active_tools=["wheel_zoom"],
