@@ -2,7 +2,7 @@
 CPU caches vs im2col + GEMM (Fig. 3-4), multi-core (Fig. 9).
 
 Run: .venv/bin/python -m benchmarks.bench_blocking   (prints the markdown tables of docs/blocking.md;
-takes a few minutes, most of it the 4-level CPU blockings and the co-design grids)
+takes a few minutes, most of it the 4-level CPU blockings and the co-designs)
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import time
 
 from engine.blocking import (Hierarchy, Memory, block, codesign, diannao_baseline, evaluate, lowered_cost,
                              multicore, table4)
-from engine.blocking.codesign import split_last_level
 
 KB = 1024
 MB = 1024 * KB
@@ -53,25 +52,38 @@ def fig5() -> tuple[str, dict]:
     return "\n".join(rows), optimal
 
 
-def fig67(optimal: dict) -> str:
-    """Co-design at Table 3's widest column (the paper's "wide bit widths"; DianNao's KB is priced there too).
+PAPER_RATIO = {1 * MB: "~10x", 8 * MB: ">= 13x"}  # Sec. 5.2 / Fig. 6-7: total energy vs DianNao, optimal schedule
 
-    Ratios as the paper states them: total energy (memory + 1 pJ/MAC) against DianNao with its
-    optimal schedule; "ceiling" is that ratio if the co-designed memory cost nothing.
+
+def fig67(optimal: dict) -> tuple[str, object]:
+    """Per-buffer co-design (Sec. 3.5-3.6): every buffer the blocking creates is an SRAM of its tile's size, priced by
+    Table 3 (512 bits wide) at that size, all within the budget. Two levels are exact, three are the search.
+
+    Ratios as the paper states them: total energy (memory + 1 pJ/MAC) against DianNao with its optimal
+    schedule; "ceiling" is that ratio if the co-designed memory cost nothing; "RF rule" re-runs the
+    design with buffers under 1 KB priced by extrapolating Table 3 down to 0.25 KB.
     """
-    rows = ["| layer | budget | level sizes (bytes) | memory pJ/MAC | memory vs DianNao optimal | "
-            "total vs DianNao optimal | ceiling | grid points | seconds |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| layer | budget | levels | buffers: IB / KB / OB per level, innermost first | on chip | memory pJ/MAC | "
+            "total pJ/MAC | total vs DianNao optimal | paper | ceiling | with RF rule | seconds |",
+            "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    conv1_8mb = None
     for name in CONVS:
         layer = table4()[name]
         base = optimal[name] / layer.macs
         for budget in (1 * MB, 8 * MB):
-            res = codesign(layer, total_bytes=budget, levels=3, ratio=8, width_bits=512)
-            mem = res.energy_pj / layer.macs
-            rows.append(f"| {name} | {budget // MB} MB | {' / '.join(_size(s) for s in res.sizes)} | {mem:.2f} | "
-                        f"{base / mem:.1f}x | {(base + 1) / (mem + 1):.1f}x | {base + 1:.1f}x | {len(res.points)} | "
-                        f"{res.seconds:.0f} |")
-    return "\n".join(rows)
+            for levels in (2, 3):
+                res = codesign(layer, total_bytes=budget, levels=levels)
+                rf = codesign(layer, total_bytes=budget, levels=levels, small="extrapolate")
+                mem, mem_rf = res.energy_pj / layer.macs, rf.energy_pj / layer.macs
+                bufs = "; ".join(" / ".join(_size(b) if b else "-" for b in m.split_bytes)
+                                 for m in res.hierarchy.on_chip)
+                rows.append(f"| {name} | {budget // MB} MB | {levels}{'' if res.optimal else '*'} | {bufs} | "
+                            f"{_size(sum(res.sizes))} | {mem:.2f} | {mem + 1:.2f} | {(base + 1) / (mem + 1):.1f}x | "
+                            f"{PAPER_RATIO[budget]} | {base + 1:.1f}x | {(base + 1) / (mem_rf + 1):.1f}x | "
+                            f"{res.seconds:.1f} |")
+                if name == "Conv1" and budget == 8 * MB and levels == 3:
+                    conv1_8mb = res.results[0]
+    return "\n".join(rows), conv1_8mb
 
 
 def fig34() -> str:
@@ -90,13 +102,12 @@ def fig34() -> str:
     return "\n".join(rows)
 
 
-def fig9() -> str:
-    """Conv1's 4 MB single-core design (256 B, 16 KB, then IB/KB/OB sized to its blocking's last-level tiles)
-    shared by 1-8 cores: K unrolling partitions KB and OB and broadcasts the input; XY partitions IB and OB
-    and shares KB (Sec. 3.3). Chip memory stays the same as cores are added."""
+def fig9(single) -> str:
+    """Conv1's co-designed 3-level 8 MB single-core chip shared by 1-8 cores: K unrolling partitions KB and OB and
+    broadcasts the input; XY partitions IB and OB and shares KB (Sec. 3.3). Chip memory stays the same as cores
+    are added."""
     layer = table4()["Conv1"]
-    single = block(layer, Hierarchy.from_sizes([256, 16 * KB, 4 * MB], width_bits=512))
-    chip = split_last_level(single)
+    chip = single.hierarchy
     last = chip.on_chip[-1].name
     ib, kb, ob = (_size(b) for b in chip.on_chip[-1].split_bytes)
     rows = [f"Last level: IB {ib}, KB {kb}, OB {ob}.", "",
@@ -116,7 +127,7 @@ def fig9() -> str:
 
 
 def _size(b: int) -> str:
-    return f"{b // MB} MB" if b >= MB else f"{b // KB} KB" if b >= KB else f"{b} B"
+    return f"{b / MB:.3g} MB" if b >= MB else f"{b / KB:.3g} KB" if b >= KB else f"{b} B"
 
 
 def main() -> None:
@@ -125,10 +136,12 @@ def main() -> None:
     out.write("### Speed: 3-level blocking (512 B RF, DianNao IB/KB/OB, DRAM), exact search\n\n" + speed() + "\n\n")
     table, optimal = fig5()
     out.write("### Fig. 5: DianNao buffers, baseline vs optimal schedule (pJ per MAC)\n\n" + table + "\n\n")
-    out.write("### Fig. 6-7: co-designed 3-level hierarchy under 1 MB and 8 MB (sizes on a x8 grid, 512-bit wide)\n\n" + fig67(optimal) + "\n\n")
+    table, conv1_8mb = fig67(optimal)
+    out.write("### Fig. 6-7: co-designed buffers under 1 MB and 8 MB (one 512-bit SRAM per buffer, sized to its tile; "
+              "* = search, otherwise exact)\n\n" + table + "\n\n")
     out.write("### Fig. 3-4: CPU caches (32 KB L1, 256 KB L2, 12 MB L3), direct blocking vs im2col + GEMM "
               "(accesses in 16-bit words)\n\n" + fig34() + "\n\n")
-    out.write("### Fig. 9: Conv1 over cores sharing one chip's last level (pJ per MAC)\n\n" + fig9() + "\n\n")
+    out.write("### Fig. 9: Conv1 over cores sharing one chip's last level (pJ per MAC)\n\n" + fig9(conv1_8mb) + "\n\n")
     out.write(f"_Total {time.perf_counter() - t:.0f} s._\n")
 
 

@@ -3,9 +3,8 @@
 import pytest
 
 import engine
-from engine.blocking import (Hierarchy, Layer, Memory, block, codesign, diannao_baseline, evaluate, im2col,
+from engine.blocking import (Hierarchy, Layer, Memory, block, diannao_baseline, evaluate, im2col,
                              layer_access_counts, lowered_cost, multicore, table4)
-from engine.blocking.codesign import split_last_level
 from engine.blocking.counts import _counts
 from engine.blocking.hierarchy import access_energy_pj
 from engine.errors import EngineError, GraphError
@@ -107,16 +106,6 @@ def test_im2col_gemm_shape_and_cost():
     assert lowered.at("M1") > direct.through("M1")
 
 
-def test_codesign_picks_best_grid_point():
-    layers = [Layer(X=8, Y=8, C=8, K=8, Fw=3, Fh=3), Layer(C=64, K=32, N=4)]
-    res = codesign(layers, total_bytes=64 * KB, levels=2)
-    assert sum(res.sizes) <= 64 * KB
-    assert res.energy_pj == pytest.approx(min(e for _, e in res.points))
-    assert len(res.points) > 3
-    with pytest.raises(EngineError):
-        codesign(layers, total_bytes=100, levels=2)
-
-
 def test_multicore_one_core_is_single_core_and_broadcast_counts_once():
     layer = Layer(X=8, Y=8, C=8, K=8, Fw=3, Fh=3)
     h = Hierarchy.from_sizes([256, 8 * KB])
@@ -128,18 +117,6 @@ def test_multicore_one_core_is_single_core_and_broadcast_counts_once():
     assert dram_in == pytest.approx(four.per_core.cost.energy_at("DRAM", "I"))
     with pytest.raises(EngineError, match="split"):
         multicore(layer, h, cores=3, unroll="K")
-
-
-def test_split_last_level_sizes_buffers_to_the_tiles():
-    layer = Layer(X=8, Y=8, C=8, K=16, Fw=3, Fh=3)
-    single = block(layer, Hierarchy.from_sizes([256, 16 * KB], width_bits=512))
-    chip = split_last_level(single)
-    last = chip.on_chip[-1]
-    kept = {a.tensor: a.stored_words for a in single.cost.accesses if a.level == last.name}
-    for T, nbytes in zip("IWO", last.split_bytes):
-        assert nbytes & (nbytes - 1) == 0 and kept[T] * 2 <= nbytes < max(2, kept[T] * 4)
-    assert evaluate(layer, chip, single.blocking).fits
-    assert last.energy("W") == pytest.approx(access_energy_pj(last.split_bytes[1], width_bits=512))
 
 
 @pytest.mark.parametrize("unroll, shared", [("K", 0), ("XY", 1)])

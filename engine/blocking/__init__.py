@@ -2,7 +2,7 @@
 
 `Layer` is the loop nest, `Hierarchy` the memories, `Blocking` a schedule; `evaluate` scores
 any blocking (accesses and energy per level, Eq. 1), `block` finds the least-energy one,
-`codesign` also picks the memory sizes (Sec. 3.6), `multicore` splits a layer over cores
+`codesign` also designs the memories (one SRAM per buffer, Sec. 3.5-3.6), `multicore` splits a layer over cores
 (Sec. 3.3), and `layer_access_counts` gives an accelerator's RF/buffer/DRAM traffic of a graph op.
 """
 

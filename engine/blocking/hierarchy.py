@@ -21,7 +21,7 @@ MB = 1024 * KB
 
 @dataclass(frozen=True)
 class Memory:
-    """One memory level: one shared capacity, or separate IB/KB/OB capacities (`split_bytes`).
+    """One memory level: one shared capacity, or separate IB/KB/OB capacities (`split_bytes`, 0 for no buffer).
 
     `energy_pj` is the energy of one word access for the input, kernel and output data
     held here; `size_bytes=None` (and no split) marks the unbounded DRAM at the top.
@@ -35,8 +35,9 @@ class Memory:
     def __post_init__(self):
         if self.split_bytes is not None:
             object.__setattr__(self, "split_bytes", tuple(self.split_bytes))
-            if len(self.split_bytes) != 3 or any(not isinstance(b, int) or b < 1 for b in self.split_bytes):
-                raise EngineError(f"memory '{self.name}': split_bytes must be three positive byte counts (IB, KB, OB)")
+            if len(self.split_bytes) != 3 or any(not isinstance(b, int) or b < 0 for b in self.split_bytes):
+                raise EngineError(f"memory '{self.name}': split_bytes must be three byte counts (IB, KB, OB), none "
+                                  "negative (0: no buffer, the tensor passes through)")
             if self.size_bytes is not None:
                 raise EngineError(f"memory '{self.name}': give size_bytes or split_bytes, not both")
         elif self.size_bytes is not None and (not isinstance(self.size_bytes, int) or self.size_bytes < 1):

@@ -181,34 +181,50 @@ def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> 
     return sum(used[T] for T in layer.tensors) <= hierarchy.capacity_words(level)
 
 
-def _refill_costs(layer: Layer, hierarchy: Hierarchy, grid: _Grid, a, b, parent_level: int, charge_all: bool):
-    """Energy (pJ) of keeping tiles `a` (level parent_level - 1) filled from `parent_level`.
+def _refill_words(layer: Layer, grid: _Grid, a, b):
+    """Words of each tensor moved into tiles `a` from their parents `b`, one dict per canonical order, and per
+    tensor whether its tile changes from `a` to `b` (it is stored in the parent, rather than passing through).
 
-    Returns one cost array per canonical order, and the words each tensor keeps in the parent.
-    `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block).
-    A tile of `a` is loaded `above(a) / run` times, where run is the reuse by the block's first
-    loops (Table 2); a tensor whose tile does not change passes through the parent (charge_all=False).
+    `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block). A tile of
+    `a` is loaded `above(a) / run` times, where run is the reuse by the block's first loops (Table 2);
+    outputs move both ways (written back, and read again except the first fill).
     """
     if b is None:
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
     else:
         group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
-    mem = hierarchy.levels[parent_level]
-    changed, base, kept = {}, {}, {}
+    base = {T: grid.fp[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
+    changed = {}
     for T in layer.tensors:
-        base[T] = grid.fp[T][a] * grid.above[a]  # words moved with no reuse in the block
-        if not charge_all:
-            o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
-            changed[T] = (group[o1] * group[o2]) > 1
-            kept[T] = np.where(changed[T], grid.fp[T][b], 0.0)
-    costs = []
+        o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
+        changed[T] = (group[o1] * group[o2]) > 1
+    words = []
     for order in CANONICAL:
         g = _GROUP_ORDER[order]
         first = np.where(group[g[0]] > 1, 0, np.where(group[g[1]] > 1, 1, np.where(group[g[2]] > 1, 2, -1)))
-        cost = np.zeros(len(a))
+        per = {}
         for T in layer.tensors:
             fills = base[T] / np.where(first == g.index(T), group[T], 1.0)
-            moved = mem.energy(T) * (2 * fills - layer.size(T) if T == "O" else fills)
+            per[T] = 2 * fills - layer.size(T) if T == "O" else fills
+        words.append(per)
+    return words, changed
+
+
+def _refill_costs(layer: Layer, hierarchy: Hierarchy, grid: _Grid, a, b, parent_level: int, charge_all: bool):
+    """Energy (pJ) of keeping tiles `a` (level parent_level - 1) filled from `parent_level`.
+
+    Returns one cost array per canonical order, and the words each tensor keeps in the parent.
+    A tensor whose tile does not change passes through the parent (charge_all=False): it is
+    charged at the next boundary, with the same count.
+    """
+    words, changed = _refill_words(layer, grid, a, b)
+    mem = hierarchy.levels[parent_level]
+    kept = {} if charge_all else {T: np.where(changed[T], grid.fp[T][b], 0.0) for T in layer.tensors}
+    costs = []
+    for per in words:
+        cost = np.zeros(len(a))
+        for T in layer.tensors:
+            moved = mem.energy(T) * per[T]
             cost += moved if charge_all else np.where(changed[T], moved, 0.0)
         costs.append(cost)
     return costs, kept
@@ -468,24 +484,29 @@ def _primes(n: int) -> list[int]:
 
 
 # ---- brute force (the oracle) ------------------------------------------------------
-def _exhaustive(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
-    """Score every chain of divisor tiles and every order of each block's non-unit loops with `evaluate`."""
-    m = len(hierarchy.on_chip)
-    per_dim = [list(_chains(n, m)) for n in layer.dims]
+def every_blocking(layer: Layer, levels: int):
+    """Every chain of divisor tiles, as (tiles in canonical order, the blockings of every order of each block's
+    non-unit loops): the space the brute-force oracles score. A caller may skip a chain before its orders."""
+    per_dim = [list(_chains(n, levels)) for n in layer.dims]
     n_chains = math.prod(len(c) for c in per_dim)
     if n_chains > EXHAUSTIVE_LIMIT:
         raise EngineError(f"layer '{layer.name}': {n_chains} tile chains is too many to enumerate; use method='exact'")
-    best, best_key, evaluated = None, None, 0
     for combo in itertools.product(*per_dim):
-        tiles = tuple(tuple(combo[j][l] for j in range(len(DIMS))) for l in range(m))
-        base = Blocking(layer.dims, tiles, (DIMS,) * m)
+        tiles = tuple(tuple(combo[j][l] for j in range(len(DIMS))) for l in range(levels))
+        base = Blocking(layer.dims, tiles, (DIMS,) * levels)
         block_orders = []
-        for b in range(m):
+        for b in range(levels):
             moving = [d for d, t in base.trips(b).items() if t > 1]
             rest = tuple(d for d in DIMS if d not in moving)
             block_orders.append([p + rest for p in itertools.permutations(moving)])
-        for orders in itertools.product(*block_orders):
-            blocking = Blocking(layer.dims, tiles, orders)
+        yield base, (Blocking(layer.dims, tiles, orders) for orders in itertools.product(*block_orders))
+
+
+def _exhaustive(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
+    """Score every blocking of `every_blocking` with `evaluate`."""
+    best, best_key, evaluated = None, None, 0
+    for _, blockings in every_blocking(layer, len(hierarchy.on_chip)):
+        for blocking in blockings:
             cost = evaluate(layer, hierarchy, blocking)
             evaluated += 1
             if cost.fits and (best_key is None or cost.memory_pj < best_key - 1e-9 * abs(best_key)):
