@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
+from engine.allocation.lifetimes import forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.problem import Carry, make_problem
-from engine.allocation.start import best_baseline, objective_at
+from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.allocation.record import Placement, needs
 from engine.graph import Graph
 
@@ -55,18 +57,14 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         ops = order[lo:hi]
         prob = make_problem(graph, ops, budget, carry, include_params=include_params, word_bits=word_bits,
                             later=later, order=ops if fixed else None)
+        if prob.order is None and forced(prob):
+            prob = replace(prob, order=prob.ops)  # a chain: the free model would repeat the fixed one
         m = model.build(prob)
         share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
-        opts = dict(include_params=include_params, word_bits=word_bits)
-        if fixed:
-            start = best_baseline(m, graph, [ops], **opts)
-        else:
-            spread = tuple(op for op in mpmf_order if op in set(ops))
-            found = [best_baseline(m, graph, [spread], **opts), _fixed_start(graph, prob, solver, share / 3, opts)]
-            found = [v for v in found if v is not None]
-            start = min(found, key=lambda v: objective_at(m, v)) if found else None
+        opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
+        start = _start(m, graph, mpmf_order, share / 3, whole=divide is None, **opts)
         left = max(deadline - time.perf_counter() - share * (len(bounds) - k - 1), 0.2)
-        stats = solve.run(m.lp, solver=solver, time_limit_s=left, start=start)
+        stats = solve.run(m.lp, solver=solver, time_limit_s=left, start=start, bound=0.0)
         if not stats.has_solution:
             where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
             if stats.status == "infeasible":
@@ -84,6 +82,32 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
     return _join(plans, statuses, gaps)
 
 
+def _start(m: model.Model, graph: Graph, mpmf_order, time_limit_s: float, *, whole: bool, include_params: bool,
+           word_bits: int, solver: str) -> dict | None:
+    """The cheapest MIP start found, trying costlier sources only while none is at the bound 0.
+
+    Sources, each within `time_limit_s`: the best baseline (in the MPMF order when the
+    schedule is free); for a free schedule, the same problem solved in its given order; for
+    a whole graph too long for one segment, the automatic divide-and-conquer plan.
+    """
+    prob = m.problem
+    opts = dict(include_params=include_params, word_bits=word_bits)
+    spread = prob.order or tuple(op for op in mpmf_order if op in set(prob.ops))
+    sources = [lambda: best_baseline(m, graph, [spread], **opts)]
+    if prob.order is None:
+        sources.append(lambda: _fixed_start(graph, prob, solver, time_limit_s, opts))
+    if whole and len(prob.ops) > (dnc.MAX_OPS_FIXED if prob.order else dnc.MAX_OPS_FREE):
+        sources.append(lambda: _divided_start(m, graph, solver, time_limit_s, opts))
+    best, cost = None, math.inf
+    for source in sources:
+        found = source()
+        if found is not None and objective_at(m, found) < cost:
+            best, cost = found, objective_at(m, found)
+        if cost <= 0:
+            break
+    return best
+
+
 def _fixed_start(graph: Graph, prob, solver: str, time_limit_s: float, opts: dict) -> dict | None:
     """Values of the same problem solved in its given order (itself started from the baselines).
 
@@ -92,8 +116,20 @@ def _fixed_start(graph: Graph, prob, solver: str, time_limit_s: float, opts: dic
     """
     fixed = model.build(replace(prob, order=prob.ops))
     start = best_baseline(fixed, graph, [prob.ops], **opts)
-    stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(time_limit_s, 0.2), start=start)
+    stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(time_limit_s, 0.2), start=start, bound=0.0)
     return {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else start
+
+
+def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: dict) -> dict | None:
+    """Values of the whole problem's divide-and-conquer plan: segments solve fast, and the whole ILP then
+    only has to improve on their joint plan (and prove a bound on it)."""
+    prob = m.problem
+    fixed = prob.order is not None
+    got = solve_cosma(graph, prob.budget, prob.order or prob.ops, fixed=fixed, divide="auto",
+                      time_limit_s=max(time_limit_s, 0.2), solver=solver, **opts)
+    if not got.order:
+        return None
+    return values_of(m, got.order, got.placements, got.spills, got.retrievals)
 
 
 def _join(plans, statuses, gaps) -> Joined:

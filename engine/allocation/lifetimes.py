@@ -43,6 +43,11 @@ def analyse(problem: Problem) -> Lifetimes:
     return Lifetimes(ops, tensors, _pairs(problem, tensors, anc))
 
 
+def forced(problem: Problem) -> bool:
+    """True when the dependencies allow one order only (every op window is a single step), as in a chain."""
+    return all(lo == hi for lo, hi in _op_windows(problem, _ancestors(problem)).values())
+
+
 def _ancestors(problem: Problem) -> dict[str, int]:
     """Op -> bitset of its strict ancestors (bit i stands for problem.ops[i])."""
     index = {op: i for i, op in enumerate(problem.ops)}

@@ -8,7 +8,9 @@ small: one op runs per step (the paper's timestep semantics); a tensor leaves th
 once its last reader has run and is retrieved only at a reader's step (what makes the
 overlap pruning sound, and never worse); and, for a segment of a divided graph, tensors
 later segments read must end on chip or in DRAM, with a retrieval charged when they end
-off chip. Eq. 11's V variable equals P under Eq. 2, so P stands in for it. Addresses L
+off chip. One implied row makes it fast: the bytes on chip at a step fit the budget
+(`_add_capacity`), which gives the LP relaxation a real bound where Eq. 10's big-M rows
+give none. Eq. 11's V variable equals P under Eq. 2, so P stands in for it. Addresses L
 are continuous: for fixed relative positions Eq. 9-11 are difference constraints with
 integer data, so `solution.compact` recovers integer addresses without loss.
 """
@@ -73,6 +75,7 @@ def build(problem: Problem, *, objective: str = OFFCHIP) -> Model:
         _add_retrieve_after_spill(m)
         _add_single_spill(m)
         _add_keep_or_spill(m)
+        _add_capacity(m)
         _add_no_overlap(m)
         _add_persistence(m)
         _add_offchip_objective(m)
@@ -244,31 +247,58 @@ def _add_keep_or_spill(m: Model) -> None:
 
 # ---- memory allocation (Sec. III-C) ----------------------------------------
 def _add_no_overlap(m: Model) -> None:
-    """Eq. 10: two tensors on chip at the same step do not overlap in address."""
+    """Eq. 10: two tensors on chip at the same step do not overlap in address.
+
+    With d = 1 (a below b): L_a + size_a <= L_b; with u = 1 the reverse. The big-M is the
+    budget, the most L_a + size_a - L_b can be under Eq. 9. Rows are written as term
+    lists: PuLP's operators dominate the build time of models with 10^5 pairs.
+    """
     p, idx = m.problem, m.idx
     big = p.budget // p.unit
+    le, ge = pulp.LpConstraintLE, pulp.LpConstraintGE
     for t, pairs in m.life.pairs.items():
         for a, b in pairs:
-            if (a, t) not in m.L or (b, t) not in m.L:
+            la, lb = m.L.get((a, t)), m.L.get((b, t))
+            if la is None or lb is None:
                 continue
             ia, ib = idx[a], idx[b]
             u = m.lp.add_variable(f"u_{ia}_{ib}_{t}", cat=pulp.LpBinary)
             d = m.lp.add_variable(f"d_{ia}_{ib}_{t}", cat=pulp.LpBinary)
             key = f"{ia}_{ib}_{t}"
-            m.lp += u + d <= 1, f"eq10a_{key}"
-            m.lp += u + d >= pulp.lpSum(m.res(a, t) + m.res(b, t)) - 1, f"eq10b_{key}"
-            m.lp += m.L[a, t] + p.size[a] // p.unit - m.L[b, t] <= big * (1 - d), f"eq10c_{key}"
-            m.lp += m.L[b, t] + p.size[b] // p.unit - m.L[a, t] <= big * (1 - u), f"eq10d_{key}"
+            _row(m, [(u, 1), (d, 1)], le, 1, f"eq10a_{key}")
+            _row(m, [(u, 1), (d, 1)] + [(v, -1) for v in m.res(a, t) + m.res(b, t)], ge, -1, f"eq10b_{key}")
+            _row(m, [(la, 1), (lb, -1), (d, big)], le, big - p.size[a] // p.unit, f"eq10c_{key}")
+            _row(m, [(lb, 1), (la, -1), (u, big)], le, big - p.size[b] // p.unit, f"eq10d_{key}")
+
+
+def _row(m: Model, terms: list, sense: int, rhs: float, name: str) -> None:
+    """Add the row sum(coef * var) `sense` rhs; each variable appears once in `terms`."""
+    m.lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms), sense, name, rhs))
+
+
+def _add_capacity(m: Model) -> None:
+    """Bytes on chip at a step fit the budget: implied by Eq. 9-10, stated so the LP relaxation bounds spills.
+
+    Eq. 10's big-M rows let the relaxation overlap tensors freely (u = d = 1/2), so without
+    this row its bound is 0 and every spill must be proven necessary by branching.
+    """
+    p = m.problem
+    per: dict[int, list] = {}
+    for v in (m.C, m.P, m.R):
+        for (a, t), x in v.items():
+            per.setdefault(t, []).append((p.size[a] // p.unit) * x)
+    for t, terms in per.items():
+        m.lp += pulp.lpSum(terms) <= p.budget // p.unit, f"cap_{t}"
 
 
 def _add_persistence(m: Model) -> None:
     """Eq. 11: a preserved tensor keeps its address (P plays V's part; carried tensors keep theirs)."""
     p, idx = m.problem, m.idx
-    big = p.budget // p.unit
     for (a, t), keep in m.P.items():
         before = m.L.get((a, t - 1)) if t > 0 else p.carry.resident[a] // p.unit
         if before is None:
             continue  # not on chip at t-1, so Eq. 2 keeps P at 0
+        big = max(p.budget // p.unit - p.size[a] // p.unit, 0)  # the widest an address of `a` can move (Eq. 9)
         m.lp += before <= m.L[a, t] + big * (1 - keep), f"eq11a_{idx[a]}_{t}"
         m.lp += m.L[a, t] <= before + big * (1 - keep), f"eq11b_{idx[a]}_{t}"
 

@@ -26,7 +26,44 @@ class SolveStats:
 
 
 class _HiGHSWithStart(pulp.HiGHS):
-    """pulp.HiGHS that hands HiGHS the variables' initial values as a MIP start (pulp's API class does not)."""
+    """pulp.HiGHS that passes the model in bulk and hands HiGHS the variables' initial values as a MIP start.
+
+    PuLP's own class adds columns and rows one call at a time (20 s for a model of 5 x 10^5
+    rows) and passes no start.
+    """
+
+    def buildSolverModel(self, lp):
+        import highspy
+
+        variables = lp.variables()
+        for i, v in enumerate(variables):
+            v.index = i
+        inf = highspy.kHighsInf
+        lower = np.array([-inf if v.lowBound is None else v.lowBound for v in variables], dtype=np.float64)
+        upper = np.array([inf if v.upBound is None else v.upBound for v in variables], dtype=np.float64)
+        cost = np.array([lp.objective.get(v, 0.0) for v in variables], dtype=np.float64)
+        sign = -1.0 if lp.sense == pulp.LpMaximize else 1.0
+        h = lp.solverModel
+        h.addCols(len(variables), sign * cost, lower, upper, 0, np.zeros(len(variables), dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
+        h.changeObjectiveOffset(sign * lp.objective.constant)
+        ints = np.array([v.index for v in variables if v.cat == pulp.LpInteger], dtype=np.int32)
+        if self.mip and len(ints):
+            h.changeColsIntegrality(len(ints), ints, np.full(len(ints), highspy.HighsVarType.kInteger))
+        starts, index, value, row_lo, row_hi = [], [], [], [], []
+        for i, c in enumerate(lp._constraints.values()):
+            c.index = i
+            starts.append(len(index))
+            for v, coef in c.items():
+                if coef != 0:
+                    index.append(v.index)
+                    value.append(coef)
+            lo, hi = c.getLb(), c.getUb()
+            row_lo.append(-inf if lo is None else lo)
+            row_hi.append(inf if hi is None else hi)
+        h.addRows(len(starts), np.array(row_lo, dtype=np.float64), np.array(row_hi, dtype=np.float64), len(index),
+                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
+                  np.array(value, dtype=np.float64))
 
     def callSolver(self, lp):
         start = [(v.index, v.varValue) for v in lp.variables() if v.varValue is not None]
@@ -56,12 +93,16 @@ def solver_for(name: str, time_limit_s: float):
     return cbc
 
 
-def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | None = None) -> SolveStats:
+def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | None = None,
+        bound: float | None = None) -> SolveStats:
     """Solve `lp` in place; the variables hold the best solution found when `has_solution`.
 
     `start` (variable name -> value, others 0) is a feasible solution to begin from.
+    `bound` is a known lower bound on the objective: a start that reaches it is optimal
+    and is returned without calling the solver (presolve alone takes seconds on large models).
     """
     engine = solver_for(solver, time_limit_s)
+    began = time.perf_counter()
     if start is not None:
         for v in lp.variables():
             value = start.get(v.name) or 0.0
@@ -69,9 +110,10 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
             lo = -math.inf if v.lowBound is None else v.lowBound
             hi = math.inf if v.upBound is None else v.upBound
             v.setInitialValue(min(max(value, lo), hi))  # solver tolerance can overshoot a bound
-    start = time.perf_counter()
+        if bound is not None and lp.objective.value() <= bound + 1e-9:
+            return SolveStats("optimal", True, 0.0, time.perf_counter() - began, "start")
     lp.solve(engine)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - began
     if isinstance(engine, pulp.HiGHS):
         return _highs_stats(lp, seconds)
     sol = lp.sol_status

@@ -1,0 +1,82 @@
+"""What makes the COSMA ILP fast without changing its optimum: the capacity row, forced orders, starts, bounds."""
+
+import pulp
+import pytest
+
+from engine.allocation import allocate, budgets, cosma, model, solve
+from engine.allocation.lifetimes import forced
+from engine.allocation.problem import Carry, make_problem
+from tests.test_allocation import BITS, check, graph_of, oracle, random_dag
+
+
+def problem_of(g, budget, order=None):
+    ops = [op.name for op in g.ops]
+    return make_problem(g, ops, budget, Carry.start(g, False), include_params=False, word_bits=BITS, order=order)
+
+
+@pytest.fixture(scope="module")
+def squeeze():
+    """'a' is read at the start and the end; 'b' in between leaves no room for it at a budget of 10."""
+    spec = [("A", ["x"], ["a"]), ("B", ["a"], ["b"]), ("C", ["b"], ["c"]), ("D", ["a", "c"], ["y"])]
+    return graph_of(spec, {"x": 1, "a": 3, "b": 6, "c": 4, "y": 1})
+
+
+def lp_bound(m) -> float:
+    """The LP relaxation's optimum (integrality dropped), in the model's units."""
+    lp = m.lp.deepcopy()
+    lp.solve(pulp.HiGHS(msg=False, mip=False, timeLimit=20))
+    return lp.objective.value()
+
+
+def test_capacity_row_gives_the_relaxation_a_bound(squeeze):
+    # B needs a, b (3 + 6) and C needs b, c (6 + 4): with a kept, step C holds 13 > 10 bytes, so a must
+    # leave and come back (3 + 3). Eq. 10's big-M rows alone relax to 0 (u = d = 1/2); the capacity row
+    # makes the relaxation see the spill.
+    m = model.build(problem_of(squeeze, 10))
+    assert any(name.startswith("cap_") for name in m.lp.constraints)
+    assert 0 < lp_bound(m) * m.problem.unit <= oracle(squeeze, 10) == 6
+    for name in [n for n in m.lp.constraints if n.startswith("cap_")]:
+        del m.lp.constraints[name]
+    assert lp_bound(m) == pytest.approx(0, abs=1e-6)
+
+
+def test_chains_force_their_order_and_diamonds_do_not(squeeze):
+    chain = graph_of([("A", ["x"], ["a"]), ("B", ["a"], ["b"]), ("C", ["b"], ["y"])], {"x": 1, "a": 2, "b": 3, "y": 1})
+    assert forced(problem_of(chain, 10))
+    assert forced(problem_of(squeeze, 10))  # D waits for C, which waits for B: one order
+    assert not forced(problem_of(random_dag(2, 6), 100))  # random DAGs branch
+
+
+def test_a_start_at_the_bound_is_optimal_without_a_solve(squeeze):
+    m = model.build(problem_of(squeeze, 20, order=[op.name for op in squeeze.ops]))  # room for everything
+    start = {v.name: v.varValue for v in _solved(m).lp.variables()}
+    fresh = model.build(problem_of(squeeze, 20, order=[op.name for op in squeeze.ops]))
+    stats = solve.run(fresh.lp, solver="highs", time_limit_s=5, start=start, bound=0.0)
+    assert (stats.status, stats.solver, stats.gap) == ("optimal", "start", 0.0)
+    assert fresh.lp.objective.value() == 0
+    # a start above the bound goes to the solver, which improves on it
+    tight = model.build(problem_of(squeeze, 10, order=[op.name for op in squeeze.ops]))
+    stats = solve.run(tight.lp, solver="highs", time_limit_s=5, bound=0.0)
+    assert stats.solver == "HiGHS" and tight.lp.objective.value() * tight.problem.unit == 6
+
+
+def _solved(m):
+    solve.run(m.lp, solver="highs", time_limit_s=5)
+    return m
+
+
+def test_divided_plan_is_a_feasible_start_of_the_whole_ilp():
+    # 30 ops: longer than one segment, so the whole ILP starts from the divide-and-conquer plan
+    g = random_dag(7, 30, max_size=6, two_outputs=0.0)
+    m_h = budgets(g, word_bits=BITS)[1]
+    m = model.build(problem_of(g, m_h))
+    values = cosma._divided_start(m, g, "highs", 4, dict(include_params=False, word_bits=BITS))
+    for v in m.lp.variables():
+        v.varValue = values.get(v.name, 0.0)
+    assert m.lp.valid(1e-6)  # every row of Eq. 1-12 holds at the divided plan
+    split = allocate(g, m_h, word_bits=BITS, divide="auto", time_limit_s=4)
+    assert "2 segments" in split.message
+    if split.status == "feasible":  # every segment proven optimal: the same plan the start was read from
+        assert m.lp.objective.value() * m.problem.unit == split.offchip_bytes
+    whole = allocate(g, m_h, word_bits=BITS, time_limit_s=4)
+    assert check(whole, g) == whole.offchip_bytes
