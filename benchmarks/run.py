@@ -38,7 +38,7 @@ def run(names: list[str]) -> None:
                                  f"benchmarks.run {script.stem.removeprefix('bench_')}` ({time.time() - start:.0f} s)._\n")
         print(f"{script.name}: {'ok' if proc.returncode == 0 else 'FAILED'} in {time.time() - start:.0f} s")
     machine = f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n\n"
-    OUT.write_text(HEADER + machine + "\n".join(sections[k] for k in sorted(sections)))
+    OUT.write_text(HEADER + machine + "\n".join(sections[k].rstrip("\n") + "\n" for k in sorted(sections)))
 
 
 def _existing_sections() -> dict[str, str]:

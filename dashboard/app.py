@@ -32,6 +32,8 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
 PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
 PREFETCH_STEP_S = 0.5
+SEARCHES = ("optimus", "online")  # the methods that search; the others are one pass over the graph
+PARTIAL_AFTER_S = 0.4  # a search slower than this is preceded by the one-pass methods' report
 FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
@@ -56,6 +58,7 @@ class Session(param.Parameterized):
 
     report = param.Parameter(default=None, doc="The Report the views show (the last one that finished)")
     busy = param.Boolean(default=False, doc="True while a newer report is being computed")
+    pending = param.List(default=[], item_type=str, doc="Searches still running; the report shown is without them")
     error = param.String(default="", doc="Why the last request produced no report")
 
     def __init__(self, state: ExplorerState | None = None, **params):
@@ -66,18 +69,22 @@ class Session(param.Parameterized):
         self._report_ticket = 0
         self.state.param.watch(self._request, list(REPORT_PARAMS))
         self.param.watch(self._show_status, "error")
-        self.refresh()
+        self._request()
 
     def graph(self) -> engine.Graph:
         s = self.state
         upload = str(self.upload_dir / s.upload_name) if s.upload_name else ""
         return load_graph(s.network, s.batch, upload)
 
-    def compute_report(self, buffer_kb: int | None = None):
-        """The fusion report for the current state, or at another buffer step (pure and cached)."""
+    def methods(self, *, quick: bool = False) -> tuple[str, ...]:
+        """The chosen fusion methods in a fixed order; `quick` leaves out the searches."""
+        chosen = tuple(m for m in FUSION_METHOD_ORDER if m in self.state.methods) or ("optimus",)
+        return tuple(m for m in chosen if m not in SEARCHES) if quick else chosen
+
+    def compute_report(self, buffer_kb: int | None = None, *, quick: bool = False):
+        """The fusion report for the current state, or at another buffer step, or without the searches (cached)."""
         s = self.state
-        methods = tuple(m for m in FUSION_METHOD_ORDER if m in s.methods)
-        return fusion_report(self.graph(), s.accelerator(buffer_kb), methods or ("optimus",), s.access_model)
+        return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model)
 
     def refresh(self):
         """Recompute the report here and now (start-up, tests)."""
@@ -94,20 +101,34 @@ class Session(param.Parameterized):
             self.refresh()
 
     async def _refresh_async(self):
-        """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins."""
+        """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins.
+
+        When the searches take longer than PARTIAL_AFTER_S (big networks, big buffers), the
+        one-pass methods' report is shown first, marked as waiting for the searches.
+        """
         self._report_ticket += 1
         ticket = self._report_ticket
         self.busy = True
+        full = asyncio.ensure_future(asyncio.to_thread(self.compute_report))
+        done, _ = await asyncio.wait({full}, timeout=PARTIAL_AFTER_S)
+        searches = tuple(m for m in self.methods() if m in SEARCHES)
+        if not done and searches and self.methods(quick=True):
+            try:
+                quick = await asyncio.to_thread(self.compute_report, quick=True)
+            except Exception:  # the full report will say what is wrong
+                quick = None
+            if quick is not None and ticket == self._report_ticket and not full.done():
+                self.param.update(report=quick, pending=list(searches), error="")
         try:
-            rep, err = await asyncio.to_thread(self.compute_report), ""
+            rep, err = await full, ""
         except Exception as exc:
             rep, err = None, error_text(exc)
         if ticket != self._report_ticket:
             return  # superseded by a newer request
         if rep is None:
-            self.param.update(error=err, busy=False)
+            self.param.update(error=err, busy=False, pending=[])
             return
-        self.param.update(report=rep, error="", busy=False)
+        self.param.update(report=rep, error="", busy=False, pending=[])
         if PREFETCH:
             await self._prefetch(ticket)
 
@@ -197,9 +218,10 @@ class Session(param.Parameterized):
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
     hv.extension("bokeh")
+    state = state or ExplorerState()
+    if pn.state.location is not None:  # the URL's choices first, so the first report is the one asked for
+        pn.state.location.sync(state, {p: p for p in URL_PARAMS})
     session = Session(state)
-    if pn.state.location is not None:
-        pn.state.location.sync(session.state, {p: p for p in URL_PARAMS})
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330)
     template.sidebar.extend(session.sidebar())
     template.main.extend(session.main())

@@ -104,7 +104,7 @@ def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     groups_after = len(set(source.data["group"]))
     assert groups_after == len(s.report.plans["optimus"].groups) < groups_before
     assert list(source.data["node_color"]) == list(source.data["colour"])
-    assert f"{groups_after} fused groups" in figure.title.text
+    assert f"{groups_after} groups fused by optimus" in figure.title.text
     assert "2,048 KB buffer" in tab.headline.object
     assert tab.table.value["dram_bytes"].min() == min(p.dram_bytes for p in s.report.plans.values())
     s.state.network = "squeezenet1_0"  # another network: a new plot
@@ -238,3 +238,35 @@ def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():
             gap = min(min(abs(px - x) + abs(py - y) for x, y in inside) for px, py in ops_between)
             assert gap > 0.05  # no op sits on the arc
     assert skips > 100  # DenseNet's dense concats
+
+
+def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
+    import asyncio
+    import time
+
+    from param.parameterized import discard_events
+
+    import dashboard.app as app
+    from dashboard.tabs.fusion import headline_text
+
+    real = app.fusion_report
+
+    def slow_search(graph, acc, methods, access_model):  # a search that takes a second, like NASNet's
+        if "optimus" in methods:
+            time.sleep(1.0)
+        return real(graph, acc, methods, access_model)
+
+    monkeypatch.setattr(app, "fusion_report", slow_search)
+    monkeypatch.setattr(app, "PREFETCH", False)
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
+    shown = []
+    s.param.watch(lambda e: shown.append((tuple(e.new.plans), tuple(s.pending), headline_text(e.new, s.pending))), "report")
+    s.state.param.update(buffer_kb=256)  # outside a server: computed at once, in full
+    shown.clear()
+    with discard_events(s.state):  # the move itself, without its watcher: the server path runs below
+        s.state.buffer_kb = 512
+    asyncio.run(s._refresh_async())
+    assert [(methods, pending) for methods, pending, _ in shown] == [
+        (("dnnvm", "efficient_s"), ("optimus",)), (("dnnvm", "efficient_s", "optimus"), ())]
+    assert "optimus still searching" in shown[0][2] and "still searching" not in shown[1][2]
+    assert s.report.acc.buffer_bytes == 512 * 1024 and not s.busy

@@ -72,8 +72,8 @@ SELECT_NODE = """(op) => {
   for (const doc of Bokeh.documents) {
     for (const model of doc.all_models) {
       const names = model.data instanceof Map ? model.data.get("index_hover") : model.data?.index_hover;
-      if (names !== undefined) {
-        const node = Array.from(names).indexOf(op);
+      const node = names === undefined ? -1 : Array.from(names).indexOf(op);
+      if (node >= 0) {  // a network drawn earlier may still have its nodes' source in the document
         model.selected.indices = [node];
         return node;
       }

@@ -25,19 +25,28 @@ RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 
 
-def headline_text(rep) -> str:
-    """What the page says first: the network, the accelerator, the Oracle and the best plan."""
+def headline_text(rep, pending=()) -> str:
+    """What the page says first: the network, the accelerator, the Oracle, the best plan, and searches still running."""
     g, acc = rep.graph, rep.acc
     best = min(rep.plans.values(), key=lambda p: p.dram_bytes)
-    return (f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer\n\n"
+    text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer\n\n"
             f"{len(g.ops)} ops, {g.macs / 1e9:.2f} GMACs, {g.params / 1e6:.2f} M parameters. "
             f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}) "
             f"{best.dram_bytes / 1e6:,.2f} MB in {len(best.groups)} groups.")
+    if pending:
+        text += f"\n\n**{' and '.join(pending)} still searching**: shown so far are the one-pass methods."
+    return text
 
 
 def shown_plan(rep):
-    """The plan the DAG colours: Optimus when it was run, else the first method."""
-    return rep.plans["optimus"] if "optimus" in rep.plans else next(iter(rep.plans.values()))
+    """The plan the DAG colours: Optimus when it was run, else the one with the least DRAM traffic."""
+    return rep.plans["optimus"] if "optimus" in rep.plans else min(rep.plans.values(), key=lambda p: p.dram_bytes)
+
+
+def groups_title(rep) -> str:
+    """The DAG's title when it shows fused groups: how many, and by which method."""
+    plan = shown_plan(rep)
+    return f"{rep.graph.name}: {len(plan.groups)} groups fused by {plan.method} (click an op for its loop nest)"
 
 
 @lru_cache(maxsize=64)
@@ -73,7 +82,8 @@ def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()) -> hv.Graph:
     """The DAG of a report as a HoloViews graph, coloured by fused group, part or module."""
     plan = shown_plan(rep)
     overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
-    return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay, title)
+    return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay,
+                    title or groups_title(rep))
 
 
 @lru_cache(maxsize=512)
@@ -120,17 +130,16 @@ class DagPlot:
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)  # the hover lines differ with and without an overlay
         if key != self._key:
-            self._draw(rep, dag_view(rep.graph, plan.groups, rep.acc.word_bits,
-                                     [c.dram_bytes for c in plan.costs], overlay, title), key)
+            self._draw(dag_element(rep, colour_by, cpu_kinds), key)
             return
         nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay)
         nodes = nodes.set_index("op").loc[list(self._source.data["index_hover"])]
         patch = {col: nodes[col].to_numpy() for col in RECOLOURED}
         patch["node_color"] = patch["colour"]
         self._source.data.update(patch)
-        self._figure.title.text = title or f"{rep.graph.name}: {len(plan.groups)} fused groups (click an op for its loop nest)"
+        self._figure.title.text = title or groups_title(rep)
 
-    def _draw(self, rep, element: hv.Graph, key):
+    def _draw(self, element: hv.Graph, key):
         figure = hv.render(element, backend="bokeh")
         graph_renderer = next(r for r in figure.renderers if hasattr(r, "node_renderer"))
         self._source = graph_renderer.node_renderer.data_source
@@ -219,7 +228,7 @@ class FusionTab:
         if rep is None:
             return
         with pn.io.hold():
-            self.headline.object = headline_text(rep)
+            self.headline.object = headline_text(rep, self.session.pending)
             self.recolour(rep)
             self.table.value = rep.summary_frame()
             self.energy.show(dict(rep.energy))
