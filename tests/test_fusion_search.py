@@ -241,3 +241,23 @@ def test_grown_rows_equal_the_rows_propagated_from_scratch(seed):
             assert fresh.rows(part.mask, 0) == model.rows(part.mask, 0)
             checked += 1
     assert checked > model.n
+
+
+def test_grown_rows_equal_propagated_rows_through_dense_blocks():
+    # DenseNet's concats make halos reach an op by several paths of different lengths; a grown group
+    # must end with the same rows as propagating from scratch (an earlier bug let a stale, smaller
+    # demand overwrite a larger one, so a group that did not fit was admitted: densenet121, 362 KB)
+    from engine.fusion.cost import model_of
+    from engine.fusion.grow import Partial, extend
+    from engine.fusion.model import FusionModel
+
+    graph = engine.load_network("densenet121", batch=1)
+    model = model_of(graph, engine.Accelerator.preset("optimus").with_buffer(362 * 1024))
+    start = model.index["features.denseblock3.denselayer20.cat"]
+    part = Partial()
+    for x in range(start, start + 40):
+        part = extend(model, part, x)
+        assert FusionModel(graph, model.tp, model.word_bits).rows(part.mask, 0)[0] == part.rows, model.names[x]
+    acc = engine.Accelerator.preset("optimus").with_buffer(362 * 1024)
+    plan = fuse(graph, acc)
+    assert plan.dram_bytes == sum(group_cost(graph, g, acc).dram_bytes for g in plan.groups)

@@ -88,6 +88,8 @@ def _set_rows(model: FusionModel, part: Partial, op: int, r: int) -> None:
     while work:
         i, r = work.pop()
         delta = r - part.rows.get(i, 0)
+        if delta <= 0:  # a stale item: a larger demand reached this op (and its inputs) first
+            continue
         part.rows[i] = r
         part.full += model.full_row[i] * delta
         part.relaxed += model.save_row[i] * delta
