@@ -34,6 +34,7 @@ PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
 PREFETCH_STEP_S = 0.5
 SEARCHES = ("optimus", "online")  # the methods that search; the others are one pass over the graph
 PARTIAL_AFTER_S = 0.4  # a search slower than this is preceded by the one-pass methods' report
+BUSY_AFTER_S = 0.15  # a report slower than this shows the spinner
 FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
@@ -108,9 +109,11 @@ class Session(param.Parameterized):
         """
         self._report_ticket += 1
         ticket = self._report_ticket
-        self.busy = True
         full = asyncio.ensure_future(asyncio.to_thread(self.compute_report))
-        done, _ = await asyncio.wait({full}, timeout=PARTIAL_AFTER_S)
+        done, _ = await asyncio.wait({full}, timeout=BUSY_AFTER_S)
+        if not done:  # a spinner only for waits one notices: toggling it re-lays out the page
+            self.busy = True
+            done, _ = await asyncio.wait({full}, timeout=PARTIAL_AFTER_S - BUSY_AFTER_S)
         searches = tuple(m for m in self.methods() if m in SEARCHES)
         if not done and searches and self.methods(quick=True):
             try:
