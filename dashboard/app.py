@@ -121,7 +121,7 @@ class Session(param.Parameterized):
             except Exception:  # the full report will say what is wrong
                 quick = None
             if quick is not None and ticket == self._report_ticket and not full.done():
-                self.param.update(report=quick, pending=list(searches), error="")
+                await self._publish(report=quick, pending=list(searches), error="")
         try:
             rep, err = await full, ""
         except Exception as exc:
@@ -129,11 +129,29 @@ class Session(param.Parameterized):
         if ticket != self._report_ticket:
             return  # superseded by a newer request
         if rep is None:
-            self.param.update(error=err, busy=False, pending=[])
+            await self._publish(error=err, busy=False, pending=[])
             return
-        self.param.update(report=rep, error="", busy=False, pending=[])
+        await self._publish(report=rep, error="", busy=False, pending=[])
         if PREFETCH:
             await self._prefetch(ticket)
+
+    async def _publish(self, **values):
+        """Set the session's values under the document lock: the views patch Bokeh models directly, and Bokeh
+        takes changes only from callbacks that hold the lock (an async task does not)."""
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:  # no server (tests, notebooks): no lock to take
+            self.param.update(**values)
+            return
+        done = asyncio.get_running_loop().create_future()
+
+        def update():
+            try:
+                self.param.update(**values)
+            finally:
+                done.set_result(None)
+
+        doc.add_next_tick_callback(update)
+        await done
 
     async def _prefetch(self, ticket: int):
         """Compute the other buffer steps' reports in the background, nearest first, so slider moves find them ready.

@@ -97,10 +97,10 @@ def test_clicking_an_op_shows_its_loop_nest():
 def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
-    figure, source = tab.dag.pane.object, tab.dag._source
+    figure, source = tab.dag.pane[0].object, tab.dag._source
     groups_before = len(set(source.data["group"]))
     s.state.buffer_kb = 2048
-    assert tab.dag.pane.object is figure and tab.dag._source is source  # same plot: zoom and pan survive
+    assert tab.dag.pane[0].object is figure and tab.dag._source is source  # same plot: zoom and pan survive
     groups_after = len(set(source.data["group"]))
     assert groups_after == len(s.report.plans["optimus"].groups) < groups_before
     assert list(source.data["node_color"]) == list(source.data["colour"])
@@ -108,7 +108,7 @@ def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     assert "2,048 KB buffer" in tab.headline.object
     assert tab.table.value["dram_bytes"].min() == min(p.dram_bytes for p in s.report.plans.values())
     s.state.network = "squeezenet1_0"  # another network: a new plot
-    assert tab.dag.pane.object is not figure
+    assert tab.dag.pane[0].object is not figure
 
 
 def test_sweep_file_draws_curves(tmp_path):
@@ -188,9 +188,9 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
 
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
-    figure = tab.energy.pane.object
+    figure = tab.energy.pane[0].object
     s.state.buffer_kb = 1024
-    assert tab.energy.pane.object is figure  # patched, not redrawn
+    assert tab.energy.pane[0].object is figure  # patched, not redrawn
 
     def bars(data):
         return sorted(zip(data["method"], data["component"], [round(v, 6) for v in data["bottom"]],

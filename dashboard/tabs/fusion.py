@@ -119,7 +119,7 @@ class DagPlot:
     """
 
     def __init__(self, on_select):
-        self.pane = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane, made when it is drawn
         self._on_select = on_select
         self._key = None
         self._source = None
@@ -145,22 +145,18 @@ class DagPlot:
         self._source = graph_renderer.node_renderer.data_source
         self._source.selected.on_change("indices", self._clicked)
         self._figure, self._key = figure, key
-        self.pane.object = figure
+        self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]  # a new pane lays out afresh
 
     def _clicked(self, attr, old, new):
         if new:
             self._on_select(str(self._source.data["index_hover"][new[0]]))
-
-    def op_at(self, index: int) -> str:
-        """The op drawn as node `index` (the order Bokeh reports clicks in)."""
-        return str(self._source.data["index_hover"][index])
 
 
 class BarsPlot:
     """A bar chart drawn once per set of methods; later reports only patch its bars and its y range."""
 
     def __init__(self, element, columns, top: str):
-        self.pane = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.pane = pn.Column(sizing_mode="stretch_width")
         self._element, self._columns, self._top = element, columns, top
         self._key = self._figure = self._source = None
 
@@ -170,7 +166,7 @@ class BarsPlot:
             figure = hv.render(self._element(energies), backend="bokeh")
             self._source = next(r for r in figure.renderers if hasattr(r, "data_source")).data_source
             self._figure, self._key = figure, key
-            self.pane.object = figure
+            self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]
             return
         data = self._columns(energies)
         self._source.data = data
