@@ -196,12 +196,17 @@ def _add_creation(m: Model) -> None:
 
 def _add_single_spill(m: Model) -> None:
     """Eq. 8: at most one spill per tensor; DRAM keeps the copy."""
-    idx, per = m.idx, {}
-    for (a, _), v in m.S.items():
+    _at_most_one_per_tensor(m, m.S, "eq8")
+
+
+def _at_most_one_per_tensor(m: Model, variables: dict, tag: str) -> None:
+    """sum over steps of variables[(tensor, step)] <= 1 for every tensor with more than one."""
+    per = {}
+    for (a, _), v in variables.items():
         per.setdefault(a, []).append(v)
     for a, vs in per.items():
         if len(vs) > 1:
-            m.lp += pulp.lpSum(vs) <= 1, f"eq8_{idx[a]}"
+            m.lp += pulp.lpSum(vs) <= 1, f"{tag}_{m.idx[a]}"
 
 
 def _add_one_op_per_step(m: Model) -> None:
@@ -320,12 +325,7 @@ def _add_offchip_objective(m: Model) -> None:
 # ---- minimum peak footprint (Sec. III-E1) ------------------------------------
 def _add_single_load(m: Model) -> None:
     """Eq. 13: no spills or retrievals; only the compulsory load of a DRAM-held tensor, once."""
-    idx, per = m.idx, {}
-    for (a, _), v in m.R.items():
-        per.setdefault(a, []).append(v)
-    for a, vs in per.items():
-        if len(vs) > 1:
-            m.lp += pulp.lpSum(vs) <= 1, f"eq13_{idx[a]}"
+    _at_most_one_per_tensor(m, m.R, "eq13")
 
 
 def _add_keep_resident(m: Model) -> None:
