@@ -112,7 +112,8 @@ class Session(param.Parameterized):
         full = asyncio.ensure_future(asyncio.to_thread(self.compute_report))
         done, _ = await asyncio.wait({full}, timeout=BUSY_AFTER_S)
         if not done:  # a spinner only for waits one notices: toggling it re-lays out the page
-            self.busy = True
+            if ticket == self._report_ticket:  # (a superseded request must not leave it spinning)
+                self.busy = True
             done, _ = await asyncio.wait({full}, timeout=PARTIAL_AFTER_S - BUSY_AFTER_S)
         searches = tuple(m for m in self.methods() if m in SEARCHES)
         if not done and searches and self.methods(quick=True):

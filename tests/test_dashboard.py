@@ -270,3 +270,36 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
         (("dnnvm", "efficient_s"), ("optimus",)), (("dnnvm", "efficient_s", "optimus"), ())]
     assert "optimus still searching" in shown[0][2] and "still searching" not in shown[1][2]
     assert s.report.acc.buffer_bytes == 512 * 1024 and not s.busy
+
+
+def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
+    import asyncio
+    import time
+
+    from param.parameterized import discard_events
+
+    import dashboard.app as app
+
+    real = app.fusion_report
+
+    def slow_at_512(graph, acc, methods, access_model):
+        if acc.buffer_bytes == 512 * 1024:
+            time.sleep(0.6)
+        return real(graph, acc, methods, access_model)
+
+    monkeypatch.setattr(app, "fusion_report", slow_at_512)
+    monkeypatch.setattr(app, "PREFETCH", False)
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
+
+    async def slow_then_fast():
+        with discard_events(s.state):
+            s.state.buffer_kb = 512
+        old = asyncio.ensure_future(s._refresh_async())
+        await asyncio.sleep(0.01)
+        with discard_events(s.state):
+            s.state.buffer_kb = 64  # the user moved on at once; this report is cached
+        await s._refresh_async()
+        await old
+
+    asyncio.run(slow_then_fast())
+    assert s.report.acc.buffer_bytes == 64 * 1024 and not s.busy
