@@ -283,6 +283,19 @@ def test_time_limit_returns_best_found_with_gap():
     a.validate()
 
 
+def test_no_time_left_to_solve_returns_the_start_plan():
+    # a limit spent before the ILP is solved (here: at once) gives the MIP start, which is valid and
+    # never above the baselines, instead of running the solver past the limit
+    g = random_dag(3, 40, max_size=9, two_outputs=0.1)
+    m_r = budgets(g, word_bits=BITS)[0]
+    a = allocate(g, m_r, word_bits=BITS, time_limit_s=1e-6)
+    assert a.has_plan and a.status in ("time_limit", "optimal")
+    assert check(a, g) == a.offchip_bytes
+    a.validate()
+    for method in METHODS[1:]:
+        assert a.offchip_bytes <= allocate(g, m_r, method=method, word_bits=BITS).offchip_bytes
+
+
 def test_cbc_agrees_with_highs():
     g = TINY[1]
     budget = budgets(g, word_bits=BITS)[0]

@@ -63,8 +63,11 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
         opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
         start = _start(m, graph, mpmf_order, share / 3, whole=divide is None, **opts)
-        left = max(deadline - time.perf_counter() - share * (len(bounds) - k - 1), 0.2)
-        stats = solve.run(m.lp, solver=solver, time_limit_s=left, start=start, bound=0.0)
+        left = deadline - time.perf_counter() - share * (len(bounds) - k - 1)
+        if left <= 0 and start is not None:  # out of time before the solve: the start is the answer
+            stats = solve.take_start(m.lp, start, bound=0.0)
+        else:
+            stats = solve.run(m.lp, solver=solver, time_limit_s=max(left, 0.2), start=start, bound=0.0)
         if not stats.has_solution:
             where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
             if stats.status == "infeasible":

@@ -65,11 +65,15 @@ class _HiGHSWithStart(pulp.HiGHS):
                   np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
                   np.array(value, dtype=np.float64))
 
+    deadline: float | None = None  # perf_counter time by which HiGHS must stop (run() sets it)
+
     def callSolver(self, lp):
         start = [(v.index, v.varValue) for v in lp.variables() if v.varValue is not None]
         if start:
             idx, val = zip(*start)
             lp.solverModel.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=np.float64))
+        if self.deadline is not None:  # handing a big model over takes seconds: HiGHS gets what is left
+            lp.solverModel.setOptionValue("time_limit", max(self.deadline - time.perf_counter(), 0.1))
         super().callSolver(lp)
 
 
@@ -103,13 +107,10 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
     """
     engine = solver_for(solver, time_limit_s)
     began = time.perf_counter()
+    if isinstance(engine, _HiGHSWithStart):
+        engine.deadline = began + time_limit_s
     if start is not None:
-        for v in lp.variables():
-            value = start.get(v.name) or 0.0
-            value = round(value) if v.cat == pulp.LpInteger else value
-            lo = -math.inf if v.lowBound is None else v.lowBound
-            hi = math.inf if v.upBound is None else v.upBound
-            v.setInitialValue(min(max(value, lo), hi))  # solver tolerance can overshoot a bound
+        _set_start(lp, start)
         if bound is not None and lp.objective.value() <= bound + 1e-9:
             return SolveStats("optimal", True, 0.0, time.perf_counter() - began, "start")
     lp.solve(engine)
@@ -124,6 +125,26 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
     if sol in (pulp.LpSolutionInfeasible, pulp.LpSolutionUnbounded):
         return SolveStats("infeasible", False, None, seconds, engine.name)
     return SolveStats("time_limit", False, None, seconds, engine.name)
+
+
+def take_start(lp: pulp.LpProblem, start: dict, *, bound: float | None = None) -> SolveStats:
+    """The start as the solution when no time is left to solve (a big model's presolve alone would overrun
+    the limit by seconds): optimal if it reaches `bound`, else unproven."""
+    began = time.perf_counter()
+    _set_start(lp, start)
+    proven = bound is not None and lp.objective.value() <= bound + 1e-9
+    return SolveStats("optimal" if proven else "time_limit", True, 0.0 if proven else None,
+                      time.perf_counter() - began, "start")
+
+
+def _set_start(lp: pulp.LpProblem, start: dict) -> None:
+    """Give every variable its value in `start` (name -> value, others 0), within its bounds."""
+    for v in lp.variables():
+        value = start.get(v.name) or 0.0
+        value = round(value) if v.cat == pulp.LpInteger else value
+        lo = -math.inf if v.lowBound is None else v.lowBound
+        hi = math.inf if v.upBound is None else v.upBound
+        v.setInitialValue(min(max(value, lo), hi))  # solver tolerance can overshoot a bound
 
 
 def _highs_stats(lp: pulp.LpProblem, seconds: float) -> SolveStats:
