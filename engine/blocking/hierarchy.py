@@ -6,13 +6,12 @@ memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
 from engine.blocking.layer import TENSORS
-from engine.memory_energy import MAC_PJ, TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj  # noqa: F401
+from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # access_energy_pj: re-exported
 
 KB = 1024
 MB = 1024 * KB
