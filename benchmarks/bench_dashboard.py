@@ -31,7 +31,8 @@ BROWSER_NETWORKS = ("resnet50", "squeezenet1_0")
 MOVES = 10
 ROOT = Path(__file__).resolve().parent.parent
 
-# Times, in the page, each websocket message's handling and the frame after it; marks the mouse release.
+# Times, in the page, each websocket message's handling and the frame after it; marks the mouse release
+# and each mouse move with the button held.
 TIMING_SCRIPT = """
 (() => {
   window.__frames = [];
@@ -51,7 +52,9 @@ TIMING_SCRIPT = """
     get onmessage() { return super.onmessage; }
   }
   window.WebSocket = Timed;
-  document.addEventListener('mouseup', () => { window.__release = performance.now(); window.__frames = []; }, true);
+  const mark = () => { window.__release = performance.now(); window.__frames = []; };
+  document.addEventListener('mouseup', mark, true);
+  document.addEventListener('mousemove', (e) => { if (e.buttons) mark(); }, true);   // a drag step, handle held
   window.__drawnAfter = () => {   // ms from the release to the frame after the last content message was applied
     const f = window.__frames;
     let last = -1;
@@ -73,7 +76,7 @@ def server_side(network: str) -> tuple[float, float, float]:
         with discard_events(session.state):  # move the buffer without telling the views: time report and patch apart
             session.state.buffer_kb = kb
         t0 = time.perf_counter()
-        rep = session.compute_report()
+        rep = session._compute_prepared()  # the report and the views' data, as the worker thread makes them
         t1 = time.perf_counter()
         tab.show(rep)
         t2 = time.perf_counter()
@@ -89,7 +92,11 @@ def _free_port() -> int:
 
 
 def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
-    """Per network, ms from slider release to the new report drawn, over ten moves."""
+    """Per network, ms from the slider move to the new report drawn, over ten moves.
+
+    Without prefetch, from the release (the report is computed then); with it, from the mouse
+    move that carries the held handle onto the next step (the views follow the drag).
+    """
     from playwright.sync_api import sync_playwright
 
     port = _free_port()
@@ -116,7 +123,8 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
                 page.get_by_text("best plan").first.wait_for(timeout=120_000)
                 page.wait_for_timeout(5000)
                 step = page.locator(".noUi-target").first.bounding_box()["width"] / (len(BUFFER_STEPS_KB) - 1)
-                results[net] = [_one_move(page, step) for _ in range(MOVES)]  # 8 KB up, a new size each time
+                move = _one_drag_step if prefetch else _one_move
+                results[net] = [move(page, step) for _ in range(MOVES)]  # 8 KB up, a new size each time
                 page.close()
             browser.close()
         return results
@@ -126,27 +134,49 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
 
 
 def _one_move(page, dx: float) -> float:
-    handle = page.locator(".noUi-handle").first
-    box = handle.bounding_box()
+    """Drag the handle one step and release it; ms from the release to the new report drawn."""
+    x, y = _grab_handle(page)
+    page.mouse.move(x + dx, y, steps=4)
+    page.mouse.up()
+    _until_quiet(page)
+    return page.evaluate("window.__drawnAfter()")
+
+
+def _one_drag_step(page, dx: float) -> float:
+    """Carry the held handle onto the next step in one mouse move; ms from that move to the new report drawn."""
+    x, y = _grab_handle(page)
+    page.mouse.move(x + dx, y)
+    _until_quiet(page)
+    drawn = page.evaluate("window.__drawnAfter()")
+    page.mouse.up()
+    _until_quiet(page)
+    return drawn
+
+
+def _grab_handle(page) -> tuple[float, float]:
+    box = page.locator(".noUi-handle").first.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     page.mouse.move(x, y)
     page.mouse.down()
-    page.mouse.move(x + dx, y, steps=4)
-    page.mouse.up()
+    return x, y
+
+
+def _until_quiet(page):
+    """Wait until no websocket message arrived for 1.5 s."""
     seen, quiet_since = -1, time.time()
-    while time.time() - quiet_since < 1.5:  # until no message for 1.5 s
+    while time.time() - quiet_since < 1.5:
         page.wait_for_timeout(100)
         count = page.evaluate("window.__frames.length")
         if count != seen:
             seen, quiet_since = count, time.time()
-    return page.evaluate("window.__drawnAfter()")
 
 
 def main():
     print("## Dashboard: one buffer-slider move\n")
     print("### On the server\n")
     print("Median over buffer sizes " + ", ".join(f"{k} KB" for k in STEPS_KB) + " (each new to the caches), "
-          "methods dnnvm + efficient_s + optimus with energy, batch 1, `optimus` preset. \"Patch\" puts the report "
+          "methods dnnvm + efficient_s + optimus with energy, batch 1, `optimus` preset. \"Report\" is the worker "
+          "thread's part: the report and the views' data derived from it. \"Patch\" puts them "
           "into the Fusion tab (headline, DAG colours, table, energy and latency bars) without drawing anything anew.\n")
     print("| network | report (ms) | patch views (ms) | worst total (ms) |")
     print("|---|---:|---:|---:|")
@@ -157,10 +187,11 @@ def main():
     if not shutil.which("chromium"):
         print("(skipped: Debian's chromium is not installed; `make browser` installs it)")
         return
-    print("`panel serve dashboard`, headless Chromium without a GPU on this machine, ten slider moves per network, each one step up from 8 KB: "
-          "ms from the mouse release to the frame after the last message carrying the new report was applied. "
-          "Cold: every move computes its report (`DASHBOARD_PREFETCH=0`); prefetched: the other buffer steps were "
-          "computed in the background after the page loaded (the default).\n")
+    print("`panel serve dashboard`, headless Chromium without a GPU on this machine, ten slider moves per network, each one step up from 8 KB, "
+          "to the frame after the last message carrying the new report was applied. "
+          "Cold (`DASHBOARD_PREFETCH=0`): every move computes its report when the handle is released; ms from the release. "
+          "Prefetched (the default): the other buffer steps were computed in the background after the page loaded, so the "
+          "views follow the handle while it is dragged; ms from the mouse move that carries the held handle onto the next step.\n")
     print("| network | reports | median (ms) | fastest | slowest |")
     print("|---|---|---:|---:|---:|")
     for prefetch in (False, True):

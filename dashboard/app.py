@@ -43,6 +43,18 @@ URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "
               "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
+class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
+    """A DiscreteSlider whose moves reach the Python side at once.
+
+    Panel holds every widget event back 50 ms (a debounce) unless the property is a priority
+    change; for the buffer slider that was half of the time a move took to show.
+    """
+
+    def _update_options(self, *events):
+        super()._update_options(*events)
+        self._slider._priority_changes = ["value", "value_throttled"]  # the inner IntSlider, made anew here
+
+
 @lru_cache(maxsize=16)
 def load_graph(name: str, batch: int, upload_path: str = "") -> engine.Graph:
     """A zoo network or light model by name, or the session's uploaded file."""
@@ -68,6 +80,9 @@ class Session(param.Parameterized):
         self.upload_dir = Path(tempfile.mkdtemp(prefix="dnn-explorer-"))
         self.status = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
         self._report_ticket = 0
+        # what the views derive from a report (cached per report), computed with it in the worker thread
+        self.preparers: list = []
+        self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
         self.param.watch(self._show_status, "error")
         self._request()
@@ -86,6 +101,35 @@ class Session(param.Parameterized):
         """The fusion report for the current state, or at another buffer step, or without the searches (cached)."""
         s = self.state
         return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model)
+
+    def _compute_prepared(self, buffer_kb: int | None = None, *, quick: bool = False):
+        """The report, with every view's data derived from it ready in the caches (run in a worker thread)."""
+        key, kb = self._choices(), self.state.buffer_kb if buffer_kb is None else buffer_kb
+        rep = self.compute_report(kb, quick=quick)
+        for prepare in self.preparers:
+            try:
+                prepare(rep)
+            except Exception:  # the view meets the same error when it shows the report, and says so
+                pass
+        if not quick:
+            self._ready.add((key, kb))
+        return rep
+
+    def _choices(self) -> tuple:
+        """Every choice the fusion report depends on except the buffer size."""
+        return tuple(str(getattr(self.state, p)) for p in REPORT_PARAMS if p != "buffer_kb")
+
+    def is_ready(self, buffer_kb: int) -> bool:
+        """Whether the report at this buffer step is already computed (prefetched or visited)."""
+        return (self._choices(), buffer_kb) in self._ready
+
+    def follow_drag(self, buffer_kb: int):
+        """The slider's handle, still held, reached a step: a computed report there is shown at once.
+
+        Steps not computed yet wait for the release (the throttled value), so a drag never queues searches.
+        """
+        if buffer_kb != self.state.buffer_kb and self.is_ready(buffer_kb):
+            self.state.buffer_kb = buffer_kb
 
     def refresh(self):
         """Recompute the report here and now (start-up, tests)."""
@@ -109,7 +153,7 @@ class Session(param.Parameterized):
         """
         self._report_ticket += 1
         ticket = self._report_ticket
-        full = asyncio.ensure_future(asyncio.to_thread(self.compute_report))
+        full = asyncio.ensure_future(asyncio.to_thread(self._compute_prepared))
         done, _ = await asyncio.wait({full}, timeout=BUSY_AFTER_S)
         if not done:  # a spinner only for waits one notices: toggling it re-lays out the page
             if ticket == self._report_ticket:  # (a superseded request must not leave it spinning)
@@ -118,7 +162,7 @@ class Session(param.Parameterized):
         searches = tuple(m for m in self.methods() if m in SEARCHES)
         if not done and searches and self.methods(quick=True):
             try:
-                quick = await asyncio.to_thread(self.compute_report, quick=True)
+                quick = await asyncio.to_thread(self._compute_prepared, quick=True)
             except Exception:  # the full report will say what is wrong
                 quick = None
             if quick is not None and ticket == self._report_ticket and not full.done():
@@ -166,7 +210,7 @@ class Session(param.Parameterized):
                 return
             start = time.perf_counter()
             try:
-                await asyncio.to_thread(self.compute_report, BUFFER_STEPS_KB[i])
+                await asyncio.to_thread(self._compute_prepared, BUFFER_STEPS_KB[i])
             except Exception:  # the same error will be shown if the user goes there
                 return
             if time.perf_counter() - start > PREFETCH_STEP_S:
@@ -202,10 +246,16 @@ class Session(param.Parameterized):
         upload = pn.widgets.FileInput(accept=".onnx", label="or upload an .onnx file", multiple=False)
         upload.param.watch(lambda e: self.on_upload(e.new, upload.filename or "model.onnx"), "value")
         s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
-        buffer = pn.widgets.DiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB,
+        buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB,
                                            value=s.buffer_kb)
         buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
-        s.param.watch(lambda e: setattr(buffer, "value", e.new), "buffer_kb")
+        buffer.param.watch(lambda e: self.follow_drag(e.new), "value")
+
+        def follow_state(event):  # a preset or a curve click moved the buffer; the slider's own moves are there already
+            if event.new != buffer.value:
+                buffer.value = event.new
+
+        s.param.watch(follow_state, "buffer_kb")
         return [
             pn.pane.Markdown("#### Network"), network, upload,
             pn.widgets.IntInput.from_param(s.param.batch),
@@ -244,7 +294,9 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     if pn.state.location is not None:  # the URL's choices first, so the first report is the one asked for
         pn.state.location.sync(state, {p: p for p in URL_PARAMS})
     session = Session(state)
-    template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330)
+    # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
+    template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
+                                            busy_indicator=None)
     template.sidebar.extend(session.sidebar())
     template.main.extend(session.main())
     return template

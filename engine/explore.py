@@ -21,9 +21,12 @@ KB = 1024
 CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Report:
-    """Everything the dashboard shows for one (network, accelerator, options) choice."""
+    """Everything the dashboard shows for one (network, accelerator, options) choice.
+
+    Compared and hashed by identity, so what a view derives from a report can be cached per report.
+    """
 
     graph: Graph
     acc: Accelerator

@@ -5,7 +5,7 @@ import panel as pn
 import pytest
 
 import engine
-from dashboard.app import Session, build_app
+from dashboard.app import LiveDiscreteSlider, Session, build_app
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
 
@@ -106,7 +106,7 @@ def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     assert list(source.data["node_color"]) == list(source.data["colour"])
     assert f"{groups_after} groups fused by optimus" in figure.title.text
     assert "2,048 KB buffer" in tab.headline.object
-    assert tab.table.value["dram_bytes"].min() == min(p.dram_bytes for p in s.report.plans.values())
+    assert f"<td>{min(p.dram_bytes for p in s.report.plans.values()):,}</td>" in tab.table.object
     s.state.network = "squeezenet1_0"  # another network: a new plot
     assert tab.dag.pane[0].object is not figure
 
@@ -220,6 +220,46 @@ def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
     ready = [s.compute_report(kb) for kb in (90, 181)]  # the nearest steps are computed first
     assert fusion_report.cache_info().hits == hits + 2
     assert [r.acc.buffer_bytes for r in ready] == [90 * 1024, 181 * 1024]
+
+
+def test_a_drag_shows_at_once_only_the_reports_already_computed():
+    import asyncio
+
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=128, methods=["dnnvm", "optimus"]))
+    s.follow_drag(90)  # nothing computed there yet: the drag waits for the release
+    assert s.state.buffer_kb == 128
+    asyncio.run(s._prefetch(s._report_ticket))
+    s.follow_drag(90)
+    assert s.state.buffer_kb == 90 and s.report.acc.buffer_bytes == 90 * 1024
+    s.state.batch = 2  # other choices: the prefetched reports no longer apply
+    s.follow_drag(181)
+    assert s.state.buffer_kb == 90
+
+
+def test_the_buffer_slider_skips_panels_event_debounce():
+    import panel.reactive
+
+    assert "_priority_changes" in vars(panel.reactive.Syncable)  # the hook Panel reads before its 50 ms debounce
+    s = Session(ExplorerState(network="squeezenet1_0"))
+    slider = next(w for w in s.sidebar() if isinstance(w, LiveDiscreteSlider))
+    assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
+    slider.options = [8, 16, 32]  # the inner slider is made anew
+    assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
+
+
+def test_the_methods_table_and_the_view_data_follow_the_report():
+    from dashboard.tabs.fusion import RECOLOURED, fusion_view_data
+    from dashboard.views.dag import node_table
+
+    s = Session(ExplorerState(network="resnet18", buffer_kb=256))
+    view = fusion_view_data(s.report)
+    assert fusion_view_data(s.report) is view  # computed once per report
+    plan = s.report.plans["optimus"]
+    nodes = node_table(s.report.graph, plan.groups, s.report.acc.word_bits, [c.dram_bytes for c in plan.costs])
+    for col in RECOLOURED:
+        assert list(view.node_columns[col]) == list(nodes[col])
+    for method, p in s.report.plans.items():
+        assert f"<td>{method}</td>\n      <td>{p.dram_bytes:,}</td>" in view.summary_html
 
 
 def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():

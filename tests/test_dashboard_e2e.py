@@ -121,6 +121,11 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     page.mouse.down()
     page.mouse.move(box["x"] + 150, box["y"] + box["height"] / 2, steps=8)
     page.mouse.up()
+    # the views follow the drag through the steps already computed, then settle on the released one
+    released_kb = int(re.search(r"<b>(\d+)</b>", page.get_by_text("On-chip buffer").first.inner_html()).group(1))
+    assert released_kb > 64
+    page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {released_kb:,} KB buffer")).first.wait_for(timeout=60_000)
+    page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=60_000)
     after = _settled_dram_mb(page, differs_from=before)
     assert after < before  # a bigger buffer never needs more DRAM traffic
     page.screenshot(path=str(SHOTS / "after-slider.png"), full_page=True)

@@ -8,9 +8,11 @@ go out in one message (`pn.io.hold`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import holoviews as hv
+import numpy as np
 import pandas as pd
 import panel as pn
 
@@ -23,6 +25,13 @@ from dashboard.views.energy import energy_bars, latency_bars, latency_columns, s
 # node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
 RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
+SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
+                    "x_oracle": "× Oracle"}
+TABLE_CSS = """
+table.methods { border-collapse: collapse; font-size: 13px; }
+table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: right; }
+table.methods th:first-child, table.methods td:first-child, table.methods td:last-child { text-align: left; }
+"""
 
 
 def headline_text(rep, pending=()) -> str:
@@ -86,6 +95,33 @@ def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()) -> hv.Graph:
                     title or groups_title(rep))
 
 
+@dataclass(frozen=True)
+class FusionViewData:
+    """What a report changes in the drawn Fusion views, computed off the UI thread (the worker that made the report)."""
+
+    node_columns: dict  # RECOLOURED column -> values, one per op in graph order, for the fused-group colouring
+    dag_title: str
+    summary_html: str
+    energy_columns: dict
+    latency_columns: dict
+
+
+@lru_cache(maxsize=256)
+def fusion_view_data(rep) -> FusionViewData:
+    """The data a report patches into the DAG, the method table and the bars (cached per report)."""
+    plan = shown_plan(rep)
+    nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs])
+    energies = dict(rep.energy)
+    return FusionViewData({col: nodes[col].to_numpy() for col in RECOLOURED}, groups_title(rep),
+                          summary_html(rep.summary_frame()), stacked_columns(energies), latency_columns(energies))
+
+
+def summary_html(summary: pd.DataFrame) -> str:
+    """The per-method table as plain HTML: a browser lays it out in well under a millisecond (a Tabulator: ~30 ms)."""
+    return summary.rename(columns=SUMMARY_HEADINGS).to_html(
+        index=False, border=0, classes="methods", na_rep="-", formatters={"DRAM bytes": "{:,}".format})
+
+
 @lru_cache(maxsize=512)
 def layer_counts(graph, op: str, acc):
     from engine.blocking import layer_access_counts
@@ -124,26 +160,32 @@ class DagPlot:
         self._key = None
         self._source = None
         self._figure = None
+        self._order = None  # the drawn nodes' positions in graph order
 
     def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
-        plan = shown_plan(rep)
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)  # the hover lines differ with and without an overlay
         if key != self._key:
-            self._draw(dag_element(rep, colour_by, cpu_kinds), key)
+            self._draw(dag_element(rep, colour_by, cpu_kinds), key, rep.graph)
             return
-        nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay)
-        nodes = nodes.set_index("op").loc[list(self._source.data["index_hover"])]
-        patch = {col: nodes[col].to_numpy() for col in RECOLOURED}
+        if overlay is None:
+            view = fusion_view_data(rep)
+            columns, title = view.node_columns, view.dag_title
+        else:
+            plan = shown_plan(rep)
+            nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay)
+            columns = {col: nodes[col].to_numpy() for col in RECOLOURED}
+        patch = {col: values[self._order] for col, values in columns.items()}
         patch["node_color"] = patch["colour"]
         self._source.data.update(patch)
-        self._figure.title.text = title or groups_title(rep)
+        self._figure.title.text = title
 
-    def _draw(self, element: hv.Graph, key):
+    def _draw(self, element: hv.Graph, key, graph):
         figure = hv.render(element, backend="bokeh")
         graph_renderer = next(r for r in figure.renderers if hasattr(r, "node_renderer"))
         self._source = graph_renderer.node_renderer.data_source
         self._source.selected.on_change("indices", self._clicked)
+        self._order = np.array([graph.position[op] for op in self._source.data["index_hover"]])
         self._figure, self._key = figure, key
         self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]  # a new pane lays out afresh
 
@@ -155,12 +197,13 @@ class DagPlot:
 class BarsPlot:
     """A bar chart drawn once per set of methods; later reports only patch its bars and its y range."""
 
-    def __init__(self, element, columns, top: str):
+    def __init__(self, element, top: str):
         self.pane = pn.Column(sizing_mode="stretch_width")
-        self._element, self._columns, self._top = element, columns, top
+        self._element, self._top = element, top
         self._key = self._figure = self._source = None
 
-    def show(self, energies: dict):
+    def show(self, energies: dict, data: dict):
+        """Draw for a new set of methods, else patch in `data` (the plot's columns for `energies`)."""
         key = tuple(energies)
         if key != self._key:
             figure = hv.render(self._element(energies), backend="bokeh")
@@ -168,7 +211,6 @@ class BarsPlot:
             self._figure, self._key = figure, key
             self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]
             return
-        data = self._columns(energies)
         self._source.data = data
         end = 1.05 * max(data[self._top], default=1.0) or 1.0
         self._figure.y_range.update(start=0, end=end, reset_start=0, reset_end=end)
@@ -209,11 +251,10 @@ class FusionTab:
                                                  label="computing...")
         self.dag = DagPlot(on_select=lambda op: setattr(state, "selected_op", op))
         self.detail = LayerDetail()
-        self.table = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, sizing_mode="stretch_width",
-                                          show_index=False,
-                                          formatters={"dram_bytes": {"type": "money", "precision": 0, "symbol": ""}})
-        self.energy = BarsPlot(energy_bars, stacked_columns, top="top")
-        self.latency = BarsPlot(latency_bars, latency_columns, top="latency_ms")
+        self.table = pn.pane.HTML("", stylesheets=[TABLE_CSS], sizing_mode="stretch_width")
+        self.energy = BarsPlot(energy_bars, top="top")
+        self.latency = BarsPlot(latency_bars, top="latency_ms")
+        session.preparers.append(fusion_view_data)
         session.param.watch(lambda e: self.show(e.new), "report")
         state.param.watch(lambda e: self.recolour(), ["colour_by", "cpu_kinds"])
         state.param.watch(lambda e: self.detail.show(session.report, e.new), "selected_op")
@@ -223,12 +264,13 @@ class FusionTab:
         """Put a new report into every view, as one message to the browser."""
         if rep is None:
             return
+        view = fusion_view_data(rep)
         with pn.io.hold():
             self.headline.object = headline_text(rep, self.session.pending)
             self.recolour(rep)
-            self.table.value = rep.summary_frame()
-            self.energy.show(dict(rep.energy))
-            self.latency.show(dict(rep.energy))
+            self.table.object = view.summary_html
+            self.energy.show(dict(rep.energy), view.energy_columns)
+            self.latency.show(dict(rep.energy), view.latency_columns)
             self.detail.show(rep, self.session.state.selected_op)
 
     def recolour(self, rep=None):
