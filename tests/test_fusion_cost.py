@@ -175,6 +175,7 @@ def test_growing_a_group_keeps_exact_totals_and_bounds(seed):
             assert part.rows == op_rows
             lower, upper = part.bounds()
             assert lower <= model.footprint(part.mask, 0) <= upper
+            assert part.whole <= model.footprint(part.mask, 1)
 
 
 def test_ops_outside_the_tile_model_run_alone_at_compulsory_traffic():

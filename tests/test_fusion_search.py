@@ -88,8 +88,10 @@ def _valid(graph: Graph, groups: list[tuple[str, ...]]) -> bool:
     return nx.is_directed_acyclic_graph(quotient)
 
 
-def brute_force(graph: Graph, acc, reloads: str = "tile") -> int | None:
-    """Least total group_cost over every set partition of the ops that is valid (None if none is)."""
+def brute_force(graph: Graph, acc, reloads: str = "tile", admit=lambda group: True) -> int | None:
+    """Least total group_cost over every set partition of the ops that is valid (None if none is).
+
+    `admit(group)` restricts the groups further (the on-line variant's rules)."""
     names = [op.name for op in graph.ops]
     cost: dict[frozenset, int | None] = {}
 
@@ -113,7 +115,7 @@ def brute_force(graph: Graph, acc, reloads: str = "tile") -> int | None:
         head, tail = rest[0], rest[1:]
         for mask in range(1 << len(tail)):
             group = frozenset([head] + [t for b, t in enumerate(tail) if mask >> b & 1])
-            c = of(group)
+            c = of(group) if admit(group) else None
             if c is not None:
                 walk([t for t in tail if t not in group], groups + [tuple(group)], total + c)
 
@@ -123,6 +125,29 @@ def brute_force(graph: Graph, acc, reloads: str = "tile") -> int | None:
 
 BUFFERS = (2048, 3072, 4096, 6144, 8192, 16384)
 CASES = [(seed, 6 + seed % 5, BUFFERS[seed % len(BUFFERS)]) for seed in range(48)]
+
+
+@pytest.mark.parametrize("seed,n_ops,buffer", CASES[::3])
+def test_online_equals_brute_force_under_its_rules(seed, n_ops, buffer):
+    # Sec. 6: an op fused with one consumer is fused with all of them, and a group holds at most
+    # size_limit ops; the on-line search must find the least total over partitions obeying both
+    from engine.fusion.cost import Capacity, model_of
+    from engine.fusion.online import size_limit
+
+    graph = random_graph(seed, n_ops)
+    acc = engine.Accelerator.preset("optimus").with_buffer(buffer).with_pe_array(4, 4)
+    limit = size_limit(model_of(graph, acc), Capacity.of(acc))
+    consumers = {op.name: {c.name for c in graph.ops if set(op.outputs) & set(c.inputs)} for op in graph.ops}
+
+    def obeys(group: frozenset) -> bool:
+        return len(group) <= limit and all(consumers[op] <= group for op in group if consumers[op] & group)
+
+    expect = brute_force(graph, acc, admit=obeys)
+    if expect is None:
+        return
+    plan = fuse(graph, acc, method="online")
+    assert plan.dram_bytes == expect
+    assert all(obeys(frozenset(grp)) for grp in plan.groups)
 
 
 @pytest.mark.parametrize("seed,n_ops,buffer", CASES)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
 from engine.fusion import dataflow
-from engine.fusion.grow import least_subgroups
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -113,7 +112,7 @@ def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
 
 def dram_bytes(model: FusionModel, mask: int, cap: Capacity) -> int | None:
     """DRAM bytes of the group `mask`, or None when it cannot run on chip."""
-    if mask & (mask - 1) and fits(model, mask, cap) and _resident(model, mask, cap):
+    if mask & (mask - 1) and fits(model, mask, cap) and params_stay(model, mask, cap):
         return least_bytes(model, mask)  # Eq. 3 with parameters loaded once
     best = schedule(model, mask, cap)
     return None if best is None else best.dram
@@ -125,21 +124,7 @@ def least_bytes(model: FusionModel, mask: int) -> int:
     return fin + fout + _bytes(p_elems, model.word_bits)
 
 
-def lower_bytes(model: FusionModel, mask: int, cap: Capacity) -> int:
-    """A lower bound on the fused schedule's traffic, without the exact ISOA program when parameters surely stream.
-
-    Streamed parameters are loaded once per sub-group, and the sub-group count is at
-    least `grow.least_subgroups` of a lower bound on the whole-image footprint.
-    """
-    least = least_bytes(model, mask)
-    if _resident(model, mask, cap):
-        return least
-    p_bytes = _bytes(model.io(mask)[2], model.word_bits)
-    batch = 1 if cap.per_band else model.batch
-    return least + p_bytes * (least_subgroups(model.whole_lower(mask), batch, cap.fmap) - 1)
-
-
-def _resident(model: FusionModel, mask: int, cap: Capacity) -> bool:
+def params_stay(model: FusionModel, mask: int, cap: Capacity) -> bool:
     """Whether all the group's parameters stay on chip beside its finest fmap tiles."""
     p_elems = model.io(mask)[2]
     if not p_elems:
@@ -189,7 +174,7 @@ def _tiled(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
     if not model.fits_finest(mask, cap.fmap):
         return None
     fin, fout, p_elems, kbig = model.io(mask)
-    resident = _resident(model, mask, cap)
+    resident = params_stay(model, mask, cap)
     room = cap.fmap - (p_elems if resident and cap.shared else 0)  # resident parameters share the buffer
     k = _fewest_steps(model, mask, room, kbig)
     tile = model.footprint(mask, k)

@@ -149,6 +149,13 @@ class FusionModel:
             self.save_row.append(full - isoa)
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
+        # per op and input: (tensor, rows rule, its producer, the producer's rows, tensor rows and row elements),
+        # flat for `grow`'s halo loop
+        self.feeds = tuple(tuple((j, mode, kern, stride, self.producer[j],
+                                  self.out_h[self.producer[j]] if self.producer[j] >= 0 else 0,
+                                  self.tgeo[j].h, self.tgeo[j].row)
+                                 for j, (mode, kern, stride) in zip(self.ins[i], self.rules[i]))
+                           for i in range(self.n))
 
     def _covers(self, i: int, op) -> bool:
         """Whether the row-tile model describes this op: 2-D windows, one activation input for matmul."""

@@ -33,14 +33,21 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
         return hit
     fitting = set()  # sizes n with some connected n-op window that fits
     for start in range(model.n):
-        part = Partial(steps=QUARTER)
+        part, comps = Partial(steps=QUARTER), []
         for j in range(start, model.n):
             if not model.covered[j]:
                 break
             part = extend(model, part, j)
             if part.full - part.greedy > cap.fmap:
                 break
-            if model.is_connected(part.mask):
+            joined, apart = 1 << j, []  # the window's weakly connected components, kept as it grows
+            for c in comps:
+                if c & model.link[j]:
+                    joined |= c
+                else:
+                    apart.append(c)
+            comps = apart + [joined]
+            if len(comps) == 1:
                 fitting.add(j - start + 1)
     limit = 1
     while limit + 1 in fitting:
@@ -51,21 +58,17 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """The cheapest chain of groups that obey the three rules."""
-
-    def whole_fanout(group: int) -> bool:
-        for i in model.members(group):
-            s = model.succ[i]
-            if s & group and s & ~group:
-                return False
-        return True
+    fanned = {0: 0}  # group -> successors of its members that feed another member (all must join, rule 1)
 
     def hopeless(group: int, last: int) -> bool:
-        # a consumer left out below the last op can never join: later ops come after it
-        below = (1 << last) - 1
-        for i in model.members(group):
-            s = model.succ[i]
-            if s & group and s & ~group & below:
-                return True
-        return False
+        # a consumer left out below the last op can never join: later ops come after it.
+        # `last` joined last, so only its producers in the group can have started feeding the group
+        part = group & ~(1 << last)
+        fan = fanned[part] | model.succ_of(model.pred[last] & part)
+        fanned[group] = fan
+        return bool(fan & ~group & ((1 << last) - 1))
+
+    def whole_fanout(group: int) -> bool:
+        return not fanned[group] & ~group
 
     return ideal_chain(model, cap, accept=whole_fanout, dead=hopeless, max_size=size_limit(model, cap))

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.fusion import dnnvm, efficient_s
-from engine.fusion.cost import Capacity, dram_bytes, lower_bytes
-from engine.fusion.grow import Partial, extend
+from engine.fusion.cost import Capacity, dram_bytes, params_stay
+from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
 
 INF = float("inf")
@@ -137,9 +137,11 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     parts = (*rest, merged)
                     after = done | grown
                     pbytes = -(-node.params * model.word_bits // 8)
-                    least = node.fin + node.fout + pbytes
+                    once = node.fin + node.fout + pbytes  # Eq. 3 with the parameters loaded once
+                    least = once
                     resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
-                    if part.mask and not resident and (lower + node.params > room if shared else True):
+                    streamed = bool(part.mask) and not resident and (lower + node.params > room if shared else True)
+                    if streamed:
                         least += pbytes * (node.least_subgroups(batch, room) - 1)  # surely reloaded
                     if len(parts) == 1 and base + least < best.get(after, INF) and (accept is None or accept(grown)):
                         if after not in sources:
@@ -147,7 +149,7 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                             sources[after] = _ready(model, sources[done], grown, after)
                             still[after] = _still(model, still[done], done, grown)
                         if part.mask and not resident:
-                            pending.setdefault(after, []).append((base + least, done, grown))
+                            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
                         else:
                             cost = least if part.mask else dram_bytes(model, grown, cap)
                             if cost is not None and base + cost < best.get(after, INF):
@@ -173,14 +175,25 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
 
 
 def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
-    """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win."""
+    """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win.
+
+    Each waits as (bound, previous down-set, group, bytes with parameters loaded once, surely streamed).
+    A group whose parameters may stay on chip costs exactly its once-bytes when they do; a streamed
+    one must first beat the reload bound of `FusionModel.whole_lower` before its schedule is computed.
+    """
     waiting.sort(key=lambda w: w[0])
-    for bound, done, group in waiting:
+    batch = 1 if cap.per_band else model.batch
+    for bound, done, group, once, streamed in waiting:
         if bound >= best.get(state, INF):
             break
-        if best[done] + lower_bytes(model, group, cap) >= best.get(state, INF):
-            continue
-        total = best[done] + dram_bytes(model, group, cap)
+        if not streamed and params_stay(model, group, cap):
+            total = best[done] + once
+        else:
+            pbytes = -(-model.io(group)[2] * model.word_bits // 8)
+            reloads = least_subgroups(model.whole_lower(group), batch, cap.fmap) - 1
+            if best[done] + once + pbytes * reloads >= best.get(state, INF):
+                continue
+            total = best[done] + dram_bytes(model, group, cap)
         if total < best.get(state, INF):
             best[state] = total
             back[state] = (done, group)
