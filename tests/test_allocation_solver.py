@@ -4,6 +4,7 @@ import pulp
 import pytest
 
 from engine.allocation import allocate, budgets, cosma, model, solve
+from engine.allocation.bound import spill_bound
 from engine.allocation.lifetimes import forced
 from engine.allocation.problem import Carry, make_problem
 from tests.test_allocation import BITS, check, graph_of, oracle, random_dag
@@ -80,3 +81,66 @@ def test_divided_plan_is_a_feasible_start_of_the_whole_ilp():
         assert m.lp.objective.value() * m.problem.unit == split.offchip_bytes
     whole = allocate(g, m_h, word_bits=BITS, time_limit_s=4)
     assert check(whole, g) == whole.offchip_bytes
+
+
+def floor_of(g, budget, order=None) -> int:
+    """The spill bound of the whole graph, in bytes."""
+    p = problem_of(g, budget, order)
+    return spill_bound(p) * p.unit
+
+
+def test_spill_bound_is_tight_where_live_bytes_force_the_spill(squeeze):
+    assert floor_of(squeeze, 10) == oracle(squeeze, 10) == 6  # a (3 bytes) leaves and comes back
+    assert floor_of(squeeze, 13) == oracle(squeeze, 13) == 0
+
+
+FAST = [random_dag(seed, 5) for seed in (0, 2, 3, 4, 6)]  # brute force takes well under a second on these
+
+
+@pytest.mark.parametrize("g", FAST, ids=lambda g: g.name)
+def test_spill_bound_never_exceeds_the_optimum(g):
+    # surely-live sets of a fixed order contain those of every order, so its bound is at least the free one
+    order = [op.name for op in g.ops]
+    m_r = budgets(g, word_bits=BITS)[0]
+    free, fixed = floor_of(g, m_r), floor_of(g, m_r, order)
+    assert 0 <= free <= oracle(g, m_r)
+    assert free <= fixed == oracle(g, m_r, order) > 0  # on these graphs capacity alone forces the traffic
+
+
+def test_a_fixed_order_meeting_the_bound_skips_the_free_model(squeeze, monkeypatch):
+    # E can run anywhere, so the schedule is free; the default order already pays only the forced 6 bytes
+    spec = [("E", ["x"], ["e"]), ("A", ["x"], ["a"]), ("B", ["a"], ["b"]), ("C", ["b"], ["c"]), ("D", ["a", "c"], ["y"])]
+    g = graph_of(spec, {"x": 1, "e": 1, "a": 3, "b": 6, "c": 4, "y": 1})
+    assert not forced(problem_of(g, 10))
+    built = []
+    real = model.build
+    monkeypatch.setattr(model, "build", lambda p, **kw: built.append(p.order) or real(p, **kw))
+    got = allocate(g, 10, word_bits=BITS)
+    assert (got.status, got.gap) == ("optimal", 0.0)
+    assert check(got, g) == got.offchip_bytes == oracle(g, 10) == floor_of(g, 10) == 6
+    assert built and all(order is not None for order in built)  # only fixed-order models were built
+
+
+def test_a_timed_out_start_gets_its_gap_from_the_spill_bound():
+    g = random_dag(3, 40, max_size=9, two_outputs=0.1)
+    m_r, order = budgets(g, word_bits=BITS)[0], [op.name for op in g.ops]
+    a = allocate(g, m_r, schedule=order, word_bits=BITS, time_limit_s=1e-6)  # no time: the start is the answer
+    floor = floor_of(g, m_r, order)
+    assert floor > 0 and check(a, g) == a.offchip_bytes >= floor
+    if a.status == "time_limit":
+        assert a.gap == pytest.approx((a.offchip_bytes - floor) / a.offchip_bytes)
+    else:
+        assert a.offchip_bytes == floor
+
+
+def test_divided_plans_report_their_gap_to_the_whole_graph_bound():
+    g = random_dag(7, 60, max_size=6, two_outputs=0.0)
+    m_r, order = budgets(g, word_bits=BITS)[0], [op.name for op in g.ops]
+    split = allocate(g, m_r, schedule=order, word_bits=BITS, divide="auto", time_limit_s=10)
+    assert "2 segments" in split.message and check(split, g) == split.offchip_bytes
+    floor = floor_of(g, m_r, order)
+    assert floor > 0
+    if split.status == "optimal":
+        assert split.offchip_bytes == floor
+    else:
+        assert split.gap == pytest.approx(1 - floor / split.offchip_bytes)

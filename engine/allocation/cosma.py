@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
+from engine.allocation.bound import spill_bound
 from engine.allocation.lifetimes import forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.problem import Carry, make_problem
@@ -42,14 +43,19 @@ def segments_for(graph: Graph, order, divide, *, fixed: bool, include_params: bo
 
 
 def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params: bool, divide, time_limit_s: float,
-                solver: str, word_bits: int) -> Joined:
-    """Solve COSMA over `order`'s segments (a free schedule inside each when not `fixed`) within the time limit."""
+                solver: str, word_bits: int, mpmf_order: tuple[str, ...] | None = None) -> Joined:
+    """Solve COSMA over `order`'s segments (a free schedule inside each when not `fixed`) within the time limit.
+
+    `mpmf_order` is the graph's minimum peak footprint order when the caller has it already.
+    """
     deadline = time.perf_counter() + time_limit_s
-    mpmf_order = () if fixed else mpmf(graph, include_params=include_params, word_bits=word_bits,
-                                       time_limit_s=time_limit_s, solver=solver).order
+    if not fixed and mpmf_order is None:
+        mpmf_order = mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,
+                          solver=solver).order
     if not fixed and divide is not None:
         order = mpmf_order  # segments of a low-footprint order: each is still a down-set, and starts agree
     bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
+    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
     carry = Carry.start(graph, include_params)
     plans, statuses, gaps = [], [], []
     for k, (lo, hi) in enumerate(bounds):
@@ -59,15 +65,9 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
                             later=later, order=ops if fixed else None)
         if prob.order is None and forced(prob):
             prob = replace(prob, order=prob.ops)  # a chain: the free model would repeat the fixed one
-        m = model.build(prob)
         share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
-        opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
-        start = _start(m, graph, mpmf_order, share / 3, whole=divide is None, **opts)
-        left = deadline - time.perf_counter() - share * (len(bounds) - k - 1)
-        if left <= 0 and start is not None:  # out of time before the solve: the start is the answer
-            stats = solve.take_start(m.lp, start, bound=0.0)
-        else:
-            stats = solve.run(m.lp, solver=solver, time_limit_s=max(left, 0.2), start=start, bound=0.0)
+        until = deadline - share * (len(bounds) - k - 1)
+        m, stats = _solve_problem(graph, prob, mpmf_order or (), share, until, whole=divide is None, **opts)
         if not stats.has_solution:
             where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
             if stats.status == "infeasible":
@@ -82,25 +82,64 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         statuses.append(stats.status)
         gaps.append(stats.gap)
         carry = plan.carry
-    return _join(plans, statuses, gaps)
+    joined = _join(plans, statuses, gaps)
+    if len(plans) > 1:  # the whole graph's spill bound gives the joined plan a gap, or proves it optimal
+        whole = make_problem(graph, order, budget, Carry.start(graph, include_params), include_params=include_params,
+                             word_bits=word_bits, order=order if fixed else None)
+        cost = sum(graph.tensor(a).nbytes(word_bits) for a, _ in joined.spills + joined.retrievals)
+        floor = spill_bound(whole, solver=solver, time_limit_s=1.0) * whole.unit
+        joined = (replace(joined, status="optimal", gap=0.0) if cost <= floor
+                  else replace(joined, gap=(cost - floor) / cost))
+    return joined
 
 
-def _start(m: model.Model, graph: Graph, mpmf_order, time_limit_s: float, *, whole: bool, include_params: bool,
-           word_bits: int, solver: str) -> dict | None:
+def _solve_problem(graph: Graph, prob, mpmf_order, share: float, until: float, *, whole: bool, include_params: bool,
+                   word_bits: int, solver: str) -> tuple[model.Model, solve.SolveStats]:
+    """Solve one problem by `until` (about `share` seconds): the solved model and how the solve ended.
+
+    The spill bound (bound.py) comes first. A free schedule is first solved in its given
+    order; when that meets the bound it is optimal for every order, and the far larger
+    free model is never built. Otherwise the full model, with the bound as a row, starts
+    from the best plan found.
+    """
+    opts = dict(include_params=include_params, word_bits=word_bits)
+    lb = spill_bound(prob, solver=solver, time_limit_s=max(min(share / 10, 2.0), 0.2))
+    fixed_values = None
+    if prob.order is None:
+        fixed = model.build(replace(prob, order=prob.ops))
+        model.add_lower_bound(fixed, lb)
+        start = best_baseline(fixed, graph, [prob.ops], **opts)
+        stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(share / 2, 0.2), start=start, bound=lb)
+        if stats.has_solution and fixed.lp.objective.value() <= lb + 1e-6:
+            return fixed, replace(stats, status="optimal", gap=0.0)  # the fixed order meets a bound for all orders
+        fixed_values = {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else start
+    m = model.build(prob)
+    model.add_lower_bound(m, lb)
+    start = _start(m, graph, mpmf_order, share / 3, fixed_values, whole=whole, solver=solver, **opts)
+    left = until - time.perf_counter()
+    if left <= 0 and start is not None:  # out of time before the solve: the start is the answer
+        return m, solve.take_start(m.lp, start, bound=lb)
+    return m, solve.run(m.lp, solver=solver, time_limit_s=max(left, 0.2), start=start, bound=lb)
+
+
+def _start(m: model.Model, graph: Graph, mpmf_order, time_limit_s: float, fixed_values: dict | None, *, whole: bool,
+           include_params: bool, word_bits: int, solver: str) -> dict | None:
     """The cheapest MIP start found, trying costlier sources only while none is at the bound 0.
 
-    Sources, each within `time_limit_s`: the best baseline (in the MPMF order when the
-    schedule is free); for a free schedule, the same problem solved in its given order; for
-    a whole graph too long for one segment, the automatic divide-and-conquer plan.
+    Sources: the best baseline (in the MPMF order when the schedule is free); for a free
+    schedule, `fixed_values`, the same problem solved in its given order (its variables
+    share names, and any the fixed model lacks are 0 in the free one, so it is a feasible
+    start); for a whole graph too long for one segment, the automatic divide-and-conquer
+    plan, within `time_limit_s`.
     """
     prob = m.problem
     opts = dict(include_params=include_params, word_bits=word_bits)
     spread = prob.order or tuple(op for op in mpmf_order if op in set(prob.ops))
     sources = [lambda: best_baseline(m, graph, [spread], **opts)]
-    if prob.order is None:
-        sources.append(lambda: _fixed_start(graph, prob, solver, time_limit_s, opts))
+    if fixed_values is not None:
+        sources.append(lambda: fixed_values)
     if whole and len(prob.ops) > (dnc.MAX_OPS_FIXED if prob.order else dnc.MAX_OPS_FREE):
-        sources.append(lambda: _divided_start(m, graph, solver, time_limit_s, opts))
+        sources.append(lambda: _divided_start(m, graph, solver, time_limit_s, opts, mpmf_order=mpmf_order))
     best, cost = None, math.inf
     for source in sources:
         found = source()
@@ -111,25 +150,14 @@ def _start(m: model.Model, graph: Graph, mpmf_order, time_limit_s: float, *, who
     return best
 
 
-def _fixed_start(graph: Graph, prob, solver: str, time_limit_s: float, opts: dict) -> dict | None:
-    """Values of the same problem solved in its given order (itself started from the baselines).
-
-    The variables share names (tensor number, step), and any the fixed model lacks are 0 in
-    the free one, so the fixed solution is a feasible start and the free search only improves on it.
-    """
-    fixed = model.build(replace(prob, order=prob.ops))
-    start = best_baseline(fixed, graph, [prob.ops], **opts)
-    stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(time_limit_s, 0.2), start=start, bound=0.0)
-    return {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else start
-
-
-def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: dict) -> dict | None:
+def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: dict, *,
+                   mpmf_order=None) -> dict | None:
     """Values of the whole problem's divide-and-conquer plan: segments solve fast, and the whole ILP then
     only has to improve on their joint plan (and prove a bound on it)."""
     prob = m.problem
     fixed = prob.order is not None
     got = solve_cosma(graph, prob.budget, prob.order or prob.ops, fixed=fixed, divide="auto",
-                      time_limit_s=max(time_limit_s, 0.2), solver=solver, **opts)
+                      time_limit_s=max(time_limit_s, 0.2), solver=solver, mpmf_order=mpmf_order or None, **opts)
     if not got.order:
         return None
     return values_of(m, got.order, got.placements, got.spills, got.retrievals)

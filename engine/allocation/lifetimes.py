@@ -37,7 +37,7 @@ class Lifetimes:
 
 def analyse(problem: Problem) -> Lifetimes:
     """Windows and co-residency pairs of `problem` (exact lifetimes when its order is fixed)."""
-    anc = _ancestors(problem)
+    anc = ancestors(problem)
     ops = _op_windows(problem, anc)
     tensors = _tensor_windows(problem, ops)
     return Lifetimes(ops, tensors, _pairs(problem, tensors, anc))
@@ -45,10 +45,10 @@ def analyse(problem: Problem) -> Lifetimes:
 
 def forced(problem: Problem) -> bool:
     """True when the dependencies allow one order only (every op window is a single step), as in a chain."""
-    return all(lo == hi for lo, hi in _op_windows(problem, _ancestors(problem)).values())
+    return all(lo == hi for lo, hi in _op_windows(problem, ancestors(problem)).values())
 
 
-def _ancestors(problem: Problem) -> dict[str, int]:
+def ancestors(problem: Problem) -> dict[str, int]:
     """Op -> bitset of its strict ancestors (bit i stands for problem.ops[i])."""
     index = {op: i for i, op in enumerate(problem.ops)}
     anc: dict[str, int] = {}

@@ -322,6 +322,13 @@ def _add_offchip_objective(m: Model) -> None:
     m.lp += pulp.lpSum(terms) + const, "eq12_offchip"
 
 
+def add_lower_bound(m: Model, units: int) -> None:
+    """State Eq. 12 >= `units`, a proven lower bound (`bound.spill_bound`): the optimum is unchanged, and the
+    LP relaxation starts from the bound, so a solution meeting it ends the search at once."""
+    if units > 0:
+        m.lp += m.lp.objective >= units, "bound_offchip"
+
+
 # ---- minimum peak footprint (Sec. III-E1) ------------------------------------
 def _add_single_load(m: Model) -> None:
     """Eq. 13: no spills or retrievals; only the compulsory load of a DRAM-held tensor, once."""

@@ -34,7 +34,8 @@ class Allocation:
     are compulsory and not listed. `offchip_bytes` sums the listed transfers (COSMA Eq. 12);
     `peak_bytes` is the most bytes on chip at any one step. A result without a plan
     (status "infeasible", or "time_limit" with no solution found) has an empty `order` and
-    says why in `message`. `gap` is the solver's relative optimality gap (None if unknown).
+    says why in `message`. `gap` is the relative gap (cost - bound) / cost to the best proven
+    lower bound, the solver's or the spill bound of `bound.py` (None if unknown).
     """
 
     order: tuple[str, ...]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pulp
@@ -16,13 +16,17 @@ SOLVERS = ("highs", "cbc")
 
 @dataclass(frozen=True)
 class SolveStats:
-    """How a solve ended: "optimal", "time_limit" (with or without a solution), or "infeasible"."""
+    """How a solve ended: "optimal", "time_limit" (with or without a solution), or "infeasible".
+
+    `bound` is the solver's proven lower bound on the objective, when it reports one.
+    """
 
     status: str
     has_solution: bool
     gap: float | None
     seconds: float
     solver: str
+    bound: float | None = None
 
 
 class _HiGHSWithStart(pulp.HiGHS):
@@ -103,7 +107,8 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
 
     `start` (variable name -> value, others 0) is a feasible solution to begin from.
     `bound` is a known lower bound on the objective: a start that reaches it is optimal
-    and is returned without calling the solver (presolve alone takes seconds on large models).
+    and is returned without calling the solver (presolve alone takes seconds on large
+    models), and a time-out's gap is measured to the better of it and the solver's bound.
     """
     engine = solver_for(solver, time_limit_s)
     began = time.perf_counter()
@@ -112,16 +117,16 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
     if start is not None:
         _set_start(lp, start)
         if bound is not None and lp.objective.value() <= bound + 1e-9:
-            return SolveStats("optimal", True, 0.0, time.perf_counter() - began, "start")
+            return SolveStats("optimal", True, 0.0, time.perf_counter() - began, "start", bound)
     lp.solve(engine)
     seconds = time.perf_counter() - began
     if isinstance(engine, pulp.HiGHS):
-        return _highs_stats(lp, seconds)
+        return _with_bound(lp, _highs_stats(lp, seconds), bound)
     sol = lp.sol_status
     if sol == pulp.LpSolutionOptimal:
-        return SolveStats("optimal", True, 0.0, seconds, engine.name)
+        return SolveStats("optimal", True, 0.0, seconds, engine.name, lp.objective.value())
     if sol == pulp.LpSolutionIntegerFeasible:
-        return SolveStats("time_limit", True, None, seconds, engine.name)
+        return _with_bound(lp, SolveStats("time_limit", True, None, seconds, engine.name), bound)
     if sol in (pulp.LpSolutionInfeasible, pulp.LpSolutionUnbounded):
         return SolveStats("infeasible", False, None, seconds, engine.name)
     return SolveStats("time_limit", False, None, seconds, engine.name)
@@ -129,12 +134,24 @@ def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | N
 
 def take_start(lp: pulp.LpProblem, start: dict, *, bound: float | None = None) -> SolveStats:
     """The start as the solution when no time is left to solve (a big model's presolve alone would overrun
-    the limit by seconds): optimal if it reaches `bound`, else unproven."""
+    the limit by seconds): optimal if it reaches `bound`, else with its gap to `bound`."""
     began = time.perf_counter()
     _set_start(lp, start)
-    proven = bound is not None and lp.objective.value() <= bound + 1e-9
-    return SolveStats("optimal" if proven else "time_limit", True, 0.0 if proven else None,
-                      time.perf_counter() - began, "start")
+    return _with_bound(lp, SolveStats("time_limit", True, None, time.perf_counter() - began, "start"), bound)
+
+
+def _with_bound(lp: pulp.LpProblem, stats: SolveStats, bound: float | None) -> SolveStats:
+    """A time-out's stats judged against the better of the solver's bound and a known `bound` as well.
+
+    The objective is whole (sizes in units), so a solution within 1e-6 of the bound is optimal.
+    """
+    if stats.status != "time_limit" or not stats.has_solution or bound is None:
+        return stats
+    best = bound if stats.bound is None else max(stats.bound, bound)
+    value = lp.objective.value()
+    if value <= best + 1e-6:
+        return replace(stats, status="optimal", gap=0.0, bound=best)
+    return replace(stats, gap=(value - best) / abs(value), bound=best)
 
 
 def _set_start(lp: pulp.LpProblem, start: dict) -> None:
@@ -154,8 +171,9 @@ def _highs_stats(lp: pulp.LpProblem, seconds: float) -> SolveStats:
     status, info = h.getModelStatus(), h.getInfo()
     feasible = info.primal_solution_status == 2  # kSolutionStatusFeasible
     if status == highspy.HighsModelStatus.kOptimal:
-        return SolveStats("optimal", True, 0.0, seconds, "HiGHS")
+        return SolveStats("optimal", True, 0.0, seconds, "HiGHS", lp.objective.value())
     if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
         return SolveStats("infeasible", False, None, seconds, "HiGHS")
     gap = info.mip_gap if feasible and math.isfinite(info.mip_gap) else None
-    return SolveStats("time_limit", feasible, gap, seconds, "HiGHS")
+    bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+    return SolveStats("time_limit", feasible, gap, seconds, "HiGHS", bound)
