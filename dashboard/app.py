@@ -19,6 +19,7 @@ import panel as pn
 import param
 
 import engine
+from dashboard import url
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.common import error_text
 from dashboard.tabs.curve import curve_tab
@@ -53,6 +54,12 @@ class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
     def _update_options(self, *events):
         super()._update_options(*events)
         self._slider._priority_changes = ["value", "value_throttled"]  # the inner IntSlider, made anew here
+
+    def _update_value(self, event):
+        # The label follows the handle in the browser (Panel links them in JavaScript). Setting it here as well
+        # sent each drag step's label back after the handle had moved on, so it flickered to older values.
+        with param.parameterized.discard_events(self._text):
+            super()._update_value(event)
 
 
 @lru_cache(maxsize=16)
@@ -291,9 +298,12 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
     hv.extension("bokeh")
     state = state or ExplorerState()
-    if pn.state.location is not None:  # the URL's choices first, so the first report is the one asked for
-        pn.state.location.sync(state, {p: p for p in URL_PARAMS})
+    location = pn.state.location
+    if location is not None:  # the URL's choices first, so the first report is the one asked for
+        url.restore(state, location, URL_PARAMS)
     session = Session(state)
+    if location is not None and pn.state.curdoc is not None:
+        url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
                                             busy_indicator=None)

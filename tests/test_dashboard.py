@@ -245,6 +245,10 @@ def test_the_buffer_slider_skips_panels_event_debounce():
     assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
     slider.options = [8, 16, 32]  # the inner slider is made anew
     assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
+    sent = []
+    slider._text.param.watch(lambda e: sent.append(e.new), "value")
+    slider.value = 16
+    assert slider._slider.value == 1 and not sent  # the label follows the handle in the browser, never late from here
 
 
 def test_the_methods_table_and_the_view_data_follow_the_report():
@@ -260,6 +264,29 @@ def test_the_methods_table_and_the_view_data_follow_the_report():
         assert list(view.node_columns[col]) == list(nodes[col])
     for method, p in s.report.plans.items():
         assert f"<td>{method}</td>\n      <td>{p.dram_bytes:,}</td>" in view.summary_html
+
+
+def test_a_copied_url_reopens_the_same_view_and_bad_values_keep_their_defaults():
+    from panel.io.location import Location
+
+    from dashboard import url
+    from dashboard.app import URL_PARAMS
+
+    link = Location(search='?network=vgg16&buffer_kb=362&batch=4&methods=["dnnvm","optimus"]&preset=eyeriss&pe_rows=0')
+    state = ExplorerState()
+    url.restore(state, link, URL_PARAMS)
+    assert (state.network, state.batch, state.methods, state.preset) == ("vgg16", 4, ["dnnvm", "optimus"], "eyeriss")
+    assert state.buffer_kb == 362  # the preset's own buffer size does not override the link's
+    assert state.pe_rows == engine.Accelerator.preset("eyeriss").pe_rows  # 0 rows: the preset's value stays
+    bad = ExplorerState()
+    url.restore(bad, Location(search="?buffer_kb=7&network=vgg16"), URL_PARAMS)
+    assert (bad.buffer_kb, bad.network) == (128, "vgg16")  # 7 KB is not a slider step
+    state.param.update(buffer_kb=362, preset="eyeriss", colour_by="module")
+    copied = Location(search="")
+    copied.update_query(**url.query_of(state, URL_PARAMS))
+    reopened = ExplorerState()
+    url.restore(reopened, copied, URL_PARAMS)
+    assert {p: getattr(reopened, p) for p in URL_PARAMS} == {p: getattr(state, p) for p in URL_PARAMS}
 
 
 def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():

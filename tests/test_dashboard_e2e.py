@@ -134,7 +134,7 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     assert page.evaluate(SELECT_NODE, "inception3a.branch2.1.conv") >= 0
     page.get_by_text(re.compile(r"inception3a\.branch2\.1\.conv \(conv, [\d,]+ MACs\)")).first.wait_for(timeout=30_000)
     page.get_by_text(re.compile(r"for \w+ in range")).first.wait_for(timeout=10_000)
-    assert "selected_op=inception3a.branch2.1.conv" in page.url
+    page.wait_for_url(re.compile(r"selected_op=inception3a\.branch2\.1\.conv"), timeout=10_000)  # once it settles
     page.screenshot(path=str(SHOTS / "layer-detail.png"), full_page=True)
 
     bad = tmp_path / "broken.onnx"

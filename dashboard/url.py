@@ -1,0 +1,60 @@
+"""The page's state in its URL: read when the page opens, written back once changes settle.
+
+Panel's `Location.sync` writes the URL on every change. During a slider drag that is a
+browser history entry and a message handled ahead of the new report at every step (~7 ms
+of the browser's time per step), so the URL here follows the state after a short pause.
+"""
+
+from __future__ import annotations
+
+import json
+
+import param
+
+SETTLE_MS = 300  # the URL follows the state this long after its last change
+
+
+def restore(state: param.Parameterized, location, names) -> None:
+    """Apply the URL's values of `names` to `state`, in the order of `names` (a preset before the fields it
+    sets); a malformed value keeps its default."""
+    query = location.query_params
+    for name in names:
+        if name not in query:
+            continue
+        value = query[name]
+        try:
+            value = state.param[name].deserialize(value)
+        except Exception:  # query_params already parsed it (a number, a JSON list)
+            pass
+        try:
+            state.param.update(**{name: value})
+        except Exception:  # e.g. buffer_kb=7, not a slider step: the page opens with the default
+            continue
+
+
+def query_of(state: param.Parameterized, names) -> dict[str, str]:
+    """The URL query values of `names`, serialised as Panel's own URL sync does."""
+    query = {}
+    for name in names:
+        value = getattr(state, name)
+        if value is None:
+            continue
+        value = state.param[name].serialize(value)
+        query[name] = value if isinstance(value, str) else json.dumps(value)
+    return query
+
+
+def follow(state: param.Parameterized, location, names, doc) -> None:
+    """Write `state` into the URL now, and again SETTLE_MS after each burst of changes."""
+    waiting = []
+
+    def write():
+        waiting.clear()
+        location.update_query(**query_of(state, names))
+
+    def changed(*_):
+        if not waiting:
+            waiting.append(doc.add_timeout_callback(write, SETTLE_MS))
+
+    state.param.watch(changed, list(names))
+    write()
