@@ -43,7 +43,8 @@ TIMING_SCRIPT = """
         const result = handler.call(this, event);
         const text = typeof event.data === 'string' ? event.data : '';
         const entry = {header: /msgtype/.test(text), done: 0,
-                       content: /"(ModelChanged|ColumnDataChanged|ColumnsPatched|RootAdded)"/.test(text) && !/"loader"/.test(text)};
+                       content: /"(ModelChanged|ColumnDataChanged|ColumnsPatched|RootAdded)"/.test(text)
+                                && !/"loader"|"attr":"search"/.test(text)};   // not the spinner, not the URL
         window.__frames.push(entry);
         Promise.resolve(result).then(() => requestAnimationFrame(() => setTimeout(() => { entry.done = performance.now(); })));
         return result;
