@@ -282,8 +282,8 @@ class Session(param.Parameterized):
             pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),
         ]
 
-    def main(self) -> list:
-        """The status line and the tabs; the slow tabs compute only while they are shown."""
+    def main(self) -> pn.Column:
+        """The status line above the tabs, in one card; the slow tabs compute only while they are shown."""
         tabs = pn.Tabs(dynamic=True, sizing_mode="stretch_width")
         active = tabs.param.active
         tabs.extend([("Fusion", FusionTab(self).panel()),
@@ -291,7 +291,7 @@ class Session(param.Parameterized):
                      ("Memory timeline", timeline_tab(self, active, 2)),
                      ("Tables", tables_tab(self, active, 3)),
                      ("Sweep", sweep_tab(self.upload_dir))])
-        return [self.status, tabs]
+        return pn.Column(self.status, tabs, sizing_mode="stretch_width")
 
 
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
@@ -308,5 +308,5 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
                                             busy_indicator=None)
     template.sidebar.extend(session.sidebar())
-    template.main.extend(session.main())
+    template.main.append(session.main())
     return template

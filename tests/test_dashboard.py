@@ -64,7 +64,9 @@ def test_bad_upload_shows_the_importer_message(session):
 
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
-    assert len(page.main) == 2 and len(page.sidebar) > 10
+    assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
+    status, tabs = page.main[0]
+    assert not status.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
 
 def test_dag_overlays_colour_by_part_and_module():

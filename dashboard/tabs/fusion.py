@@ -136,8 +136,9 @@ def layer_detail_parts(graph, acc, op_name: str) -> tuple[str, str, pd.DataFrame
     """
     counts = layer_counts(graph, op_name, acc)
     op = graph.op(op_name)
+    # node names as code: Markdown would turn a name like "block.bn" into a link
     head = (f"### {op.name} ({op.kind.value}, {op.macs:,} MACs)\n"
-            f"Folded ONNX nodes: {', '.join(f'{n} ({t})' for n, t in op.merged)}")
+            f"Folded ONNX nodes: {', '.join(f'`{n}` ({t})' for n, t in op.merged)}")
     if counts is None:
         return (head + "\n\nThis op has no convolution-like loop nest to block "
                        "(element-wise, concat, reshape or other): it streams its inputs once."), "", None
