@@ -20,6 +20,8 @@ import engine
 from engine import zoo
 from engine.energy import COMPONENTS, energy_breakdown
 from engine.fusion import METHODS, fuse, oracle_bytes
+from engine.fusion.bound import lower_bound
+from engine.fusion.cost import Capacity, model_of
 from engine.fusion.model import model_for
 
 KB = 1024
@@ -39,11 +41,30 @@ DEFAULT_NETWORKS = ("alexnet", "vgg16", "googlenet", "squeezenet1_0", "mobilenet
 
 
 def timed(graph, acc, method):
-    """(plan, seconds) of one search on a cold model cache."""
+    """(plan, seconds) of one search on a cold model cache (without the beam's lower bound: `bound_table` times it)."""
     model_for.cache_clear()
     start = time.perf_counter()
-    plan = fuse(graph, acc, method=method)
+    plan = fuse(graph, acc, method=method, bound=False)
     return plan, time.perf_counter() - start
+
+
+def bound_table(networks, batch):
+    """Where the exact search ends as a beam: the beam's traffic beside the proven lower bound of engine.fusion.bound."""
+    print("\n| network (batch, 128 KB) | beam MB | lower bound MB | gap (beam / bound - 1) | windows "
+          "| groups evaluated for the bound | bound s | beam s |")
+    print("|---|---|---|---|---|---|---|---|")
+    acc = engine.Accelerator.preset("optimus")
+    for name in networks:
+        for b in sorted({1, batch}):
+            g = zoo.build(name, b)
+            plan, seconds = timed(g, acc, "optimus")
+            model, cap = model_of(g, acc), Capacity.of(acc)
+            start = time.perf_counter()
+            floor = lower_bound(model, cap)
+            spent = time.perf_counter() - start
+            gap = plan.dram_bytes / floor.bytes - 1
+            print(f"| {name} ({b}) [{plan.status}] | {plan.dram_bytes / 1e6:.2f} | {floor.bytes / 1e6:.2f} | {gap:.0%}"
+                  f" | {len(floor.windows)} | {floor.groups_evaluated:,} | {spent:.1f} | {seconds:.1f} |", flush=True)
 
 
 def speed_table(networks, batch):
@@ -56,10 +77,10 @@ def speed_table(networks, batch):
         g = zoo.build(name, batch)
         plan, first = timed(g, acc, "optimus")
         start = time.perf_counter()
-        fuse(g, acc.with_buffer(127 * KB), method="optimus")
+        fuse(g, acc.with_buffer(127 * KB), method="optimus", bound=False)
         again = time.perf_counter() - start
         online, t_online = timed(g, acc, "online")
-        printed = fuse(g, acc, method="optimus", reloads="band")
+        printed = fuse(g, acc, method="optimus", reloads="band", bound=False)
         ops, evaluated, ms, groups = PAPER.get(name, ("-", "-", "-", "-"))
         exact = "" if plan.status == "optimal" else f" [{plan.status}]"
         print(f"| {name}{exact} | {len(g.ops)} ({ops}) | {g.max_fanout} | {plan.groups_evaluated} ({evaluated})"
@@ -138,6 +159,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--networks", default=",".join(n for n in DEFAULT_NETWORKS if n in zoo.names()))
     parser.add_argument("--speed-networks", default=",".join(n for n in SPEED_NETWORKS if n in zoo.names()))
+    parser.add_argument("--bound-networks", default="nasnet_a_mobile")
     parser.add_argument("--buffers-kb", default="32,64,128,256,512,1024,2048")
     parser.add_argument("--energy-buffers-kb", default="128,512")
     parser.add_argument("--batch", type=int, default=4)
@@ -147,6 +169,9 @@ def main():
     print("Search speed and final groups at 128 KB beside Optimus Table 5 (paper's figures in brackets; "
           "times are this machine's, first search on a cold cost cache):\n")
     speed_table(args.speed_networks.split(","), args.batch)
+    print("\nLower bound on the optimum where the search ends as a beam (`plan.lower_bound_bytes`, docs/fusion.md"
+          " \"A proven gap for the beam\"):")
+    bound_table(args.bound_networks.split(","), args.batch)
     traffic_tables(networks, [int(k) for k in args.buffers_kb.split(",")], args.batch)
     energy_tables(networks, [int(k) for k in args.energy_buffers_kb.split(",")], args.batch)
 

@@ -26,11 +26,11 @@ from dashboard.views.energy import energy_bars, latency_bars, latency_columns, s
 RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
-                    "x_oracle": "× Oracle"}
+                    "x_oracle": "× Oracle", "gap": "proven gap"}
 TABLE_CSS = """
 table.methods { border-collapse: collapse; font-size: 13px; }
 table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: right; }
-table.methods th:first-child, table.methods td:first-child, table.methods td:last-child { text-align: left; }
+table.methods th:first-child, table.methods td:first-child { text-align: left; }
 """
 
 
@@ -119,7 +119,8 @@ def fusion_view_data(rep) -> FusionViewData:
 def summary_html(summary: pd.DataFrame) -> str:
     """The per-method table as plain HTML: a browser lays it out in well under a millisecond (a Tabulator: ~30 ms)."""
     return summary.rename(columns=SUMMARY_HEADINGS).to_html(
-        index=False, border=0, classes="methods", na_rep="-", formatters={"DRAM bytes": "{:,}".format})
+        index=False, border=0, classes="methods", na_rep="-",
+        formatters={"DRAM bytes": "{:,}".format, "proven gap": lambda g: "-" if pd.isna(g) else f"{g:.0%}"})
 
 
 @lru_cache(maxsize=512)

@@ -14,6 +14,7 @@ import time
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
 from engine.fusion import dnnvm, efficient_s, none, online, optimus
+from engine.fusion.bound import lower_bound
 from engine.fusion.cost import RELOADS, Capacity, GroupCost, group_cost, model_of, oracle_bytes
 from engine.fusion.plan import FusionPlan, build_plan, check_runnable
 from engine.graph import Graph
@@ -30,11 +31,14 @@ METHODS = {
 __all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
 
 
-def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile") -> FusionPlan:
+def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile",
+         bound: bool = True) -> FusionPlan:
     """Partition `graph` into fused operator-groups for `acc` with the search `method`.
 
     `reloads` picks how streamed parameters are counted (`cost.RELOADS`): "tile"
     (default, a row band of t_n images per parameter load) or "band" (Eq. 3 as printed).
+    When the search ends as a beam, `bound` adds a proven lower bound on the optimum
+    (`plan.lower_bound_bytes`, `engine.fusion.bound`; seconds on NAS cells); False skips it.
     """
     if method not in METHODS:
         raise UnknownNameError("fusion method", method, METHODS)
@@ -47,5 +51,6 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     if not groups:
         raise EngineError(f"method '{method}' found no way to run '{graph.name}' on '{acc.name}'")
     seconds = time.perf_counter() - start
-    return build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes,
-                      evaluated=evaluated, seconds=seconds, status=status if exact else "beam")
+    floor = None if exact or not bound else lower_bound(model, cap).bytes  # how far the beam may be from the optimum
+    return build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes, evaluated=evaluated,
+                      seconds=seconds, status=status if exact else "beam", lower_bound=floor)

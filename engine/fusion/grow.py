@@ -74,7 +74,7 @@ def extend(model: FusionModel, part: Partial, x: int) -> Partial:
         elif j not in demand:
             new.fin += model.tbytes[j]
             if model.covered[x]:
-                new.whole += model.tgeo[j].row * model.tgeo[j].h
+                new.whole += model.held[j] * model.tgeo[j].h
     for j in model.outs[x]:
         if model.is_graph_output[j] or model.consumer_mask[j]:
             new.fout += model.tbytes[j]

@@ -13,6 +13,7 @@ H = L, W = 1, C = D, rank 2 is (N, C) with H = W = 1. A tile is a band of whole 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -61,7 +62,10 @@ def tensor_geo(shape: tuple[int, ...], word_bits: int) -> TensorGeo | None:
 class FusionModel:
     """Cost-model tables of one graph on one PE array and word width; caches footprints by group mask."""
 
-    def __init__(self, graph: Graph, tp: Throughput, word_bits: int):
+    def __init__(self, graph: Graph, tp: Throughput, word_bits: int, *, free: Mapping[str, int] | None = None):
+        # `free` (the windows of engine.fusion.bound): tensor -> elements per row a group holds of it when it
+        # reads it, at no DRAM traffic; a weight named there weighs nothing
+        free = free or {}
         self.graph, self.tp, self.word_bits = graph, tp, word_bits
         ops = graph.ops
         self.n = len(ops)
@@ -72,7 +76,9 @@ class FusionModel:
         self.tindex = {t: j for j, t in enumerate(tnames)}
         self.tnames = tuple(tnames)
         self.tgeo = tuple(tensor_geo(graph.tensors[t].shape, word_bits) for t in tnames)
-        self.tbytes = tuple(graph.tensors[t].nbytes(word_bits) for t in tnames)
+        self.tbytes = tuple(0 if t in free else graph.tensors[t].nbytes(word_bits) for t in tnames)
+        # elements per row of tensor j held on chip when a group reads it from outside (its row unless `free`)
+        self.held = tuple(free.get(t, g.row if g else 0) for t, g in zip(tnames, self.tgeo))
         self.producer = [-1] * len(tnames)
         for i, op in enumerate(ops):
             for t in op.outputs:
@@ -99,7 +105,7 @@ class FusionModel:
             for j in self.ins[i]:
                 self.link[i] |= self.consumer_mask[j] & ~(1 << i)
         self.weights = tuple(tuple(op.weights) for op in ops)
-        self.weight_elems = {w: graph.tensors[w].elements for op in ops for w in op.weights}
+        self.weight_elems = {w: 0 if w in free else graph.tensors[w].elements for op in ops for w in op.weights}
         users: dict[str, int] = {}
         for op in ops:
             for w in set(op.weights):
@@ -153,7 +159,7 @@ class FusionModel:
         # flat for `grow`'s halo loop
         self.feeds = tuple(tuple((j, mode, kern, stride, self.producer[j],
                                   self.out_h[self.producer[j]] if self.producer[j] >= 0 else 0,
-                                  self.tgeo[j].h, self.tgeo[j].row)
+                                  self.tgeo[j].h, self.held[j])
                                  for j, (mode, kern, stride) in zip(self.ins[i], self.rules[i]))
                            for i in range(self.n))
 
@@ -311,7 +317,7 @@ class FusionModel:
             total = self.isoa(mask)[2]
         else:
             op_rows, in_rows = self.rows(mask, k)
-            total = sum(self.tgeo[j].row * r for j, r in in_rows.items())
+            total = sum(self.held[j] * r for j, r in in_rows.items())
             chosen = self.isoa(mask)[1] if isoa else 0
             for i, r in op_rows.items():
                 total += (self.full_row[i] - (self.save_row[i] if (chosen >> i) & 1 else 0)) * r
@@ -356,7 +362,7 @@ class FusionModel:
             if not chosen & (after[i] | before[i]):
                 chosen |= 1 << i
                 saving += g
-        full = sum(self.tgeo[j].row * r for j, r in in_rows.items()) + sum(
+        full = sum(self.held[j] * r for j, r in in_rows.items()) + sum(
             self.full_row[i] * r for i, r in op_rows.items())
         most = self._most_saving(gain, after)
         self._bounds[mask] = (full - most, full - saving)
@@ -375,7 +381,7 @@ class FusionModel:
             full += self.full_row[i] * self.out_h[i]
         for j in {j for i in after for j in self.ins[i]}:
             if not (made >> j) & 1 and self.tgeo[j] is not None:
-                full += self.tgeo[j].row * self.tgeo[j].h
+                full += self.held[j] * self.tgeo[j].h
         gain = {i: self.save_row[i] * self.out_h[i] for i in after
                 if not self.inplace[i] and self.save_row[i] > 0}
         hit = full - self._most_saving(gain, after)
@@ -482,7 +488,7 @@ class FusionModel:
                     if old is None or cand[0] > old[0]:
                         states[key] = cand
         saving, chosen = max(states.values(), key=lambda v: v[0])
-        total = sum(self.tgeo[j].row * r for j, r in in_rows.items())
+        total = sum(self.held[j] * r for j, r in in_rows.items())
         total += sum(self.full_row[i] * r for i, r in op_rows.items())
         hit = (saving, chosen, total - saving)
         self._isoa[mask] = hit

@@ -56,6 +56,19 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
     everything grown from it, `max_size` caps the group size (the on-line variant's
     rules). Past `limits` the search keeps going as a beam and reports itself inexact.
     """
+    return chain_search(model, cap, accept=accept, dead=dead, max_size=max_size, limits=limits)[:3]
+
+
+def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
+                 dead: Callable[[int, int], bool] | None = None, max_size: int = 0, limits: Limits = Limits(),
+                 bound_only: bool = False) -> tuple[list[int], int, bool, float]:
+    """`ideal_chain`, plus the chain's total (inf when there is none).
+
+    `bound_only` (the windows of `engine.fusion.bound`): groups need not be connected and
+    each costs a lower bound on its traffic (once-loaded bytes plus the parameter reloads it
+    surely pays; a lone op, its own schedule's traffic), so the total is the
+    least sum of those bounds over chains of down-sets, not a plan's traffic.
+    """
     n = model.n
     full = (1 << n) - 1
     best = {0: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
@@ -140,18 +153,23 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                     once = node.fin + node.fout + pbytes  # Eq. 3 with the parameters loaded once
                     least = once
                     resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
-                    streamed = bool(part.mask) and not resident and (lower + node.params > room if shared else True)
+                    streamed = (bool(part.mask) or bound_only) and not resident and (
+                        lower + node.params > room if shared else True)
                     if streamed:
                         least += pbytes * (node.least_subgroups(batch, room) - 1)  # surely reloaded
-                    if len(parts) == 1 and base + least < best.get(after, INF) and (accept is None or accept(grown)):
+                    if bound_only and not part.mask:  # a lone op's own schedule bounds any group's share of it
+                        alone = dram_bytes(model, grown, cap)
+                        least = INF if alone is None else alone
+                    if (len(parts) == 1 or bound_only) and base + least < best.get(after, INF) and (
+                            accept is None or accept(grown)):
                         if after not in sources:
                             levels[after.bit_count()].append(after)
                             sources[after] = _ready(model, sources[done], grown, after)
                             still[after] = _still(model, still[done], done, grown)
-                        if part.mask and not resident:
+                        if part.mask and not resident and not bound_only:
                             pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
                         else:
-                            cost = least if part.mask else dram_bytes(model, grown, cap)
+                            cost = least if part.mask or bound_only else dram_bytes(model, grown, cap)
                             if cost is not None and base + cost < best.get(after, INF):
                                 best[after] = base + cost
                                 back[after] = (done, grown)
@@ -165,13 +183,13 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
                                 nxt |= sb
                         stack.append((node, x, parts, nxt))
     if full not in best:
-        return [], evaluated, exact
+        return [], evaluated, exact, INF
     chain = []
     state = full
     while state:
         state, group = back[state]
         chain.append(group)
-    return chain[::-1], evaluated, exact
+    return chain[::-1], evaluated, exact, best[full]
 
 
 def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:

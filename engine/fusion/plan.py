@@ -19,7 +19,9 @@ class FusionPlan:
     is: "optimal" (minimum over the whole fusion space), "restricted" (best a
     baseline or the on-line variant finds in its own smaller space), "unfused", or
     "beam" (the down-set search outgrew `optimus.Limits` and kept its most promising
-    states: a valid plan, not a proven optimum).
+    states: a valid plan, not a proven optimum). `lower_bound_bytes` is a proven lower
+    bound on the least traffic over the whole fusion space: `dram_bytes` itself when
+    "optimal", the windows bound of `engine.fusion.bound` when "beam", None otherwise.
     """
 
     method: str
@@ -33,6 +35,14 @@ class FusionPlan:
     groups_evaluated: int
     search_seconds: float
     status: str
+    lower_bound_bytes: int | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """(dram_bytes - bound) / dram_bytes, the convention of MIP solvers and of `Allocation.gap` (0 when optimal)."""
+        if self.lower_bound_bytes is None:
+            return None
+        return (self.dram_bytes - self.lower_bound_bytes) / self.dram_bytes if self.dram_bytes else 0.0
 
     def group_of(self, op: str) -> int:
         """Index in `groups` of the group holding `op`."""
@@ -43,12 +53,17 @@ class FusionPlan:
 
 
 def build_plan(model: FusionModel, masks: list[int], cap: Capacity, *, method: str, buffer_bytes: int,
-               evaluated: int, seconds: float, status: str) -> FusionPlan:
-    """The plan of the groups `masks`, put in an order that respects every data dependency."""
+               evaluated: int, seconds: float, status: str, lower_bound: int | None = None) -> FusionPlan:
+    """The plan of the groups `masks`, put in an order that respects every data dependency.
+
+    `lower_bound`: a proven bound for a "beam" plan; an "optimal" plan is its own bound.
+    """
     costs = tuple(record(model, m, cap) for m in execution_order(model, masks))
-    return FusionPlan(method, tuple(c.ops for c in costs), costs, sum(c.dram_bytes for c in costs),
+    total = sum(c.dram_bytes for c in costs)
+    return FusionPlan(method, tuple(c.ops for c in costs), costs, total,
                       sum(c.fmap_in_bytes for c in costs), sum(c.fmap_out_bytes for c in costs),
-                      sum(c.param_bytes for c in costs), buffer_bytes, evaluated, seconds, status)
+                      sum(c.param_bytes for c in costs), buffer_bytes, evaluated, seconds, status,
+                      total if status == "optimal" else lower_bound)
 
 
 def execution_order(model: FusionModel, masks: list[int]) -> list[int]:

@@ -1,0 +1,132 @@
+"""A proven lower bound on the least DRAM traffic over the fusion space, for graphs the exact search cannot finish.
+
+Cut the ops, in topological order, into windows W_1..W_m (each prefix union is a
+down-set). Any valid partition's group G meets window k in a piece P = G & W_k, and
+G's traffic is at least the sum over its pieces of
+
+    f(P) = reads of tensors made in W_k outside P (or network inputs read only in W_k)
+         + writes of tensors P makes that W_k outside P reads (or the network returns)
+         + P's parameters, times the reloads P surely forces on G (Eq. 3, once if none)
+
+each read and write counted in one window only. Tensors crossing into W_k from earlier
+windows are free there (G may make them) and held on chip at min(T_c, C) channels, as a
+member's ofmap under ISOA (Alg. 2) would be; a concat's or split's, which shares its
+inputs' buffer, at none. With that accounting P's finest tiles are no larger than
+G's (removing ops that feed no other member never grows Eq. 4's footprint, and the
+earlier-window members of G hold at least those tiles), so P fits; and if P's
+parameters cannot stay beside P's tiles, G's cannot stay beside G's, so G reloads them
+at least as often as P's whole-image footprint demands (`grow.least_subgroups`). The
+pieces of one window also form a chain of down-sets of it (a path leaving and entering
+one piece would leave and enter its group), and each piece's connected components
+are pieces too (they share no tensor, and each fits), so the exact chain search of
+`optimus` with f as group cost (`chain_search(bound_only=True)`) gives each window's
+least sum, and the windows' sums plus the weights two ops share (loaded at least once,
+left out of the windows) bound every valid partition from below.
+
+Windows are ranges of the topological order with at most `budget` down-sets each (the
+exact search's states), cut where the fewest bytes cross in all (they are what the
+bound gives away), by a shortest path over cut positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.fusion.cost import Capacity
+from engine.fusion.model import FusionModel
+from engine.fusion.optimus import Limits, chain_search
+from engine.graph import Graph
+
+EXACT = Limits(states=1 << 62, groups=1 << 62, total=1 << 62)  # the windows' searches never turn into a beam
+BUDGET = 300  # down-sets per window: 2-4 s on NASNet-A Mobile, 61.6 MB of the beam's 129.7 MB (batch 4, 128 KB)
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """A lower bound on the traffic of every valid partition, and how it was found."""
+
+    bytes: int
+    windows: tuple[tuple[int, int], ...]  # op index ranges [start, end) of the topological order
+    groups_evaluated: int
+
+
+def lower_bound(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> LowerBound:
+    """The windows' exact least sums of piece bounds plus the shared weights; cached per capacity."""
+    key = ("lower_bound", cap, budget)
+    hit = model.cost_cache.get(key)
+    if hit is not None:
+        return hit
+    cuts = windows(model, budget=budget)
+    total, evaluated = shared_weight_bytes(model), 0
+    for lo, hi in cuts:
+        _, n, _, least = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
+        total += least
+        evaluated += n
+    hit = LowerBound(int(total), tuple(cuts), evaluated)
+    model.cost_cache[key] = hit
+    return hit
+
+
+def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]]:
+    """Consecutive op ranges of at most `budget` down-sets each, cut so that the fewest bytes cross the cuts in all."""
+    n = model.n
+    cross = [crossing(model, c) for c in range(n + 1)]
+    best = [(0, 0)] + [(INF, 0)] * n  # cut position -> (bytes given away up to it, windows)
+    back = [0] * (n + 1)
+    for lo in range(n):
+        for hi in _ends(model, lo, budget):
+            cand = (best[lo][0] + (cross[hi] if hi < n else 0), best[lo][1] + 1)
+            if cand < best[hi]:
+                best[hi], back[hi] = cand, lo
+    cuts, hi = [], n
+    while hi:
+        cuts.append((back[hi], hi))
+        hi = back[hi]
+    return cuts[::-1]
+
+
+def _ends(model: FusionModel, lo: int, budget: int) -> list[int]:
+    """Window ends lo+1.. whose window [lo, end) has at most `budget` down-sets (at least one end)."""
+    ideals, ends = [0], []
+    for x in range(lo, model.n):
+        need = model.pred[x] & ~((1 << lo) - 1)
+        ideals += [d | 1 << x for d in ideals if not need & ~d]
+        if len(ideals) > budget and ends:
+            break
+        ends.append(x + 1)
+    return ends
+
+
+def crossing(model: FusionModel, cut: int) -> int:
+    """Bytes of the tensors made before op `cut` and read from it on (what a window boundary there gives away)."""
+    later = ~((1 << cut) - 1)
+    return sum(model.tbytes[j] for j, p in enumerate(model.producer)
+               if 0 <= p < cut and model.consumer_mask[j] & later)
+
+
+def shared_weight_bytes(model: FusionModel) -> int:
+    """Bytes of the weights several ops read: loaded at least once by any partition."""
+    shared = {w for i in range(model.n) if model.shares_weights[i] for w in model.weights[i]}
+    return -(-sum(model.weight_elems[w] for w in shared) * model.word_bits // 8)
+
+
+def window_model(model: FusionModel, lo: int, hi: int) -> FusionModel:
+    """The ops lo..hi-1 as a graph of their own, with the border accounting of the module docstring."""
+    graph = model.graph
+    ops = graph.ops[lo:hi]
+    inside = (1 << hi) - (1 << lo)
+    made = {t for op in ops for t in op.outputs}
+    free = {w: 0 for i in range(lo, hi) if model.shares_weights[i] for w in model.weights[i]}
+    border = []
+    for t in dict.fromkeys(t for op in ops for t in op.inputs if t not in made):
+        j = model.tindex[t]
+        p, geo = model.producer[j], model.tgeo[j]
+        border.append(t)
+        if p < 0 and not model.consumer_mask[j] & ~inside:
+            continue  # a network input read in this window only: read here, at full depth
+        free[t] = 0 if geo is None or (p >= 0 and model.inplace[p]) else min(model.tp.t_c, geo.channels) * geo.w
+    names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
+    sub = Graph.build(f"{graph.name}[{lo}:{hi}]", ops, [graph.tensors[t] for t in sorted(names)], tuple(border),
+                      tuple(t for t in graph.outputs if t in made), graph.batch)
+    return FusionModel(sub, model.tp, model.word_bits, free=free)
