@@ -5,7 +5,8 @@ Run:  .venv/bin/python -m benchmarks.bench_allocation [--full] [--time-limit S] 
 runs all ten of the paper's networks and the NAS-like net with a 60 s limit (about half an hour).
 Prints markdown: a summary against the paper's figures, then per network, setting (activations
 only, or with parameters) and budget (M_R, M_H, M_P) COSMA's status, gap, time to solution and
-off-chip bytes, the baselines' off-chip bytes, and COSMA's reduction against them.
+off-chip bytes, the baselines' off-chip bytes, and COSMA's reduction against them; then the
+time-limit contract: every call path on the Transformer from cold caches, wall time against the limit.
 Data are 8-bit, batch 1, as in the paper's Fig. 3.
 """
 
@@ -17,7 +18,8 @@ import time
 
 import engine
 from benchmarks.nas_cells import darts_like
-from engine.allocation import METHODS, allocate, budgets
+from engine.allocation import METHODS, allocate, budgets, mpmf
+from engine.allocation.problem import requirement
 
 PAPER_NETS = ("resnet50", "densenet121", "resnext50_32x4d", "r2plus1d_18", "s3d", "fcn_resnet50",
               "lraspp_mobilenet_v3_large", "deeplabv3_resnet50", "transformer", "vit_b_16")
@@ -99,6 +101,31 @@ def bench_nas(time_limit: float) -> list[str]:
     return lines
 
 
+CONTRACT_LIMIT_S = 5.0
+
+
+def bench_contract(net: str = "transformer", limit: float = CONTRACT_LIMIT_S) -> list[str]:
+    """Wall time of every call path against `time_limit_s`, each from cold caches (the MPMF order not yet known)."""
+    g = engine.load_network(net)
+    lines = [f"### Time limit kept: {net} at M_R, {limit:g} s limit, cold caches", "",
+             "| setting | schedule | divide | status | off-chip bytes | wall (s) |", "|---|---|---|---|---|---|"]
+    for params in (False, True):
+        m_r = max(requirement(g, op.name, include_params=params, word_bits=BITS) for op in g.ops)  # M_R, no MPMF
+        for schedule, divide in (("free", None), ("mpmf", None), ("default", None), ("free", "auto"),
+                                 ("mpmf", "auto")):
+            order = [op.name for op in g.ops] if schedule == "default" else schedule
+            mpmf.cache_clear()
+            start = time.perf_counter()
+            a = allocate(g, m_r, include_params=params, word_bits=BITS, time_limit_s=limit, schedule=order,
+                         divide=divide)
+            wall = time.perf_counter() - start
+            a.validate()
+            lines.append(f"| {'act+par' if params else 'act'} | {schedule} | {divide or '-'} | {a.status} | "
+                         f"{a.offchip_bytes} | {wall:.1f} |")
+    mpmf.cache_clear()
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="all ten paper networks and the NAS-like net, 60 s limit")
@@ -126,6 +153,8 @@ def main() -> None:
     if args.full or args.nas:
         print()
         print("\n".join(bench_nas(limit)))
+    print()
+    print("\n".join(bench_contract()))
     full = "" if args.full else " Full sweep: `.venv/bin/python -m benchmarks.bench_allocation --full`."
     print(f"\n_{len(runs)} runs in {time.perf_counter() - began:.0f} s on a shared 2-core machine (timings are "
           f"noisy).{full}_")

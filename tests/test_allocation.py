@@ -3,11 +3,13 @@
 import heapq
 import itertools
 import random
+import time
 
 import pytest
 
 import engine
 from engine.allocation import METHODS, allocate, budgets, mpmf
+from engine.allocation.problem import requirement
 from engine.graph import Graph, Op, Tensor
 
 BITS = 8  # one byte per element: a tensor of shape (1, c) holds c bytes
@@ -294,6 +296,27 @@ def test_no_time_left_to_solve_returns_the_start_plan():
     a.validate()
     for method in METHODS[1:]:
         assert a.offchip_bytes <= allocate(g, m_r, method=method, word_bits=BITS).offchip_bytes
+
+
+LIMIT_S, SLACK_S = 2.0, 3.0  # a contract, not a speed figure: the slack absorbs model building and a loaded machine
+
+
+@pytest.mark.parametrize("opts", [dict(include_params=True), dict(schedule="mpmf"), dict(divide="auto"),
+                                  dict(schedule="default")], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_time_limit_covers_the_whole_call(opts):
+    # the Transformer's MPMF order alone took 15-25 s when cold, and its free model 17 s to build: every
+    # stage now shares one deadline, so a 2 s limit gives a valid plan in about 2 s from cold caches
+    g = engine.load_network("transformer")
+    params = opts.pop("include_params", False)
+    if opts.get("schedule") == "default":
+        opts["schedule"] = [op.name for op in g.ops]
+    m_r = max(requirement(g, op.name, include_params=params, word_bits=BITS) for op in g.ops)
+    mpmf.cache_clear()
+    began = time.perf_counter()
+    a = allocate(g, m_r, include_params=params, word_bits=BITS, time_limit_s=LIMIT_S, **opts)
+    assert time.perf_counter() - began < LIMIT_S + SLACK_S
+    assert a.status == "time_limit" and a.has_plan  # the limit was what stopped it
+    assert check(a, g, include_params=params) == a.offchip_bytes
 
 
 def test_cbc_agrees_with_highs():

@@ -1,12 +1,18 @@
-"""What makes the COSMA ILP fast without changing its optimum: the capacity row, forced orders, starts, bounds."""
+"""What makes the COSMA ILP fast without changing its optimum: the capacity row, forced orders, starts, bounds,
+the no-spill packing."""
+
+import itertools
 
 import pulp
 import pytest
 
-from engine.allocation import allocate, budgets, cosma, model, solve
+from engine.allocation import allocate, budgets, cosma, model, mpmf, solve
 from engine.allocation.bound import spill_bound
 from engine.allocation.lifetimes import forced
+from engine.allocation.mpmf import footprint
+from engine.allocation.packing import pack
 from engine.allocation.problem import Carry, make_problem
+from engine.allocation.start import objective_at, values_of
 from tests.test_allocation import BITS, check, graph_of, oracle, random_dag
 
 
@@ -144,3 +150,40 @@ def test_divided_plans_report_their_gap_to_the_whole_graph_bound():
         assert split.offchip_bytes == floor
     else:
         assert split.gap == pytest.approx(1 - floor / split.offchip_bytes)
+
+
+PACKED = [random_dag(seed, 30, max_size=6, two_outputs=0.1) for seed in range(8)]
+
+
+@pytest.mark.parametrize("g", PACKED, ids=lambda g: g.name)
+def test_a_packing_is_a_zero_cost_start_that_fits_or_nothing(g):
+    order, m_p = mpmf(g, word_bits=BITS).order, budgets(g, word_bits=BITS)[2]
+    loose = problem_of(g, sum(t.nbytes(BITS) for t in g.tensor_list), order)
+    assert pack(loose, order) is not None  # room for every tensor at once: it always fits
+    for budget in (m_p, m_p * 5 // 4):
+        p = problem_of(g, budget, order)
+        placed = pack(p, order)
+        if placed is None:
+            continue
+        assert footprint(g, order, word_bits=BITS) <= budget  # a packing never beats the live bytes
+        for x, y in itertools.combinations(placed, 2):  # no two stays sharing a step share an address
+            apart = x.last_step < y.first_step or y.last_step < x.first_step
+            assert apart or x.address + x.size <= y.address or y.address + y.size <= x.address
+        assert max(x.address + x.size for x in placed) <= budget
+        m = model.build(p)
+        values = values_of(m, order, placed, [], [])
+        for v in m.lp.variables():
+            v.varValue = values.get(v.name, 0.0)
+        assert m.lp.valid(1e-6) and objective_at(m, values) == 0  # a feasible start meeting the bound 0
+
+
+def test_a_packing_that_fits_ends_the_solve_before_it_begins(monkeypatch):
+    fits = [g for g in PACKED if pack(problem_of(g, budgets(g, word_bits=BITS)[2]), mpmf(g, word_bits=BITS).order)]
+    assert fits  # the test means something
+    calls = []
+    real = pulp.LpProblem.solve
+    monkeypatch.setattr(pulp.LpProblem, "solve", lambda lp, *a, **k: calls.append(lp.name) or real(lp, *a, **k))
+    for g in fits:
+        got = allocate(g, budgets(g, word_bits=BITS)[2], word_bits=BITS)
+        assert (got.status, got.offchip_bytes, check(got, g)) == ("optimal", 0, 0)
+    assert calls == []  # neither the spill bound nor the ILP went to a solver

@@ -9,6 +9,7 @@ arena x replacement policy).
 
 from __future__ import annotations
 
+import math
 import time
 
 from engine.allocation import baselines
@@ -35,9 +36,11 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     their name. divide: None (one ILP), "auto" (break nodes chosen automatically) or a
     sequence of break-node op names. A budget below M_R gives status "infeasible" naming
     the op that cannot fit; a time-out gives the best solution found, status "time_limit".
+    `time_limit_s` covers the whole call (MPMF order, spill bound, MIP starts, solves).
     """
-    _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits)
+    _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
     start = time.perf_counter()
+    deadline = start + time_limit_s
     common = dict(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
                   graph=graph)
     worst = max(graph.ops, key=lambda op: requirement(graph, op.name, include_params=include_params,
@@ -49,9 +52,9 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
                           message=f"op '{worst.name}' needs {need} bytes on chip at once ({what}) but the budget "
                                   f"is {budget_bytes} bytes; M_R = {need}")
     if method == "cosma":
-        order, fixed = _order(graph, schedule, include_params, word_bits, time_limit_s, solver)
+        order, fixed = _order(graph, schedule, include_params, word_bits, time_limit_s / 2, solver)
         got = solve_cosma(graph, budget_bytes, order, fixed=fixed, include_params=include_params, divide=divide,
-                          time_limit_s=time_limit_s, solver=solver, word_bits=word_bits)
+                          time_limit_s=time_limit_s, solver=solver, word_bits=word_bits, deadline=deadline)
         order, placements, spills, retrievals = got.order, got.placements, got.spills, got.retrievals
         status, gap, message = got.status, got.gap, got.message
     else:
@@ -88,7 +91,7 @@ def _peak(placements, steps: int) -> int:
     return max(on_chip, default=0)
 
 
-def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits) -> None:
+def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s) -> None:
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
         raise EngineError(f"budget_bytes must be a whole number of bytes, got {budget_bytes!r}")
     if budget_bytes <= 0:
@@ -97,6 +100,8 @@ def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits
         raise UnknownNameError("allocation method", method, METHODS)
     if solver not in SOLVERS:
         raise UnknownNameError("solver", solver, SOLVERS)
+    if not (isinstance(time_limit_s, (int, float)) and 0 < time_limit_s < math.inf):
+        raise EngineError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
     if not isinstance(word_bits, int) or word_bits <= 0:
         raise EngineError(f"word_bits must be a positive whole number, got {word_bits!r}")
     if isinstance(schedule, str):

@@ -9,12 +9,16 @@ from dataclasses import dataclass, replace
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
 from engine.allocation.bound import spill_bound
-from engine.allocation.lifetimes import forced
+from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
+from engine.allocation.packing import pack
 from engine.allocation.problem import Carry, make_problem
 from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.allocation.record import Placement, needs
 from engine.graph import Graph
+
+PRESOLVE_SHARE = 0.05  # of the time left, for a free schedule's first fixed order when its free model follows
+SETUP_FACTOR = 5  # build, hand-over to HiGHS and presolve of a large model, in build times (Transformer: 8.7+2.5+23 s)
 
 
 @dataclass(frozen=True)
@@ -43,19 +47,20 @@ def segments_for(graph: Graph, order, divide, *, fixed: bool, include_params: bo
 
 
 def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params: bool, divide, time_limit_s: float,
-                solver: str, word_bits: int, mpmf_order: tuple[str, ...] | None = None) -> Joined:
+                solver: str, word_bits: int, mpmf_order: tuple[str, ...] | None = None,
+                deadline: float = math.inf) -> Joined:
     """Solve COSMA over `order`'s segments (a free schedule inside each when not `fixed`) within the time limit.
 
-    `mpmf_order` is the graph's minimum peak footprint order when the caller has it already.
+    Every stage shares one deadline: `time_limit_s` from now, or the caller's `deadline`
+    (a perf_counter time) when sooner. `mpmf_order` is the graph's minimum peak footprint
+    order when the caller has it already; otherwise it is found only if a stage needs it.
     """
-    deadline = time.perf_counter() + time_limit_s
-    if not fixed and mpmf_order is None:
-        mpmf_order = mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,
-                          solver=solver).order
-    if not fixed and divide is not None:
-        order = mpmf_order  # segments of a low-footprint order: each is still a down-set, and starts agree
-    bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
+    deadline = min(deadline, time.perf_counter() + time_limit_s)
     opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
+    need_order = _order_source(graph, mpmf_order, deadline, **opts)
+    if not fixed and divide is not None:
+        order = need_order(0.5)  # segments of a low-footprint order: each is still a down-set, and starts agree
+    bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
     carry = Carry.start(graph, include_params)
     plans, statuses, gaps = [], [], []
     for k, (lo, hi) in enumerate(bounds):
@@ -67,7 +72,7 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
             prob = replace(prob, order=prob.ops)  # a chain: the free model would repeat the fixed one
         share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
         until = deadline - share * (len(bounds) - k - 1)
-        m, stats = _solve_problem(graph, prob, mpmf_order or (), share, until, whole=divide is None, **opts)
+        m, stats = _solve_problem(graph, prob, need_order, share, until, whole=divide is None, **opts)
         if not stats.has_solution:
             where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
             if stats.status == "infeasible":
@@ -87,59 +92,128 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         whole = make_problem(graph, order, budget, Carry.start(graph, include_params), include_params=include_params,
                              word_bits=word_bits, order=order if fixed else None)
         cost = sum(graph.tensor(a).nbytes(word_bits) for a, _ in joined.spills + joined.retrievals)
-        floor = spill_bound(whole, solver=solver, time_limit_s=1.0) * whole.unit
+        floor = spill_bound(whole, solver=solver, time_limit_s=_seconds(deadline, 1.0)) * whole.unit
         joined = (replace(joined, status="optimal", gap=0.0) if cost <= floor
                   else replace(joined, gap=(cost - floor) / cost))
     return joined
 
 
-def _solve_problem(graph: Graph, prob, mpmf_order, share: float, until: float, *, whole: bool, include_params: bool,
+def _order_source(graph: Graph, known, deadline: float, *, include_params: bool, word_bits: int, solver: str):
+    """A function giving the MPMF order (`known`, or found in `fraction` of the time left) and remembering it."""
+    found = [known]
+
+    def order(fraction: float) -> tuple[str, ...]:
+        if found[0] is None:
+            found[0] = mpmf(graph, include_params=include_params, word_bits=word_bits, solver=solver,
+                            time_limit_s=_seconds(deadline, math.inf, fraction)).order
+        return found[0]
+    return order
+
+
+def _seconds(until: float, cap: float, fraction: float = 1.0) -> float:
+    """A stage's time limit: `fraction` of what is left before `until`, at most `cap`, and positive."""
+    return max(min(cap, fraction * (until - time.perf_counter())), 0.01)
+
+
+def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *, whole: bool, include_params: bool,
                    word_bits: int, solver: str) -> tuple[model.Model, solve.SolveStats]:
     """Solve one problem by `until` (about `share` seconds): the solved model and how the solve ended.
 
     The spill bound (bound.py) comes first. A free schedule is first solved in its given
     order; when that meets the bound it is optimal for every order, and the far larger
-    free model is never built. Otherwise the full model, with the bound as a row, starts
-    from the best plan found.
+    free model is never built. Nor is it when its setup would take half the time left
+    (SETUP_FACTOR times its build time, estimated as the fixed model's scaled by
+    `model.size`): the MPMF order is then solved as a second fixed order. Otherwise the full model, with the bound as a row, starts
+    from the best plan found. A stage that runs out of time leaves the best plan so far.
     """
-    opts = dict(include_params=include_params, word_bits=word_bits)
-    lb = spill_bound(prob, solver=solver, time_limit_s=max(min(share / 10, 2.0), 0.2))
-    fixed_values = None
-    if prob.order is None:
-        fixed = model.build(replace(prob, order=prob.ops))
-        model.add_lower_bound(fixed, lb)
-        start = best_baseline(fixed, graph, [prob.ops], **opts)
-        stats = solve.run(fixed.lp, solver=solver, time_limit_s=max(share / 2, 0.2), start=start, bound=lb)
-        if stats.has_solution and fixed.lp.objective.value() <= lb + 1e-6:
-            return fixed, replace(stats, status="optimal", gap=0.0)  # the fixed order meets a bound for all orders
-        fixed_values = {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else start
-    m = model.build(prob)
+    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
+    lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
+    if prob.order is not None:
+        return _solve_model(graph, model.build(prob), lb, until, share, need_order, None, whole=whole, **opts)
+    began = time.perf_counter()
+    fixed = model.build(replace(prob, order=_first_order(prob, lb, need_order)))
+    life = analyse(prob)  # the free model's windows and pairs, before deciding to build it
+    guess = (time.perf_counter() - began) * model.size(life) / max(model.size(fixed.life), 1)
+    hopeless = SETUP_FACTOR * guess > (until - time.perf_counter()) / 2  # no search before half the time is gone
+    fixed, stats = _solve_model(graph, fixed, lb, until, share, need_order, None, whole=whole and hopeless,
+                                fraction=0.5 if hopeless else PRESOLVE_SHARE, **opts)
+    if stats.has_solution and fixed.lp.objective.value() <= lb + 1e-6:
+        return fixed, replace(stats, status="optimal", gap=0.0)  # the fixed order meets a bound for all orders
+    if hopeless:
+        return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, whole=whole, **opts)
+    try:
+        m = model.build(prob, deadline=until, life=life)
+    except model.OutOfTime:  # the free model is too big for the time left: the fixed orders' plans stand
+        return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, whole=whole, **opts)
+    fixed_values = {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else None
+    return _solve_model(graph, m, lb, until, share, need_order, fixed_values, whole=whole, **opts)
+
+
+def _first_order(prob, lb: int, need_order) -> tuple[str, ...]:
+    """The order a free schedule is solved in first: the given one, or the MPMF order when only that one
+    packs without spills (`packing.pack`) and the bound allows a plan costing nothing."""
+    if lb > 0 or pack(prob, prob.ops) is not None:
+        return prob.ops
+    ops = set(prob.ops)
+    spread = tuple(op for op in need_order(0.25) if op in ops)
+    return spread if pack(prob, spread) is not None else prob.ops
+
+
+def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, lb: int, need_order, until: float,
+              share: float, *, whole: bool, **opts) -> tuple[model.Model, solve.SolveStats]:
+    """A free schedule's answer without its model: the better of the first order's plan and the MPMF order's
+    (solved in the time left; its best baseline at least, so a time-out is never above a baseline), judged
+    against the spill bound alone."""
+    ops = set(prob.ops)
+    spread = tuple(op for op in need_order(0.5) if op in ops)
+    if spread != fixed.problem.order:
+        other, got = _solve_model(graph, model.build(replace(prob, order=spread)), lb, until, share, need_order, None,
+                                  whole=whole, **opts)
+        if got.has_solution and (not stats.has_solution
+                                 or other.lp.objective.value() < fixed.lp.objective.value() - 1e-9):
+            fixed, stats = other, got
+    if not stats.has_solution:
+        return fixed, replace(stats, status="time_limit")
+    value = fixed.lp.objective.value()
+    if value <= lb + 1e-6:
+        return fixed, replace(stats, status="optimal", gap=0.0, bound=lb)
+    return fixed, replace(stats, status="time_limit", gap=(value - lb) / value, bound=lb)
+
+
+def _solve_model(graph: Graph, m: model.Model, lb: int, until: float, share: float, need_order, fixed_values, *,
+                 whole: bool, include_params: bool, word_bits: int, solver: str,
+                 fraction: float = 1.0) -> tuple[model.Model, solve.SolveStats]:
+    """Solve a built model, with the spill bound as a row, from the best start, in `fraction` of the time left."""
     model.add_lower_bound(m, lb)
-    start = _start(m, graph, mpmf_order, share / 3, fixed_values, whole=whole, solver=solver, **opts)
-    left = until - time.perf_counter()
+    start = _start(m, graph, need_order, fixed_values, until, share / 3, whole=whole, solver=solver,
+                   include_params=include_params, word_bits=word_bits)
+    left = fraction * (until - time.perf_counter())
     if left <= 0 and start is not None:  # out of time before the solve: the start is the answer
         return m, solve.take_start(m.lp, start, bound=lb)
-    return m, solve.run(m.lp, solver=solver, time_limit_s=max(left, 0.2), start=start, bound=lb)
+    return m, solve.run(m.lp, solver=solver, time_limit_s=max(left, 0.01 if start is not None else 0.2), start=start,
+                        bound=lb)
 
 
-def _start(m: model.Model, graph: Graph, mpmf_order, time_limit_s: float, fixed_values: dict | None, *, whole: bool,
-           include_params: bool, word_bits: int, solver: str) -> dict | None:
+def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, until: float, cap: float, *,
+           whole: bool, include_params: bool, word_bits: int, solver: str) -> dict | None:
     """The cheapest MIP start found, trying costlier sources only while none is at the bound 0.
 
     Sources: the best baseline (in the MPMF order when the schedule is free); for a free
     schedule, `fixed_values`, the same problem solved in its given order (its variables
     share names, and any the fixed model lacks are 0 in the free one, so it is a feasible
     start); for a whole graph too long for one segment, the automatic divide-and-conquer
-    plan, within `time_limit_s`.
+    plan, in at most `cap` seconds.
     """
     prob = m.problem
     opts = dict(include_params=include_params, word_bits=word_bits)
-    spread = prob.order or tuple(op for op in mpmf_order if op in set(prob.ops))
+    ops = set(prob.ops)
+    spread = prob.order or tuple(op for op in need_order(0.25) if op in ops)
     sources = [lambda: best_baseline(m, graph, [spread], **opts)]
     if fixed_values is not None:
         sources.append(lambda: fixed_values)
     if whole and len(prob.ops) > (dnc.MAX_OPS_FIXED if prob.order else dnc.MAX_OPS_FREE):
-        sources.append(lambda: _divided_start(m, graph, solver, time_limit_s, opts, mpmf_order=mpmf_order))
+        sources.append(lambda: _divided_start(m, graph, solver, _seconds(until, cap), opts,
+                                              mpmf_order=None if prob.order else need_order(0.25)))
     best, cost = None, math.inf
     for source in sources:
         found = source()
@@ -157,7 +231,7 @@ def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: floa
     prob = m.problem
     fixed = prob.order is not None
     got = solve_cosma(graph, prob.budget, prob.order or prob.ops, fixed=fixed, divide="auto",
-                      time_limit_s=max(time_limit_s, 0.2), solver=solver, mpmf_order=mpmf_order or None, **opts)
+                      time_limit_s=time_limit_s, solver=solver, mpmf_order=mpmf_order or None, **opts)
     if not got.order:
         return None
     return values_of(m, got.order, got.placements, got.spills, got.retrievals)

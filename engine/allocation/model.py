@@ -17,6 +17,8 @@ integer data, so `solution.compact` recovers integer addresses without loss.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 import pulp
@@ -25,6 +27,11 @@ from engine.allocation.lifetimes import Lifetimes, analyse
 from engine.allocation.problem import Problem
 
 OFFCHIP, PEAK = "offchip", "peak"
+CHECK_EVERY = 1024  # Eq. 10 pairs between two looks at the clock while building
+
+
+class OutOfTime(Exception):
+    """The deadline passed while the model was being built (the caller falls back to a plan it has)."""
 
 
 @dataclass
@@ -43,6 +50,12 @@ class Model:
     X: dict = field(default_factory=dict)  # op runs at step: its first output's C
     peak: pulp.LpVariable | None = None
     idx: dict = field(default_factory=dict)  # tensor -> number used in variable and constraint names
+    deadline: float = math.inf  # perf_counter time past which building gives up (OutOfTime)
+
+    def check_time(self) -> None:
+        """Raise OutOfTime once the deadline has passed."""
+        if time.perf_counter() > self.deadline:
+            raise OutOfTime(f"model of {len(self.problem.ops)} ops not built by the deadline")
 
     def spills_of(self, a: str, upto: int | None = None) -> list:
         """Spill variables of `a` at steps up to `upto` (all steps when None)."""
@@ -54,31 +67,27 @@ class Model:
         return [v[a, t] for v in (self.C, self.P, self.R) if (a, t) in v]
 
 
-def build(problem: Problem, *, objective: str = OFFCHIP) -> Model:
-    """The ILP of `problem`: min off-chip bytes (Eq. 12/17) or min peak footprint (Eq. 15)."""
-    life = analyse(problem)
+def build(problem: Problem, *, objective: str = OFFCHIP, deadline: float = math.inf,
+          life: Lifetimes | None = None) -> Model:
+    """The ILP of `problem`: min off-chip bytes (Eq. 12/17) or min peak footprint (Eq. 15).
+
+    Raises OutOfTime when `deadline` (a perf_counter time) passes first: a free schedule's
+    model can take longer to build than a whole time limit (the Transformer's: 17 s).
+    `life` is `lifetimes.analyse(problem)` when the caller has it already.
+    """
+    life = life or analyse(problem)
     m = Model(problem, life, objective, pulp.LpProblem("cosma", pulp.LpMinimize),
-              idx={a: i for i, a in enumerate(problem.tensors)})
-    _add_variables(m)
-    _add_single_action(m)
-    _add_preserve_after_resident(m)
-    _add_creation(m)
-    _add_one_op_per_step(m)
-    _add_data_dependency(m)
-    _add_liveness(m)
+              idx={a: i for i, a in enumerate(problem.tensors)}, deadline=deadline)
+    groups = [_add_variables, _add_single_action, _add_preserve_after_resident, _add_creation, _add_one_op_per_step,
+              _add_data_dependency, _add_liveness]
     if objective == PEAK:
-        _add_single_load(m)
-        _add_keep_resident(m)
-        _add_peak(m)
+        groups += [_add_single_load, _add_keep_resident, _add_peak]
     else:
-        _add_spill_after_resident(m)
-        _add_retrieve_after_spill(m)
-        _add_single_spill(m)
-        _add_keep_or_spill(m)
-        _add_capacity(m)
-        _add_no_overlap(m)
-        _add_persistence(m)
-        _add_offchip_objective(m)
+        groups += [_add_spill_after_resident, _add_retrieve_after_spill, _add_single_spill, _add_keep_or_spill,
+                   _add_capacity, _add_no_overlap, _add_persistence, _add_offchip_objective]
+    for add in groups:
+        m.check_time()
+        add(m)
     return m
 
 
@@ -261,8 +270,12 @@ def _add_no_overlap(m: Model) -> None:
     p, idx = m.problem, m.idx
     big = p.budget // p.unit
     le, ge = pulp.LpConstraintLE, pulp.LpConstraintGE
+    done = 0
     for t, pairs in m.life.pairs.items():
         for a, b in pairs:
+            done += 1
+            if done % CHECK_EVERY == 0:
+                m.check_time()
             la, lb = m.L.get((a, t)), m.L.get((b, t))
             if la is None or lb is None:
                 continue
@@ -320,6 +333,11 @@ def _add_offchip_objective(m: Model) -> None:
         const += p.size[a] // unit
         terms += [-(p.size[a] // unit) * v for v in m.res(a, last)]
     m.lp += pulp.lpSum(terms) + const, "eq12_offchip"
+
+
+def size(life: Lifetimes) -> int:
+    """Tensor-steps plus co-resident pairs: what the model's variables and rows grow with (Eq. 10 dominates)."""
+    return sum(w.last - w.first + 1 for w in life.tensors.values()) + sum(map(len, life.pairs.values()))
 
 
 def add_lower_bound(m: Model, units: int) -> None:

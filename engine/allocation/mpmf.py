@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from types import MappingProxyType
 
 from engine.allocation import model, solve
@@ -47,17 +47,36 @@ def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: i
 
 
 DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP
+CACHE_SIZE = 64
+_cache: OrderedDict = OrderedDict()  # (graph, include_params, word_bits, solver) -> (time limit used, Footprint)
 
 
-@lru_cache(maxsize=64)
 def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, time_limit_s: float = 60.0,
          solver: str = "highs") -> Footprint:
-    """An op order of minimum peak footprint, exact per lossless segment.
+    """An op order of minimum peak footprint, exact per lossless segment, found within `time_limit_s`.
 
     Each segment is solved by dynamic programming over its down-sets (sets of ops closed
     under predecessors, Serenity's formulation) while there are few of them, else by the
-    ILP of Eq. 13-15 within the time limit.
+    ILP of Eq. 13-15 in the time left. Results are cached per graph and setting; a cached
+    one is reused when it is proven optimal or was given at least `time_limit_s`.
     """
+    key = (graph, include_params, word_bits, solver)
+    hit = _cache.get(key)
+    if hit is not None and (hit[1].status == "optimal" or hit[0] >= time_limit_s):
+        _cache.move_to_end(key)
+        return hit[1]
+    got = _search(graph, include_params, word_bits, solver, time.perf_counter() + time_limit_s)
+    _cache[key] = (time_limit_s, got)
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return got
+
+
+mpmf.cache_clear = _cache.clear  # as functools.lru_cache offers: tests start cold with it
+
+
+def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, deadline: float) -> Footprint:
+    """`mpmf` uncached: segment by segment, each by the DP or the ILP, all by `deadline` (then the given order)."""
     began = time.perf_counter()
     order = tuple(op.name for op in graph.ops)
     flags = lossless_cuts(graph, order)
@@ -74,10 +93,9 @@ def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, tim
         later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
         prob = make_problem(graph, ops, _loose_budget(graph, word_bits), carry,
                             include_params=include_params, word_bits=word_bits, later=later)
-        picked = _downset_dp(prob) if len(ops) > 1 else ops
+        picked = _downset_dp(prob, deadline=deadline) if len(ops) > 1 else ops
         if picked is None:
-            left = max(time_limit_s - (time.perf_counter() - began), 1.0)
-            picked, optimal = _ilp_order(prob, solver=solver, time_limit_s=left)
+            picked, optimal = _ilp_order(prob, solver=solver, deadline=deadline)
             status = status if optimal else "time_limit"
         result.extend(picked)
         carry = _carry_after(graph, order[:hi], later, carry, include_params)
@@ -85,18 +103,25 @@ def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, tim
     return Footprint(tuple(result), peak, status, time.perf_counter() - began)
 
 
-def _ilp_order(prob, *, solver: str, time_limit_s: float) -> tuple[tuple[str, ...], bool]:
-    """Eq. 13-15 on one segment: (order, proven optimal); the given order if no solution came back."""
-    m = model.build(prob, objective=model.PEAK)
-    stats = solve.run(m.lp, solver=solver, time_limit_s=time_limit_s)
+def _ilp_order(prob, *, solver: str, deadline: float) -> tuple[tuple[str, ...], bool]:
+    """Eq. 13-15 on one segment by `deadline`: (order, proven optimal); the given order if no solution came back."""
+    try:
+        m = model.build(prob, objective=model.PEAK, deadline=deadline)
+    except model.OutOfTime:
+        return prob.ops, False
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return prob.ops, False
+    stats = solve.run(m.lp, solver=solver, time_limit_s=left)
     if not stats.has_solution:
         return prob.ops, False
     picked = sorted((t, op) for (op, t), x in m.X.items() if x.varValue > 0.5)
     return tuple(op for _, op in picked), stats.status == "optimal"
 
 
-def _downset_dp(prob) -> tuple[str, ...] | None:
-    """Order of minimum peak over all schedules of `prob` by DP over down-sets; None past DP_STATES states.
+def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
+    """Order of minimum peak over all schedules of `prob` by DP over down-sets; None past DP_STATES states
+    or `deadline`.
 
     After a down-set D has run, a tensor is on chip if it is carried in or touched by D and
     still read later (in the segment or after it); running op o next adds o's own tensors
@@ -136,7 +161,7 @@ def _downset_dp(prob) -> tuple[str, ...] | None:
     def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
         if done in best:
             return best[done][0]
-        if len(best) > DP_STATES:
+        if len(best) > DP_STATES or (len(best) & 1023 == 0 and time.perf_counter() > deadline):
             raise _TooWide
         choice = (math.inf, None)
         moves = sorted((step(done, live, live_bytes, op), op) for op in ops
@@ -168,7 +193,7 @@ def _downset_dp(prob) -> tuple[str, ...] | None:
 
 
 class _TooWide(Exception):
-    """The segment has more down-sets than the DP may visit."""
+    """The segment has more down-sets than the DP may visit, or the time is up."""
 
 
 def _loose_budget(graph: Graph, word_bits: int) -> int:

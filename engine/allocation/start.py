@@ -1,32 +1,39 @@
-"""MIP starts: the baselines' plans written as values of COSMA's variables.
+"""MIP starts: the baselines' plans, and a no-spill packing, written as values of COSMA's variables.
 
 Starting HiGHS from the best baseline of the same problem means the ILP begins with a
 solution in hand: a time-out still returns something no worse than the baselines it was
-started from, and the search only has to improve on it.
+started from, and the search only has to improve on it. A packing that fits costs 0,
+which no plan beats: the solve is then skipped.
 """
 
 from __future__ import annotations
 
+import math
+
 from engine.allocation import baselines
 from engine.allocation.model import Model
+from engine.allocation.packing import pack
 from engine.graph import Graph
 
 
 def best_baseline(m: Model, graph: Graph, orders, *, include_params: bool, word_bits: int) -> dict | None:
-    """Values of the cheapest baseline plan (over `orders` x policies) the model can represent, or None."""
+    """Values of the cheapest plan the model can represent over `orders`: the baselines' (each policy) and the
+    no-spill packing's (`packing.pack`, where it fits), or None."""
     p = m.problem
-    best = None
+    best, cost = None, math.inf
     for order in orders:
-        for policy in baselines.POLICIES:
-            placements, spills, retrievals = baselines.run(graph, p.budget, order, policy, include_params=include_params,
-                                                           word_bits=word_bits, carry=p.carry, later=p.keep)
+        plans = [baselines.run(graph, p.budget, order, policy, include_params=include_params, word_bits=word_bits,
+                               carry=p.carry, later=p.keep) for policy in baselines.POLICIES]
+        placements = pack(p, order)
+        if placements is not None:
+            plans.insert(0, (placements, [], []))
+        for placements, spills, retrievals in plans:
             values = values_of(m, order, placements, spills, retrievals)
-            if values is None:
-                continue
-            cost = sum(p.size[a] for a, _ in spills) + sum(p.size[a] for a, _ in retrievals)
-            if best is None or cost < best[0]:
-                best = (cost, values)
-    return None if best is None else best[1]
+            if values is not None and objective_at(m, values) < cost:
+                best, cost = values, objective_at(m, values)
+            if cost <= 0:
+                return best  # nothing is cheaper than no traffic
+    return best
 
 
 def objective_at(m: Model, values: dict) -> float:
