@@ -159,15 +159,15 @@ def blocked_energy(graph: Graph, plan, acc: Accelerator):
                    accesses=tuple(accesses.items()))
 
 
-def budget_bytes_for(graph: Graph, acc: Accelerator, budget) -> int:
-    """A budget given as 'M_R', 'M_H', 'M_P' (COSMA's three) or a byte count."""
+def budget_bytes_for(graph: Graph, acc: Accelerator, budget, *, time_limit_s: float = 60.0) -> int:
+    """A budget given as 'M_R', 'M_H', 'M_P' (COSMA's three; M_P's MPMF order within `time_limit_s`) or bytes."""
     from engine.allocation import budgets
 
     if isinstance(budget, str):
         names = ("M_R", "M_H", "M_P")
         if budget not in names:
             raise EngineError(f"budget must be one of {', '.join(names)} or a number of bytes, got '{budget}'")
-        return int(budgets(graph, word_bits=acc.word_bits)[names.index(budget)])
+        return int(budgets(graph, word_bits=acc.word_bits, time_limit_s=time_limit_s)[names.index(budget)])
     if budget <= 0:
         raise EngineError(f"budget must be a positive number of bytes, got {budget}")
     return int(budget)
@@ -177,7 +177,7 @@ def allocate_for_budget(graph: Graph, acc: Accelerator, method: str, budget, tim
     """(Allocation, budget bytes) for a budget named as COSMA does ('M_R', 'M_H', 'M_P') or in bytes."""
     from engine.allocation import allocate
 
-    nbytes = budget_bytes_for(graph, acc, budget)
+    nbytes = budget_bytes_for(graph, acc, budget, time_limit_s=time_limit_s)  # the dashboard's wait stays bounded
     return allocate(graph, nbytes, method=method, time_limit_s=time_limit_s, word_bits=acc.word_bits), nbytes
 
 

@@ -58,3 +58,20 @@ def test_buffer_curve_never_rises_for_optimus_and_stays_above_the_oracle(resnet1
     oracle = curve[curve["method"] == "oracle"]["dram_mb"].tolist()
     assert opt == sorted(opt, reverse=True)
     assert all(o >= r for o, r in zip(opt, oracle))
+
+
+def test_a_named_budget_is_found_within_the_allocations_time_limit(resnet18, monkeypatch):
+    import engine.allocation as allocation
+    from engine.explore import allocate_for_budget
+
+    real, limits = allocation.budgets, []
+
+    def recorded(graph, word_bits=16, **options):
+        limits.append(options.get("time_limit_s"))
+        return real(graph, word_bits, **options)
+
+    monkeypatch.setattr(allocation, "budgets", recorded)
+    acc = engine.Accelerator.preset("optimus")
+    alloc, nbytes = allocate_for_budget(resnet18, acc, "cosma", "M_P", time_limit_s=7.0)
+    assert limits == [7.0]  # M_P's MPMF order no longer gets its own 60 s beside the allocation's limit
+    assert nbytes == real(resnet18, word_bits=acc.word_bits)[2] and alloc.offchip_bytes == 0
