@@ -334,3 +334,23 @@ def test_onnx_resnet50_has_no_spill_at_mp():
     assert a.status == "optimal" and check(a, g) == 0
     belady = allocate(g, m_p, method="default-belady", word_bits=BITS)
     assert check(belady, g) == belady.offchip_bytes > 0  # the arena fragments where COSMA does not
+
+
+def test_a_plan_the_checker_rejects_is_never_handed_out(monkeypatch):
+    from dataclasses import replace
+
+    import engine.allocation as allocation
+
+    g = random_dag(7, 12, max_size=6, two_outputs=0.0)
+    m_r = budgets(g, word_bits=BITS)[0]
+    real = allocation.solve_cosma
+
+    def broken(*args, **kwargs):  # a solver plan with a retrieval that starts no placement
+        got = real(*args, **kwargs)
+        return replace(got, retrievals=tuple(got.retrievals) + ((got.placements[0].tensor, len(got.order) - 1),))
+
+    monkeypatch.setattr(allocation, "solve_cosma", broken)
+    a = allocate(g, m_r, word_bits=BITS, time_limit_s=5)
+    a.validate()
+    assert check(a, g) == a.offchip_bytes
+    assert a.status == "time_limit" and "failed validation" in a.message and "baseline" in a.message

@@ -64,9 +64,32 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
         placements, spills, retrievals = baselines.run(graph, budget_bytes, order, policy,
                                                        include_params=include_params, word_bits=word_bits)
         status, gap, message = "feasible", None, ""
-    return Allocation(tuple(order), tuple(placements), tuple(spills), tuple(retrievals),
-                      _bytes(graph, spills + retrievals, word_bits), _peak(placements, len(order)), status, gap,
-                      time.perf_counter() - start, **common, message=message)
+    result = Allocation(tuple(order), tuple(placements), tuple(spills), tuple(retrievals),
+                        _bytes(graph, spills + retrievals, word_bits), _peak(placements, len(order)), status, gap,
+                        time.perf_counter() - start, **common, message=message)
+    if method == "cosma" and result.has_plan:
+        try:
+            result.validate()
+        except EngineError as err:  # never hand out a plan the checker rejects: the best baseline in its order
+            return _baseline_instead(result, graph, str(err), start, common)
+    return result
+
+
+def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float, common: dict) -> Allocation:
+    """The cheaper baseline plan in the rejected plan's order, saying why (a valid plan, not a proven one)."""
+    best = None
+    for policy in baselines.POLICIES:
+        placements, spills, retrievals = baselines.run(graph, rejected.budget_bytes, rejected.order, policy,
+                                                       include_params=rejected.include_params,
+                                                       word_bits=rejected.word_bits)
+        cost = _bytes(graph, spills + retrievals, rejected.word_bits)
+        if best is None or cost < best[0]:
+            best = (cost, placements, spills, retrievals, policy)
+    cost, placements, spills, retrievals, policy = best
+    return Allocation(rejected.order, tuple(placements), tuple(spills), tuple(retrievals), cost,
+                      _peak(placements, len(rejected.order)), "time_limit", None, time.perf_counter() - start,
+                      **common, message=f"the solver's plan failed validation ({why}); shown instead: the "
+                                        f"{policy} baseline in the same order")
 
 
 def _order(graph: Graph, schedule, include_params, word_bits, time_limit_s, solver) -> tuple[tuple[str, ...], bool]:
