@@ -187,3 +187,18 @@ def test_a_packing_that_fits_ends_the_solve_before_it_begins(monkeypatch):
         got = allocate(g, budgets(g, word_bits=BITS)[2], word_bits=BITS)
         assert (got.status, got.offchip_bytes, check(got, g)) == ("optimal", 0, 0)
     assert calls == []  # neither the spill bound nor the ILP went to a solver
+
+
+def test_joining_segments_drops_the_retrieval_of_a_tensor_that_stayed_on_chip():
+    from types import SimpleNamespace
+
+    from engine.allocation.record import Placement
+
+    first = SimpleNamespace(order=("A", "B"), placements=(Placement("a", 0, 1, 0, 3),), spills=(), retrievals=())
+    stayed = SimpleNamespace(order=("C",), placements=(Placement("a", 0, 0, 0, 3),), spills=(), retrievals=(("a", 0),))
+    joined = cosma._join([(0, first), (2, stayed)], ["optimal", "optimal"], [0.0, 0.0])
+    assert joined.placements == (Placement("a", 0, 2, 0, 3),) and joined.retrievals == ()
+    moved = SimpleNamespace(order=("C",), placements=(Placement("a", 0, 0, 0, 3),), spills=(("a", 0),),
+                            retrievals=(("a", 0),))  # written out and back at the boundary: two stays
+    joined = cosma._join([(0, first), (2, moved)], ["optimal", "optimal"], [0.0, 0.0])
+    assert len(joined.placements) == 2 and joined.retrievals == (("a", 2),)

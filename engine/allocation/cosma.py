@@ -238,18 +238,22 @@ def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: floa
 
 
 def _join(plans, statuses, gaps) -> Joined:
-    """Shift each segment's steps by its start and fuse stays that continue across a boundary."""
+    """Shift each segment's steps by its start and fuse stays that continue across a boundary (same address, not
+    written out there), dropping the next segment's retrieval of a tensor that stayed."""
     order, placements, spills, retrievals = [], [], [], []
     open_at: dict[str, int] = {}  # tensor -> index in placements of its stay reaching the previous boundary
     for lo, plan in plans:
         order.extend(plan.order)
-        reaching = {}
+        reaching, stayed = {}, set()
+        written_out = {a for a, t in plan.spills if t == 0}
         for p in plan.placements:
             shifted = Placement(p.tensor, p.first_step + lo, p.last_step + lo, p.address, p.size)
             j = open_at.get(p.tensor)
-            if p.first_step == 0 and j is not None and placements[j].address == p.address:
+            continues = j is not None and placements[j].address == p.address and p.tensor not in written_out
+            if p.first_step == 0 and continues:
                 prev = placements[j]
                 placements[j] = prev._replace(last_step=shifted.last_step)
+                stayed.add(p.tensor)  # it never left the chip: a retrieval the segment lists here is not needed
                 idx = j
             else:
                 placements.append(shifted)
@@ -258,7 +262,7 @@ def _join(plans, statuses, gaps) -> Joined:
                 reaching[p.tensor] = idx
         open_at = reaching
         spills += [(a, t + lo) for a, t in plan.spills]
-        retrievals += [(a, t + lo) for a, t in plan.retrievals]
+        retrievals += [(a, t + lo) for a, t in plan.retrievals if not (t == 0 and a in stayed)]
     if len(plans) == 1:
         status, gap = statuses[0], gaps[0]
     else:
