@@ -21,7 +21,7 @@ from pathlib import Path
 import holoviews as hv
 from param.parameterized import discard_events
 
-from dashboard.app import Session
+from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.fusion import FusionTab
 
@@ -77,7 +77,7 @@ def server_side(network: str) -> tuple[float, float, float]:
         with discard_events(session.state):  # move the buffer without telling the views: time report and patch apart
             session.state.buffer_kb = kb
         t0 = time.perf_counter()
-        rep = session._compute_prepared()  # the report and the views' data, as the worker thread makes them
+        rep = session.prepared()  # the report and the views' data, as the worker thread makes them
         t1 = time.perf_counter()
         tab.show(rep)
         t2 = time.perf_counter()

@@ -5,7 +5,8 @@ import panel as pn
 import pytest
 
 import engine
-from dashboard.app import LiveDiscreteSlider, Session, build_app
+from dashboard.app import LiveDiscreteSlider, build_app, sidebar
+from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
 
@@ -209,15 +210,15 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
 def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
     import asyncio
 
-    from dashboard.app import fusion_report
+    from dashboard.session import fusion_report
 
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=128, methods=["dnnvm", "optimus"]))
-    stale = s._report_ticket
-    s._report_ticket += 1  # a newer request came in: the old prefetch does nothing
+    stale = s.new_request()
+    s.new_request()  # a newer request came in: the old prefetch does nothing
     misses = fusion_report.cache_info().misses
-    asyncio.run(s._prefetch(stale))
+    asyncio.run(stale.prefetch())
     assert fusion_report.cache_info().misses == misses
-    asyncio.run(s._prefetch(s._report_ticket))
+    asyncio.run(s.new_request().prefetch())
     hits = fusion_report.cache_info().hits
     ready = [s.compute_report(kb) for kb in (90, 181)]  # the nearest steps are computed first
     assert fusion_report.cache_info().hits == hits + 2
@@ -230,7 +231,7 @@ def test_a_drag_shows_at_once_only_the_reports_already_computed():
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=128, methods=["dnnvm", "optimus"]))
     s.follow_drag(90)  # nothing computed there yet: the drag waits for the release
     assert s.state.buffer_kb == 128
-    asyncio.run(s._prefetch(s._report_ticket))
+    asyncio.run(s.new_request().prefetch())
     s.follow_drag(90)
     assert s.state.buffer_kb == 90 and s.report.acc.buffer_bytes == 90 * 1024
     s.state.batch = 2  # other choices: the prefetched reports no longer apply
@@ -243,7 +244,7 @@ def test_the_buffer_slider_skips_panels_event_debounce():
 
     assert "_priority_changes" in vars(panel.reactive.Syncable)  # the hook Panel reads before its 50 ms debounce
     s = Session(ExplorerState(network="squeezenet1_0"))
-    slider = next(w for w in s.sidebar() if isinstance(w, LiveDiscreteSlider))
+    slider = next(w for w in sidebar(s) if isinstance(w, LiveDiscreteSlider))
     assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
     slider.options = [8, 16, 32]  # the inner slider is made anew
     assert {"value", "value_throttled"} <= set(slider._slider._priority_changes)
@@ -315,18 +316,19 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
 
     from param.parameterized import discard_events
 
-    import dashboard.app as app
+    import dashboard.request as request
+    import dashboard.session as session
     from dashboard.tabs.fusion import headline_text
 
-    real = app.fusion_report
+    real = session.fusion_report
 
     def slow_search(graph, acc, methods, access_model):  # a search that takes a second, like NASNet's
         if "optimus" in methods:
             time.sleep(1.0)
         return real(graph, acc, methods, access_model)
 
-    monkeypatch.setattr(app, "fusion_report", slow_search)
-    monkeypatch.setattr(app, "PREFETCH", False)
+    monkeypatch.setattr(session, "fusion_report", slow_search)
+    monkeypatch.setattr(request, "PREFETCH", False)
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
     shown = []
     s.param.watch(lambda e: shown.append((tuple(e.new.plans), tuple(s.pending), headline_text(e.new, s.pending))), "report")
@@ -334,7 +336,7 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
     shown.clear()
     with discard_events(s.state):  # the move itself, without its watcher: the server path runs below
         s.state.buffer_kb = 512
-    asyncio.run(s._refresh_async())
+    asyncio.run(s.new_request().run())
     assert [(methods, pending) for methods, pending, _ in shown] == [
         (("dnnvm", "efficient_s"), ("optimus",)), (("dnnvm", "efficient_s", "optimus"), ())]
     assert "optimus still searching" in shown[0][2] and "still searching" not in shown[1][2]
@@ -347,27 +349,28 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
 
     from param.parameterized import discard_events
 
-    import dashboard.app as app
+    import dashboard.request as request
+    import dashboard.session as session
 
-    real = app.fusion_report
+    real = session.fusion_report
 
     def slow_at_512(graph, acc, methods, access_model):
         if acc.buffer_bytes == 512 * 1024:
             time.sleep(0.6)
         return real(graph, acc, methods, access_model)
 
-    monkeypatch.setattr(app, "fusion_report", slow_at_512)
-    monkeypatch.setattr(app, "PREFETCH", False)
+    monkeypatch.setattr(session, "fusion_report", slow_at_512)
+    monkeypatch.setattr(request, "PREFETCH", False)
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
 
     async def slow_then_fast():
         with discard_events(s.state):
             s.state.buffer_kb = 512
-        old = asyncio.ensure_future(s._refresh_async())
+        old = asyncio.ensure_future(s.new_request().run())
         await asyncio.sleep(0.01)
         with discard_events(s.state):
             s.state.buffer_kb = 64  # the user moved on at once; this report is cached
-        await s._refresh_async()
+        await s.new_request().run()
         await old
 
     asyncio.run(slow_then_fast())
