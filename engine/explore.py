@@ -183,13 +183,15 @@ def allocate_for_budget(graph: Graph, acc: Accelerator, method: str, budget, tim
 
 def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB) -> pd.DataFrame:
     """DRAM bytes of every method and the Oracle at each buffer size: tidy (buffer_kb, method, dram_mb)."""
+    return pd.DataFrame([row for kb in buffers_kb for row in curve_rows(graph, acc, tuple(methods), kb)])
+
+
+def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_kb: int) -> tuple[dict, ...]:
+    """`buffer_curve`'s rows at one size: each method's DRAM MB, then the Oracle's (the dashboard draws each size as it comes)."""
     from engine.fusion import fuse, oracle_bytes
 
-    oracle = oracle_bytes(graph, acc) / 1e6
-    rows = []
-    for kb in buffers_kb:
-        sized = acc.with_buffer(kb * KB)
-        rows += [{"buffer_kb": kb, "method": m, "dram_mb": fuse(graph, sized, method=m, bound=False).dram_bytes / 1e6}
-                 for m in methods]  # the curve shows traffic only: no lower bound for a beam (seconds on NAS cells)
-        rows.append({"buffer_kb": kb, "method": "oracle", "dram_mb": oracle})
-    return pd.DataFrame(rows)
+    sized = acc.with_buffer(buffer_kb * KB)
+    # the curve shows traffic only: no lower bound for a beam (seconds on NAS cells)
+    rows = [{"buffer_kb": buffer_kb, "method": m, "dram_mb": fuse(graph, sized, method=m, bound=False).dram_bytes / 1e6}
+            for m in methods]
+    return (*rows, {"buffer_kb": buffer_kb, "method": "oracle", "dram_mb": oracle_bytes(graph, acc) / 1e6})

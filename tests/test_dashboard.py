@@ -10,6 +10,8 @@ from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
 
+hv.extension("bokeh")  # the views set Bokeh options, which need the backend loaded (build_app does it in the page)
+
 
 @pytest.fixture
 def session():
@@ -136,6 +138,27 @@ def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
     session.state.buffer_kb = nearest_step(1000.0)
     assert session.state.buffer_kb == 1024
     assert session.report.acc.buffer_bytes == 1024 * 1024
+
+
+def test_the_curve_comes_in_size_by_size_and_leaves_out_sizes_the_network_cannot_run():
+    import asyncio
+
+    from dashboard.tabs.curve import curve_progress
+    from engine.explore import CURVE_BUFFERS_KB
+
+    graph = engine.load_network("efficientnet_b0")  # its first global pool needs 25 KB even alone
+
+    async def steps():
+        return [step async for step in curve_progress(graph, engine.Accelerator.preset("optimus"), ("none",))]
+
+    seen = asyncio.run(steps())
+    assert [done for *_, done in seen] == list(range(1, len(CURVE_BUFFERS_KB) + 1))
+    assert [len(df) for df, *_ in seen] == sorted(len(df) for df, *_ in seen)  # each size adds to the curve drawn
+    curve, skipped, _ = seen[-1]
+    left_out = [int(s.split(" KB")[0].replace(",", "")) for s in skipped]
+    assert left_out[:1] == [8] and "cannot run even alone" in skipped[0]
+    assert sorted(set(curve["buffer_kb"])) == [kb for kb in CURVE_BUFFERS_KB if kb not in left_out]
+    assert set(curve["method"]) == {"none", "oracle"}
 
 
 def test_allocation_timeline_for_a_named_budget():

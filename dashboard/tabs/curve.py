@@ -1,4 +1,8 @@
-"""The What-if curve tab: DRAM bytes against buffer size, computed off the UI thread when the tab is shown."""
+"""The What-if curve tab: DRAM bytes against buffer size, computed off the UI thread when the tab is shown.
+
+The curve is drawn as its buffer sizes come in, smallest first: on a NAS network each size's
+search takes seconds, so the user sees the curve grow instead of a spinner for minutes.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,37 @@ import asyncio
 from functools import lru_cache
 
 import holoviews as hv
+import pandas as pd
 import panel as pn
 
+import engine
 from dashboard.state import BUFFER_STEPS_KB, KB
 from dashboard.tabs.common import message
 from dashboard.views.curve import curve_view
-from engine.explore import buffer_curve
+from engine.explore import CURVE_BUFFERS_KB, curve_rows
+
+PROGRESS = "computing the buffer-size curve..."
+XLIM = (CURVE_BUFFERS_KB[0] / 1.25, CURVE_BUFFERS_KB[-1] * 1.25)  # the whole range from the first size drawn
 
 
-@lru_cache(maxsize=32)
-def curve_frame(graph, acc, methods):
-    """Every method's DRAM bytes over the slider's buffer sizes (the accelerator's own size is ignored)."""
-    return buffer_curve(graph, acc, methods)
+@lru_cache(maxsize=512)
+def curve_point(graph, acc, methods, buffer_kb: int) -> tuple[dict, ...]:
+    """Every method's DRAM bytes and the Oracle at one buffer size (the accelerator's own size is ignored)."""
+    return curve_rows(graph, acc, methods, buffer_kb)
+
+
+async def curve_progress(graph, acc, methods: tuple[str, ...]):
+    """(rows so far, sizes left out and why, sizes done) after each of the curve's buffer sizes, smallest first.
+
+    A size at which the network cannot run (an op that does not fit even alone) is left out, not the curve.
+    """
+    rows, skipped = [], []
+    for done, kb in enumerate(CURVE_BUFFERS_KB, 1):
+        try:
+            rows += await asyncio.to_thread(curve_point, graph, acc, methods, kb)
+        except engine.EngineError as err:
+            skipped.append(f"{kb:,} KB: {err}")
+        yield pd.DataFrame(rows), tuple(skipped), done
 
 
 def nearest_step(kb: float) -> int:
@@ -36,16 +59,34 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
                     upload_name):
         if shown != index:
             return  # not on screen: computed when the tab is opened
-        yield pn.indicators.LoadingSpinner(value=True, size=40, label="computing the buffer-size curve...")
+        yield pn.indicators.LoadingSpinner(value=True, size=40, label=PROGRESS)
         try:
-            graph, acc = session.graph(), session.state.accelerator()
-            df = await asyncio.to_thread(curve_frame, graph, acc.with_buffer(KB), tuple(methods) or ("optimus",))
+            graph, acc = session.graph(), session.state.accelerator().with_buffer(KB)
         except Exception as err:
             yield message(err)
             return
-        plot = hv.DynamicMap(pn.bind(curve_view, df, s.buffer_kb))
+        try:
+            async for df, skipped, done in curve_progress(graph, acc, tuple(methods) or ("optimus",)):
+                if len(df):
+                    yield drawn(df, skipped, done)
+        except Exception as err:
+            yield message(err)
+            return
+        if not len(df):
+            yield pn.pane.Alert("The network runs at none of the curve's buffer sizes: " + "; ".join(skipped),
+                                alert_type="danger")
+
+    def drawn(df: pd.DataFrame, skipped: tuple[str, ...], done: int) -> pn.Column:
+        plot = hv.DynamicMap(pn.bind(curve_view, df, s.buffer_kb, XLIM))
         hv.streams.Tap(source=plot, x=None, y=None).add_subscriber(lambda x=None, y=None: jump(x))
-        yield pn.pane.HoloViews(plot, sizing_mode="stretch_width")
+        parts = [pn.pane.HoloViews(plot, sizing_mode="stretch_width")]
+        if done < len(CURVE_BUFFERS_KB):
+            parts.insert(0, pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
+                                   pn.pane.HTML(f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn",
+                                                align="center")))
+        if skipped:
+            parts.append(pn.pane.Alert("Left out of the curve: " + "; ".join(skipped), alert_type="warning"))
+        return pn.Column(*parts, sizing_mode="stretch_width")
 
     def jump(x):
         if x is not None and x > 0:

@@ -6,10 +6,10 @@ import holoviews as hv
 import pandas as pd
 
 
-def curve_view(curve: pd.DataFrame, current_kb: float) -> hv.Overlay:
+def curve_view(curve: pd.DataFrame, current_kb: float, xlim: tuple[float, float] | None = None) -> hv.Overlay:
     """One line per method over buffer sizes (log x); a vertical line at the current buffer size.
 
-    `curve` has columns buffer_kb, method, dram_mb.
+    `curve` has columns buffer_kb, method, dram_mb; `xlim` fixes the x range (a curve still coming in keeps its axis).
     """
     lines = [hv.Curve(sub, "buffer_kb", "dram_mb", label=method).opts(tools=["hover", "tap"])
              * hv.Scatter(sub, "buffer_kb", "dram_mb", label=method).opts(size=5, tools=["tap"])
@@ -18,4 +18,4 @@ def curve_view(curve: pd.DataFrame, current_kb: float) -> hv.Overlay:
     return hv.Overlay([*lines, marker]).opts(
         hv.opts.Overlay(logx=True, xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)", responsive=True,
                         min_height=360, title="What if the buffer were another size? (click a point to go there)",
-                        legend_position="top_right"))
+                        legend_position="top_right", **({"xlim": xlim} if xlim else {})))
