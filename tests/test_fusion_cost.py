@@ -12,6 +12,7 @@ from engine.errors import GraphError
 from engine.fusion import fuse, group_cost, oracle_bytes
 from engine.fusion.cost import model_of
 from engine.fusion.grow import Partial, extend
+from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from test_fusion_search import random_graph
 
@@ -114,6 +115,93 @@ def test_no_tile_fits_returns_none_and_a_lone_op_falls_back_to_channel_blocks():
     assert alone.footprint_bytes <= acc.buffer_bytes
 
 
+def _band_reference(model, i, cap, images, t, tw):
+    """DRAM bytes of op i's layer-wise schedule on tiles of `images` x t rows x tw columns, or None if it does not fit.
+
+    Written out from the definition (docs/fusion.md, "A lone op"): one input channel's window and a block of
+    output channels on chip; the input re-read once per block, halos of neighbouring bands re-read, weights
+    loaded per band and image tile.
+    """
+    def need(rule, r, size):  # rows (or columns) of an input that r output rows need: window, same, whole
+        mode, kern, stride = rule
+        return min(size, (r - 1) * stride + kern if mode == 0 else (r if mode == 1 else kern))
+
+    ins = [(model.tgeo[j], model.tbytes[j], need(rh, t, model.tgeo[j].h), need(rw, tw, model.tgeo[j].w))
+           for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i])]
+    outs = [model.tgeo[j] for j in model.outs[i]]
+    c_out, per_in = sum(g.channels for g in outs), sum(rows * cols for _, _, rows, cols in ins)
+    if model.channelwise[i]:
+        passes, fits = 1, (per_in + t * tw) * images <= cap.fmap
+    else:
+        block = min(c_out, (cap.fmap - per_in * images) // (t * tw * images))
+        per_group = max(1, c_out // model.graph.ops[i].groups)
+        passes, fits = -(-per_group // max(1, min(block, per_group))), block >= 1
+    if not fits:
+        return None
+    steps, cols = -(-model.out_h[i] // t), -(-max(g.w for g in outs) // tw)
+    fin = sum(-(-nbytes * passes * max(g.h, steps * rows) * max(g.w, cols * wide) // (g.h * g.w))
+              for g, nbytes, rows, wide in ins)
+    fin_once, fout, p_elems, _ = model.io(1 << i)
+    tiles = 1 if cap.per_band else -(-model.batch // images)
+    return fin + fout + -(-p_elems * model.word_bits // 8) * steps * cols * tiles
+
+
+def _layerwise_reference(model, i, cap, beat):
+    """Every (images, rows, columns) tile in order: full-width bands, column cuts only if none fits and no beat."""
+    h, w = model.out_h[i], max(model.tgeo[j].w for j in model.outs[i])
+    heights = sorted({-(-h // j) for j in range(1, h + 1)}, reverse=True)
+    for widths in ([w], sorted({-(-w // j) for j in range(2, w + 1)}, reverse=True)):
+        found = [(cost, images, t, tw) for images in range(1, 2 if cap.per_band else model.batch + 1)
+                 for t in heights for tw in widths
+                 if (cost := _band_reference(model, i, cap, images, t, tw)) is not None]
+        if found or beat is not None:
+            break
+    below = [f for f in found if beat is None or f[0] < beat]
+    return min(below, key=lambda f: f[0]) if below else None  # min keeps the first of equal costs
+
+
+@pytest.mark.parametrize("name,kbs", [("vgg16", (16, 128, 512)), ("resnet50", (32, 128)), ("googlenet", (64, 256)),
+                                      ("mobilenet_v1", (8, 128)), ("alexnet", (4, 32))])
+def test_layerwise_search_finds_the_exhaustive_minimum(name, kbs):
+    # the lone-op search skips tiles by bisection and bounds; it must return the exhaustive loop's first minimum
+    from engine.fusion.cost import Capacity, _layerwise, _tiled
+
+    graph = zoo.build(name, 4)
+    checked = 0
+    for kb in kbs:
+        acc = ACC.with_buffer(kb * 1024)
+        model = model_of(graph, acc)
+        for reloads in ("tile", "band"):
+            cap = Capacity.of(acc, reloads)
+            for i in range(model.n):
+                if not model.covered[i] or model.inplace[i]:
+                    continue
+                tiled = _tiled(model, 1 << i, cap)
+                for beat in {None, tiled.dram if tiled else None}:
+                    want = _layerwise_reference(model, i, cap, beat)
+                    got = _layerwise(model, i, cap, beat)
+                    got = got if got is not None and (beat is None or got.dram < beat) else None
+                    assert (got and (got.dram, got.batch_tile, got.rows)) == (want and want[:3]), (name, kb, i)
+                    checked += want is not None
+    assert checked > 20
+
+
+@pytest.mark.parametrize("name", ["vgg16", "squeezenet1_0", "mobilenet_v1"])
+def test_the_runnable_check_agrees_with_costing_each_op_alone(name):
+    from engine.fusion.cost import Capacity, dram_bytes, runs_alone
+
+    graph = zoo.build(name, 1)
+    seen = set()
+    for size in (8, 16, 24, 96, 128, 512, 4096):
+        acc = ACC.with_buffer(size)
+        model, cap = model_of(graph, acc), Capacity.of(acc)
+        for i in range(model.n):
+            alone = runs_alone(model, i, cap)
+            assert alone == (dram_bytes(model, 1 << i, cap) is not None), (size, model.names[i])
+            seen.add(alone)
+    assert seen == {True, False}
+
+
 def _footprint(model, mask, chosen, k):
     """Eq. 4's left side for one ISOA assignment, recomputed from the tiles."""
     op_rows, in_rows = model.rows(mask, k)
@@ -174,8 +262,17 @@ def test_growing_a_group_keeps_exact_totals_and_bounds(seed):
             op_rows, _ = model.rows(part.mask, 0)
             assert part.rows == op_rows
             lower, upper = part.bounds()
-            assert lower <= model.footprint(part.mask, 0) <= upper
+            exact = model.footprint(part.mask, 0)
+            assert lower <= exact <= part.fit_upper() <= upper
             assert part.whole <= model.footprint(part.mask, 1)
+            # the kept assignment (the last exact optimum, grown greedily) is a valid one, at its saving
+            kept = part.kept & ~sum(1 << i for i in range(model.n) if model.inplace[i])
+            assert kept in set(_assignments(model, part.mask))
+            assert part.full - part.kept_saving == _footprint(model, part.mask, kept, 0)
+            if rng.random() < 0.4:
+                saving, chosen, _ = model.isoa(part.mask)
+                part.keep(model, chosen, saving)
+                assert part.fit_upper() == exact
 
 
 def test_ops_outside_the_tile_model_run_alone_at_compulsory_traffic():

@@ -202,15 +202,18 @@ def _tiled(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
 
 
 def _fewest_steps(model: FusionModel, mask: int, room: int, kbig: int) -> int:
-    """Fewest row steps k whose tiles fit `room` (the largest t_h of Eq. 4), by bisection.
+    """Fewest row steps k whose tiles fit `room` (the largest t_h of Eq. 4), galloping up from a bound, then bisecting.
 
     The footprint never grows with k, and a tile of k steps holds at least 1/k of
-    every row, so k >= footprint(1) / room.
+    every row, so k >= footprint(1) / room; the answer is usually a step or two above that.
     """
     whole = model.footprint(mask, 1)
     if whole <= room:
         return 1
-    lo, hi = min(kbig, max(2, -(-whole // room))), kbig
+    lo = min(kbig, max(2, -(-whole // room)))
+    hi, step = lo, 1
+    while hi < kbig and model.footprint(mask, hi) > room:
+        lo, hi, step = hi + 1, min(kbig, hi + step), 2 * step
     while lo < hi:
         mid = (lo + hi) // 2
         if model.footprint(mask, mid) <= room:
@@ -225,57 +228,139 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
 
     Bands span the full width (as in the fused schedule); only when no full-width band
     fits are the columns cut too, re-reading the overlap of neighbouring column bands.
-    Returns the cheapest schedule below `beat` (any, when None), or None.
+    Returns the cheapest schedule below `beat` (any, when None), or None; of equal costs,
+    the first by images up, rows down, columns down. A band fits only if it fits with
+    fewer rows, columns or images, and needs no more input passes with fewer rows, so
+    each images count starts, by bisection, at its tallest band that fits and whose
+    passes over the input (each at least the input once) leave it below the best so far;
+    it stops where the weight loads alone reach it.
     """
-    h_out = model.out_h[i]
-    w_out = max(model.tgeo[j].w for j in model.outs[i])
-    fin, fout, p_elems, _ = model.io(1 << i)
-    pbytes = _bytes(p_elems, model.word_bits)
+    lone = _Lone.of(model, i)
+    h_out, w_out = lone.h_out, lone.w_out
     heights = sorted({-(-h_out // j) for j in range(1, h_out + 1)}, reverse=True)
-    best = None
+    least = lone.fin + lone.fout
+    best = None  # (bytes, images, rows, columns)
     for widths in ([w_out], sorted({-(-w_out // j) for j in range(2, w_out + 1)}, reverse=True)):
+        if not widths:
+            break  # one column: no column cuts
+        lo = 0  # no band taller than one that did not open for fewer images opens for more
         for images in range(1, 2 if cap.per_band else model.batch + 1):
-            for t in heights:
-                bands = -(-h_out // t) * image_tiles(model, cap, images)
-                limit = best.dram if best is not None else beat
-                if limit is not None and fin + fout + pbytes * bands >= limit:
+            limit = best[0] if best is not None else beat
+            below = limit if len(widths) == 1 else None
+            hi = len(heights)  # the tallest band that opens (fits, and its input passes stay below)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if lone.opens(cap.fmap, images, heights[mid], widths[-1], below):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo == len(heights):
+                if lone.fits(cap.fmap, images, heights[-1], widths[-1]):
+                    continue
+                break  # not even one row fits this many images, nor more images
+            tiles = image_tiles(model, cap, images)
+            for t in heights[lo:]:
+                limit = best[0] if best is not None else beat
+                if limit is not None and least + lone.pbytes * -(-h_out // t) * tiles >= limit:
                     break  # smaller bands only reload the weights more often
                 for tw in widths:
-                    cand = _band(model, i, cap, images, t, tw)
-                    if cand is not None and (best is None or cand.dram < best.dram):
-                        best = cand
+                    cost = lone.traffic(cap.fmap, images, t, tw, tiles)
+                    if cost is not None and (best is None or cost < best[0]):
+                        best = (cost, images, t, tw)
         if best is not None or beat is not None:
-            return best
-    return None
-
-
-def _band(model: FusionModel, i: int, cap: Capacity, images: int, t: int, tw: int) -> _Schedule | None:
-    """The layer-wise schedule of op i on tiles of `images` images x t rows x tw columns, or None if it does not fit."""
-    op = model.graph.ops[i]
-    _, fout, p_elems, _ = model.io(1 << i)
-    out_geo = [model.tgeo[j] for j in model.outs[i]]
-    c_out = sum(g.channels for g in out_geo)
-    out_per_ch = t * tw
-    ins = [(model.tgeo[j], model.tbytes[j], _need(rh, t, model.tgeo[j].h), _need(rw, tw, model.tgeo[j].w))
-           for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i])]
-    in_per_ch = sum(rows * cols for _, _, rows, cols in ins)
-    if model.channelwise[i]:
-        footprint, passes = (in_per_ch + out_per_ch) * images, 1
-    else:
-        room = cap.fmap - in_per_ch * images
-        block = min(c_out, room // (out_per_ch * images)) if room > 0 else 0
-        if block < 1:
-            return None
-        per_group = max(1, c_out // op.groups)
-        footprint, passes = (in_per_ch + block * out_per_ch) * images, -(-per_group // min(block, per_group))
-    if footprint > cap.fmap:
+            break
+    if best is None:
         return None
-    steps = -(-model.out_h[i] // t)
-    cols = -(-max(g.w for g in out_geo) // tw)
-    fin = sum(-(-nbytes * passes * max(geo.h, steps * rows) * max(geo.w, cols * wide) // (geo.h * geo.w))
-              for geo, nbytes, rows, wide in ins)
-    par = _bytes(p_elems, model.word_bits) * steps * cols * image_tiles(model, cap, images)
-    return _Schedule(fin, fout, par, "layerwise", footprint, False, steps * cols, images, passes, t)
+    _, images, t, tw = best
+    return lone.schedule(cap.fmap, images, t, tw, image_tiles(model, cap, images))
+
+
+@dataclass(frozen=True)
+class _Lone:
+    """What the layer-wise schedule of one op depends on: its input windows, output size and traffic once."""
+
+    h_out: int
+    w_out: int
+    c_out: int
+    per_group: int  # output channels of one convolution group
+    channelwise: bool
+    fin: int  # input bytes read once
+    fout: int
+    pbytes: int
+    ins: tuple[tuple[int, int, int, tuple[int, int, int], tuple[int, int, int]], ...]  # (H, W, bytes, row/column rule)
+
+    @classmethod
+    def of(cls, model: FusionModel, i: int) -> "_Lone":
+        out_geo = [model.tgeo[j] for j in model.outs[i]]
+        c_out = sum(g.channels for g in out_geo)
+        fin, fout, p_elems, _ = model.io(1 << i)
+        ins = tuple((model.tgeo[j].h, model.tgeo[j].w, model.tbytes[j], rh, rw)
+                    for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+        return cls(model.out_h[i], max(g.w for g in out_geo), c_out, max(1, c_out // model.graph.ops[i].groups),
+                   model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins)
+
+    def _per_channel(self, t: int, tw: int) -> int:
+        """Input elements of one channel under a tile of t rows and tw columns."""
+        return sum(_need(rh, t, h) * _need(rw, tw, w) for h, w, _, rh, rw in self.ins)
+
+    def fits(self, fmap: int, images: int, t: int, tw: int) -> bool:
+        """Whether one input channel and one output channel of the tile fit (monotone in every argument)."""
+        return (self._per_channel(t, tw) + t * tw) * images <= fmap
+
+    def _blocks(self, fmap: int, images: int, t: int, tw: int) -> tuple[int, int] | None:
+        """(footprint, input passes) with the most output channels per block, or None when the tile does not fit."""
+        in_per_ch, out_per_ch = self._per_channel(t, tw), t * tw
+        if self.channelwise:
+            footprint, passes = (in_per_ch + out_per_ch) * images, 1
+        else:
+            room = fmap - in_per_ch * images
+            block = min(self.c_out, room // (out_per_ch * images)) if room > 0 else 0
+            if block < 1:
+                return None
+            footprint = (in_per_ch + block * out_per_ch) * images
+            passes = -(-self.per_group // min(block, self.per_group))
+        return None if footprint > fmap else (footprint, passes)
+
+    def opens(self, fmap: int, images: int, t: int, tw: int, below: int | None) -> bool:
+        """Whether the tile fits and its passes over the input, each reading it at least once, cost less than `below`.
+
+        Both hold with fewer rows if they hold (no more passes: the block of output channels only grows).
+        """
+        fit = self._blocks(fmap, images, t, tw)
+        return fit is not None and (below is None or self.fin * fit[1] + self.fout < below)
+
+    def _input_bytes(self, passes: int, t: int, tw: int) -> int:
+        """Input bytes read in `passes` passes over row bands of t rows and column bands of tw (halos re-read)."""
+        steps, cols = -(-self.h_out // t), -(-self.w_out // tw)
+        return sum(-(-nbytes * passes * max(h, steps * _need(rh, t, h)) * max(w, cols * _need(rw, tw, w)) // (h * w))
+                   for h, w, nbytes, rh, rw in self.ins)
+
+    def traffic(self, fmap: int, images: int, t: int, tw: int, tiles: int) -> int | None:
+        """DRAM bytes of the schedule on tiles of `images` images x t rows x tw columns, or None if it does not fit."""
+        fit = self._blocks(fmap, images, t, tw)
+        if fit is None:
+            return None
+        steps, cols = -(-self.h_out // t), -(-self.w_out // tw)
+        return self._input_bytes(fit[1], t, tw) + self.fout + self.pbytes * steps * cols * tiles
+
+    def schedule(self, fmap: int, images: int, t: int, tw: int, tiles: int) -> _Schedule:
+        """The record of a fitting tile (`tiles`: image tiles of the batch)."""
+        footprint, passes = self._blocks(fmap, images, t, tw)
+        steps, cols = -(-self.h_out // t), -(-self.w_out // tw)
+        return _Schedule(self._input_bytes(passes, t, tw), self.fout, self.pbytes * steps * cols * tiles, "layerwise",
+                         footprint, False, steps * cols, images, passes, t)
+
+
+def runs_alone(model: FusionModel, i: int, cap: Capacity) -> bool:
+    """Whether op i has any schedule alone, i.e. `dram_bytes(model, 1 << i, cap)` is not None, without costing one.
+
+    The tiled schedule exists when the finest tiles fit; the layer-wise one when one row,
+    column, image, input and output channel fit (fit is monotone in each, and those are
+    the smallest candidates `_layerwise` tries when the tiled one is missing).
+    """
+    if not model.covered[i] or model.fits_finest(1 << i, cap.fmap):
+        return True
+    return _Lone.of(model, i).fits(cap.fmap, 1, 1, 1)
 
 
 def smallest_buffer_bytes(model: FusionModel, i: int) -> int:

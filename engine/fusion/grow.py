@@ -9,6 +9,14 @@ bound on any valid assignment's saving (`relaxed`: full - relaxed is a lower bou
 plus the group's fmap-in, fmap-out and parameter totals. Only when the bounds
 straddle the buffer does the search need the exact ISOA optimum (`FusionModel.isoa`).
 
+When the bounds straddle the buffer and the exact optimum is computed, the group keeps
+that assignment (`kept`, its saving `kept_saving`) and grows it greedily like the first:
+a second valid assignment, so the groups grown from it are settled by
+full - max(greedy, kept_saving) without the exact program while that stays within the
+buffer (`fit_upper`). `bounds` (the greedy assignment alone) still decides whether
+parameters surely stay, which keeps the order in which the search costs groups, and so
+its tie-breaks, as it was.
+
 `relaxed` is every op's saving less, for each pair of a matching of conflicting ops
 (Alg. 2: an ISOA op's consumer may not adopt ISOA), the smaller saving of the two:
 of a matched pair at most one saves. Any matching gives a valid bound; each new op is
@@ -20,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.fusion.model import SAME, WINDOW, FusionModel
+from engine.fusion.model import FusionModel
 
 
 @dataclass(slots=True)
@@ -40,10 +48,24 @@ class Partial:
     whole: int = 0  # lower bound on the footprint of whole images (ISOA savings less the matched pairs')
     steps: int = 0  # tiles for this many row steps; 0 = the finest tiles
     mate: dict = field(default_factory=dict)  # member -> the conflicting member it is matched with
+    kept: int = 0  # members chunked in the assignment inherited from the last exactly settled ancestor
+    kept_saving: int = 0
 
     def bounds(self) -> tuple[int, int]:
-        """(lower, upper) bound on the exact finest footprint."""
+        """(lower, upper) bound on the exact finest footprint (upper: the greedy assignment's)."""
         return self.full - self.relaxed, self.full - self.greedy
+
+    def fit_upper(self) -> int:
+        """The upper bound of `bounds` tightened by the kept assignment."""
+        return self.full - max(self.greedy, self.kept_saving)
+
+    def keep(self, model: FusionModel, chosen: int, saving: int) -> None:
+        """Grow on from the exact ISOA optimum (`FusionModel.isoa`): ops `chosen`, and the concats/splits they feed."""
+        kept = chosen
+        for i in model.members(self.mask):
+            if model.inplace[i] and model.pred[i] & kept:
+                kept |= 1 << i
+        self.kept, self.kept_saving = kept, saving
 
     def least_subgroups(self, batch: int, room: int) -> int:
         """Lower bound on Eq. 3's sub-group count (see `least_subgroups`)."""
@@ -61,33 +83,32 @@ def least_subgroups(whole: int, batch: int, room: int) -> int:
 
 def extend(model: FusionModel, part: Partial, x: int) -> Partial:
     """The group `part` plus op x, which must come after every member in topological order."""
-    mask = part.mask | (1 << x)
-    rows, demand = dict(part.rows), dict(part.demand)
-    new = Partial(mask, rows, demand, part.full, part.relaxed, part.greedy, part.chunked, part.fin, part.fout,
-                  part.params, part.whole + (model.full_row[x] - model.save_row[x]) * model.out_h[x], part.steps,
-                  part.mate)
-    for j in model.ins[x]:
-        p = model.producer[j]
-        if p >= 0 and (mask >> p) & 1:
-            if not model.is_graph_output[j] and not model.consumer_mask[j] & ~mask:
-                new.fout -= model.tbytes[j]  # x was its last outside reader
+    b = 1 << x
+    mask = part.mask | b
+    demand = part.demand
+    fin, fout, whole = part.fin, part.fout + model.grow_out[x], part.whole + model.whole_row[x]
+    members = part.rows  # its keys are the members
+    for j, p, nbytes, readers, returned, held in model.grow_ins[x]:
+        if p in members:
+            if not returned and not readers & ~mask:
+                fout -= nbytes  # x was its last outside reader
         elif j not in demand:
-            new.fin += model.tbytes[j]
-            if model.covered[x]:
-                new.whole += model.held[j] * model.tgeo[j].h
-    for j in model.outs[x]:
-        if model.is_graph_output[j] or model.consumer_mask[j]:
-            new.fout += model.tbytes[j]
-    new.params = model.io(mask)[2] if model.shares_weights[x] else part.params + model.own_weight_elems[x]
+            fin += nbytes
+            whole += held
+    params = model.io(mask)[2] if model.shares_weights[x] else part.params + model.own_weight_elems[x]
     preds = model.pred[x] & mask
+    chunked, kept, save = part.chunked, part.kept, model.save_row[x]
     if model.inplace[x]:
-        if part.chunked & preds:
-            new.chunked |= 1 << x
-    elif model.save_row[x] > 0 and not part.chunked & preds:
-        new.chunked |= 1 << x
-    h = model.out_h[x]
-    _set_rows(model, new, x, min(h, max(model.floor[x], -(-h // part.steps) if part.steps else 1)))
-    if model.save_row[x] > 0 and not model.inplace[x]:
+        chunked |= b if chunked & preds else 0
+        kept |= b if kept & preds else 0
+    elif save > 0:
+        chunked |= 0 if chunked & preds else b
+        kept |= 0 if kept & preds else b
+    new = Partial(mask, dict(part.rows), dict(demand), part.full, part.relaxed, part.greedy, chunked, fin, fout,
+                  params, whole, part.steps, part.mate, kept, part.kept_saving)
+    h, steps = model.out_h[x], part.steps
+    _set_rows(model, new, x, min(h, max(model.floor[x], -(-h // steps) if steps else 1)))
+    if save > 0 and not model.inplace[x]:
         _match(model, new, x, preds)
     return new
 
@@ -112,10 +133,13 @@ def _match(model: FusionModel, part: Partial, x: int, preds: int) -> None:
 
 
 def _set_rows(model: FusionModel, part: Partial, op: int, r: int) -> None:
-    """Give `op` tile rows r (first time or larger) and push the halo back to its inputs."""
-    rows, demand, mask, mate, chunked, steps = part.rows, part.demand, part.mask, part.mate, part.chunked, part.steps
+    """Give `op` tile rows r (first time or larger) and push the halo back to its inputs.
+
+    `rows` holds exactly the members, so it also says whether a producer is one.
+    """
+    rows, demand, mate, chunked, kept, steps = part.rows, part.demand, part.mate, part.chunked, part.kept, part.steps
     full_row, save_row, feeds = model.full_row, model.save_row, model.feeds
-    full, relaxed, greedy = part.full, part.relaxed, part.greedy
+    full, relaxed, greedy, kept_saving = part.full, part.relaxed, part.greedy, part.kept_saving
     work = [(op, r)]
     while work:
         i, r = work.pop()
@@ -133,20 +157,23 @@ def _set_rows(model: FusionModel, part: Partial, op: int, r: int) -> None:
                 relaxed -= min(save * r, other) - min(save * (r - delta), other)
             if (chunked >> i) & 1:
                 greedy += save * delta
-        for j, mode, kern, stride, p, p_rows, h, row in feeds[i]:
-            need = (r - 1) * stride + kern if mode == WINDOW else (r if mode == SAME else kern)
+            if (kept >> i) & 1:
+                kept_saving += save * delta
+        for j, a, c, p, p_rows, h, row in feeds[i]:
+            need = a * r + c
             old = demand.get(j, 0)
             if need <= old:
                 continue
             demand[j] = need
-            if p >= 0 and (mask >> p) & 1:
+            made = rows.get(p)  # None unless a member makes tensor j
+            if made is not None:
                 if need > p_rows:
                     need = p_rows
-                if need > rows[p]:
+                if need > made:
                     work.append((p, need))
             elif steps:
                 base = -(-h // steps)
                 full += row * (min(h, max(base, need)) - (min(h, max(base, old)) if old else 0))
             else:
                 full += row * (min(h, need) - min(h, old))
-    part.full, part.relaxed, part.greedy = full, relaxed, greedy
+    part.full, part.relaxed, part.greedy, part.kept_saving = full, relaxed, greedy, kept_saving

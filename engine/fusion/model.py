@@ -155,9 +155,19 @@ class FusionModel:
             self.save_row.append(full - isoa)
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
-        # per op and input: (tensor, rows rule, its producer, the producer's rows, tensor rows and row elements),
-        # flat for `grow`'s halo loop
-        self.feeds = tuple(tuple((j, mode, kern, stride, self.producer[j],
+        # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
+        # returned by the network, whole-image elements held when read from outside), bytes of the outputs anyone
+        # reads, and the op's whole-image ofmap elements under ISOA
+        self.grow_ins = tuple(tuple((j, self.producer[j], self.tbytes[j], self.consumer_mask[j],
+                                     self.is_graph_output[j], self.held[j] * self.tgeo[j].h if self.covered[i] else 0)
+                                    for j in self.ins[i]) for i in range(self.n))
+        self.grow_out = tuple(sum(self.tbytes[j] for j in self.outs[i]
+                                  if self.is_graph_output[j] or self.consumer_mask[j]) for i in range(self.n))
+        self.whole_row = tuple((self.full_row[i] - self.save_row[i]) * self.out_h[i] for i in range(self.n))
+        # per op and input: (tensor, a, c with r output rows needing a * r + c input rows, its producer, the
+        # producer's rows, tensor rows and row elements), flat for `grow`'s halo loop
+        self.feeds = tuple(tuple((j, stride if mode == WINDOW else int(mode == SAME),
+                                  kern - stride if mode == WINDOW else (0 if mode == SAME else kern), self.producer[j],
                                   self.out_h[self.producer[j]] if self.producer[j] >= 0 else 0,
                                   self.tgeo[j].h, self.held[j])
                                  for j, (mode, kern, stride) in zip(self.ins[i], self.rules[i]))
@@ -329,6 +339,8 @@ class FusionModel:
         hit = self._isoa.get(mask)
         if hit is not None:
             return hit[2] <= room
+        if not mask & (mask - 1):
+            return self.isoa(mask)[2] <= room  # one op: the exact answer is as cheap as the bounds
         lower, upper = self.isoa_bounds(mask)
         if upper <= room:
             return True
@@ -437,6 +449,14 @@ class FusionModel:
         if hit is not None:
             return hit
         op_rows, in_rows = self.rows(mask, 0)
+        total = sum(self.held[j] * r for j, r in in_rows.items())
+        if not mask & (mask - 1):  # one op, read by no member: it adopts ISOA whenever that saves
+            i = mask.bit_length() - 1
+            gain = self.save_row[i] * op_rows[i]
+            hit = (gain, mask, total + self.full_row[i] * op_rows[i] - gain) if gain > 0 else (
+                0, 0, total + self.full_row[i] * op_rows[i])
+            self._isoa[mask] = hit
+            return hit
         members = self.members(mask)
         last = {}  # member -> its last in-group consumer (-1: none)
         for i in members:
@@ -447,20 +467,17 @@ class FusionModel:
             b = 1 << x
             preds = self.pred[x] & mask
             gain = self.save_row[x] * op_rows[x]
-            nxt: dict[int, tuple[int, int]] = {}
-            for st, (val, chosen) in states.items():
-                if self.inplace[x]:
-                    options = ((b if st & preds else 0, 0),)
-                elif st & preds or gain <= 0:
-                    options = ((0, 0),)
-                else:
-                    options = ((0, 0), (b, gain))
-                for flag, g in options:
-                    key = st | flag
-                    cand = (val + g, chosen | (flag if g else 0))
-                    old = nxt.get(key)
-                    if old is None or cand[0] > old[0]:
-                        nxt[key] = cand
+            # x's bit is in no state yet, so no two successors share a key: a list of them in order will do
+            if self.inplace[x]:  # a concat/split is chunked when any producer is
+                nxt = [(st | b if st & preds else st, v) for st, v in states.items()]
+            elif gain <= 0:
+                nxt = list(states.items())
+            else:
+                nxt = []
+                for st, v in states.items():
+                    nxt.append((st, v))
+                    if not st & preds:  # x may adopt ISOA: none of its producers is chunked
+                        nxt.append((st | b, (v[0] + gain, v[1] | b)))
             seen |= b
             closed = b if last[x] < 0 else 0
             m = preds
@@ -475,20 +492,21 @@ class FusionModel:
                 # the future reads only, per pending consumer, whether any of its producers is chunked
                 pending = [self.pred[w] & mask for w in self.members(self.succ_of(open_ops) & mask & ~seen)]
                 merged: dict[int, tuple[int, tuple[int, int]]] = {}
-                for st, cand in nxt.items():
+                for st, cand in nxt:
                     key = sum(1 << n for n, pm in enumerate(pending) if st & pm)
                     old = merged.get(key)
                     if old is None or cand[0] > old[1][0]:
                         merged[key] = (st & open_ops, cand)
                 states = dict(merged.values())
+            elif not closed:  # every key is a subset of the open ops already
+                states = dict(nxt)
             else:
-                for st, cand in nxt.items():
+                for st, cand in nxt:
                     key = st & open_ops
                     old = states.get(key)
                     if old is None or cand[0] > old[0]:
                         states[key] = cand
         saving, chosen = max(states.values(), key=lambda v: v[0])
-        total = sum(self.held[j] * r for j, r in in_rows.items())
         total += sum(self.full_row[i] * r for i, r in op_rows.items())
         hit = (saving, chosen, total - saving)
         self._isoa[mask] = hit

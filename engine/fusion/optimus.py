@@ -82,6 +82,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
     pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
     still = {0: _owed(model)}  # down-set -> bytes the rest must still move at least once
     exact = True
+    covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
@@ -120,7 +121,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                     b = m & -m
                     m ^= b
                     x = b.bit_length() - 1
-                    if part.mask and not model.covered[x]:
+                    if part.mask and not covered[x]:
                         continue
                     grown = part.mask | b
                     evaluated += 1
@@ -128,18 +129,20 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                         continue
                     node = extend(model, part, x)
                     lower, upper = node.bounds()
-                    if not model.covered[x]:
+                    if not covered[x]:
                         grows = False
-                    elif upper <= room:
+                    elif upper <= room or node.fit_upper() <= room:
                         grows = True
                     elif lower > room:
                         grows = False
-                    else:
+                    else:  # the bounds straddle: settle it exactly, and grow on from the optimum
                         model.seed_finest(grown, node.rows, node.demand)
-                        grows = model.fits_finest(grown, room)
+                        saving, chosen, footprint = model.isoa(grown)
+                        grows = footprint <= room
+                        node.keep(model, chosen, saving)
                     if not grows and part.mask:
                         continue
-                    link = model.link[x]
+                    link = links[x]
                     merged = b
                     rest = []
                     for c in comps:
@@ -149,7 +152,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                             rest.append(c)
                     parts = (*rest, merged)
                     after = done | grown
-                    pbytes = -(-node.params * model.word_bits // 8)
+                    pbytes = -(-node.params * word_bits // 8)
                     once = node.fin + node.fout + pbytes  # Eq. 3 with the parameters loaded once
                     least = once
                     resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
@@ -175,11 +178,11 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                                 back[after] = (done, grown)
                     if grows and (not max_size or grown.bit_count() < max_size):
                         nxt = cand & ~b
-                        s = model.succ[x]
+                        s = succ[x]
                         while s:
                             sb = s & -s
                             s ^= sb
-                            if not model.pred[sb.bit_length() - 1] & ~after:
+                            if not pred[sb.bit_length() - 1] & ~after:
                                 nxt |= sb
                         stack.append((node, x, parts, nxt))
     if full not in best:

@@ -6,7 +6,7 @@ import heapq
 from dataclasses import dataclass
 
 from engine.errors import EngineError
-from engine.fusion.cost import Capacity, GroupCost, dram_bytes, record, smallest_buffer_bytes
+from engine.fusion.cost import Capacity, GroupCost, record, runs_alone, smallest_buffer_bytes
 from engine.fusion.model import FusionModel
 
 
@@ -95,9 +95,9 @@ def execution_order(model: FusionModel, masks: list[int]) -> list[int]:
 
 
 def check_runnable(model: FusionModel, cap: Capacity, acc_name: str) -> None:
-    """Raise an actionable error when some op cannot run even alone on this buffer."""
+    """Raise an actionable error when some op cannot run even alone on this buffer (a fit test, no schedule costed)."""
     for i in range(model.n):
-        if dram_bytes(model, 1 << i, cap) is None:
+        if not runs_alone(model, i, cap):
             need = smallest_buffer_bytes(model, i)
             raise EngineError(f"accelerator '{acc_name}': op '{model.names[i]}' cannot run even alone on "
                               f"{cap.fmap * model.word_bits // 8} bytes of fmap buffer; it needs at least "
