@@ -55,7 +55,7 @@ def row(run: dict) -> str:
     c = run["cosma"]
     cut = [r for r in (reduction(c.offchip_bytes, b) for b in run["base"].values()) if r is not None]
     gap = "-" if c.gap is None else f"{100 * c.gap:.0f}%"
-    cells = (run["net"], run["setting"], run["budget"], run["bytes"], c.status, gap, f"{c.solve_time_s:.1f}",
+    cells = (run["net"], run["setting"], run["budget"], run["bytes"], c.status, gap, f"{c.solve_time_s:.2f}",
              c.offchip_bytes, *run["base"].values(), f"{100 * statistics.mean(cut):.0f}%" if cut else "-")
     return "| " + " | ".join(map(str, cells)) + " |"
 
@@ -73,8 +73,8 @@ def summary(runs: list[dict], time_limit: float) -> list[str]:
         "| figure | ours | paper |",
         "|---|---|---|",
         f"| runs proven optimal | {optimal} of {len(runs)} ({time_limit:g} s limit) | all ten human-designed DNNs |",
-        f"| time to solution | median {statistics.median(times):.1f} s, mean {statistics.mean(times):.1f} s, "
-        f"max {max(times):.0f} s | 0.296 s average (Gurobi, M1 Pro) |",
+        f"| time to solution | median {statistics.median(times):.2f} s, mean {statistics.mean(times):.2f} s, "
+        f"max {max(times):.1f} s | 0.296 s average (Gurobi, M1 Pro) |",
         f"| COSMA above a baseline | {above} of {len(runs) * len(BASELINES)} comparisons | never |",
         f"| non-compulsory off-chip bytes vs the baselines | {100 * statistics.mean(cuts):.0f} % fewer on average "
         f"({len(cuts)} comparisons with baseline traffic) | 84 % fewer |",

@@ -315,7 +315,8 @@ def test_time_limit_covers_the_whole_call(opts):
     began = time.perf_counter()
     a = allocate(g, m_r, include_params=params, word_bits=BITS, time_limit_s=LIMIT_S, **opts)
     assert time.perf_counter() - began < LIMIT_S + SLACK_S
-    assert a.status == "time_limit" and a.has_plan  # the limit was what stopped it
+    # the limit stops the free paths; a fixed order may end sooner, at the spill bound (atbound.py)
+    assert a.has_plan and a.status in ("time_limit", "optimal") and (a.status == "optimal") == (a.gap == 0.0)
     assert check(a, g, include_params=params) == a.offchip_bytes
 
 

@@ -18,21 +18,74 @@ and the full ILP can be given the bound as a valid row without changing its opti
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 import pulp
 
-from engine.allocation import solve
+from engine.allocation import model, solve
 from engine.allocation.lifetimes import ancestors
 from engine.allocation.problem import Problem
 
-_END = "<end>"  # the reader standing for later segments, after every op
+END = "<end>"  # the reader standing for later segments, after every op
 
 
 def spill_bound(problem: Problem, *, solver: str = "highs", time_limit_s: float = 5.0) -> int:
     """A lower bound on the problem's Eq. 12 objective, in units of `problem.unit` (0 when nothing is forced)."""
+    cover = cover_model(problem)
+    if cover is None:
+        return 0
+    stats = solve.run(cover.lp, solver=solver, time_limit_s=time_limit_s)
+    if stats.status == "optimal":
+        return max(round(cover.lp.objective.value()), 0)
+    if stats.bound is None or not math.isfinite(stats.bound):
+        return 0
+    return max(math.ceil(stats.bound - 1e-6), 0)  # the objective is whole: round the bound up
+
+
+def relaxed_bound(problem: Problem, *, solver: str = "highs", time_limit_s: float = 5.0,
+                  life=None) -> tuple[int, tuple[str, ...] | None]:
+    """(A lower bound on Eq. 12 in units, the order of the relaxation's best plan or None): COSMA without addresses.
+
+    Eq. 1-8 and 12 with the capacity row but not Eq. 9-11: every plan is a plan of this
+    relaxation, so its optimum (or HiGHS's bound on it at a time-out) bounds COSMA's from
+    below. Unlike `spill_bound` it chooses the order, so over a free schedule it sees the
+    traffic every order pays (ResNet-50 with weights at M_R: 602 112 B, where what is
+    live in every order forces 401 408 B). Its plan's order is a good order to place.
+    `life` is `lifetimes.analyse(problem)` when the caller has it already.
+    """
+    deadline = time.perf_counter() + time_limit_s
+    try:
+        m = model.build(problem, addresses=False, deadline=deadline, life=life)
+    except model.OutOfTime:
+        return 0, None
+    stats = solve.run(m.lp, solver=solver, time_limit_s=max(deadline - time.perf_counter(), 0.01))
+    order = None
+    if stats.has_solution:
+        at = sorted((t, op) for (op, t), x in m.X.items() if x.varValue is not None and x.varValue > 0.5)
+        order = tuple(op for _, op in at) if len(at) == len(problem.ops) else None
+    if stats.status == "optimal":
+        return max(round(m.lp.objective.value()), 0), order
+    if stats.bound is None or not math.isfinite(stats.bound):
+        return 0, order
+    return max(math.ceil(stats.bound - 1e-6), 0), order
+
+
+@dataclass(frozen=True)
+class Cover:
+    """The covering ILP: `off[a, rest]` = tensor a off chip in the gap before its reads `rest` (its next read
+    first); `spilled[a]` = a written to DRAM (absent when that is free)."""
+
+    lp: pulp.LpProblem
+    off: dict
+    spilled: dict
+
+
+def cover_model(problem: Problem) -> Cover | None:
+    """The covering ILP of the problem's over-budget steps, unsolved; None when no step is over budget."""
     cover = _excess_cover(problem)
     if not cover:
-        return 0
+        return None
     lp = pulp.LpProblem("spill_bound", pulp.LpMinimize)
     p, unit = problem, problem.unit
     gap_var: dict[tuple[str, frozenset], pulp.LpVariable] = {}  # (tensor, readers still to come) -> off chip there
@@ -50,12 +103,7 @@ def spill_bound(problem: Problem, *, solver: str = "highs", time_limit_s: float 
            + pulp.lpSum((p.size[a] // unit) * z for a, z in spilled.items())), "offchip"
     for k, (excess, live) in enumerate(cover):
         lp += pulp.lpSum((p.size[a] // unit) * gap_var[a, rest] for a, rest in live) >= excess, f"cover_{k}"
-    stats = solve.run(lp, solver=solver, time_limit_s=time_limit_s)
-    if stats.status == "optimal":
-        return max(round(lp.objective.value()), 0)
-    if stats.bound is None or not math.isfinite(stats.bound):
-        return 0
-    return max(math.ceil(stats.bound - 1e-6), 0)  # the objective is whole: round the bound up
+    return Cover(lp, gap_var, spilled)
 
 
 def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
@@ -67,7 +115,7 @@ def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
     else:
         anc, index = ancestors(p), {op: i for i, op in enumerate(p.ops)}
         before = lambda x, y: bool(anc[y] >> index[x] & 1)  # noqa: E731
-    reads = {a: p.consumers.get(a, ()) + ((_END,) if a in p.keep else ()) for a in p.tensors}
+    reads = {a: p.consumers.get(a, ()) + ((END,) if a in p.keep else ()) for a in p.tensors}
     out = []
     for op in p.ops:
         mine = set(p.reads[op]) | set(p.writes[op])
@@ -76,7 +124,7 @@ def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
         for a in p.tensors:
             if a in mine:
                 continue
-            after = frozenset(r for r in reads[a] if r == _END or before(op, r))
+            after = frozenset(r for r in reads[a] if r == END or before(op, r))
             if after and _started(p, a, op, before):
                 load += p.size[a] // unit
                 live.append((a, after if p.order is not None else frozenset()))

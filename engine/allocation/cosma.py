@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
-from engine.allocation.bound import spill_bound
+from engine.allocation import atbound
+from engine.allocation.bound import relaxed_bound, spill_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.packing import pack
@@ -19,6 +20,9 @@ from engine.graph import Graph
 
 PRESOLVE_SHARE = 0.05  # of the time left, for a free schedule's first fixed order when its free model follows
 SETUP_FACTOR = 5  # build, hand-over to HiGHS and presolve of a large model, in build times (Transformer: 8.7+2.5+23 s)
+RELAX_MAX_STEPS = 4000  # tensor-steps of a free schedule up to which the relaxation without addresses is tried
+# (ResNet-50: 216 steps, 486 variables, solved in 0.05 s; the Transformer: 8 503 steps, 31 003 variables, 2.3 s to
+# build and no bound from HiGHS in 10 s)
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,8 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
             prob = replace(prob, order=prob.ops)  # a chain: the free model would repeat the fixed one
         share = max(deadline - time.perf_counter(), 0.0) / (len(bounds) - k)  # what is left, shared fairly
         until = deadline - share * (len(bounds) - k - 1)
-        m, stats = _solve_problem(graph, prob, need_order, share, until, whole=divide is None, **opts)
-        if not stats.has_solution:
+        plan, stats = _solve_problem(graph, prob, need_order, share, until, whole=divide is None, **opts)
+        if plan is None:
             where = f" in segment {k + 1} of {len(bounds)} (ops {ops[0]}..{ops[-1]})" if len(bounds) > 1 else ""
             if stats.status == "infeasible":
                 why = (f"no placement fits {budget} bytes{where}: fragmentation leaves no contiguous room; "
@@ -82,7 +86,6 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
             return Joined((), (), (), (), "time_limit", None,
                           f"{stats.solver} found no solution within {time_limit_s:g} s{where}; "
                           "raise time_limit_s or use divide='auto'")
-        plan = solution.read(m)
         plans.append((lo, plan))
         statuses.append(stats.status)
         gaps.append(stats.gap)
@@ -116,26 +119,69 @@ def _seconds(until: float, cap: float, fraction: float = 1.0) -> float:
 
 
 def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *, whole: bool, include_params: bool,
-                   word_bits: int, solver: str) -> tuple[model.Model, solve.SolveStats]:
-    """Solve one problem by `until` (about `share` seconds): the solved model and how the solve ended.
+                   word_bits: int, solver: str) -> tuple[solution.Plan | None, solve.SolveStats]:
+    """Solve one problem by `until` (about `share` seconds): the plan (None without a solution) and how it ended.
 
-    The spill bound (bound.py) comes first. A free schedule is first solved in its given
-    order; when that meets the bound it is optimal for every order, and the far larger
-    free model is never built. Nor is it when its setup would take half the time left
-    (SETUP_FACTOR times its build time, estimated as the fixed model's scaled by
-    `model.size`): the MPMF order is then solved as a second fixed order. Otherwise the full model, with the bound as a row, starts
-    from the best plan found. A stage that runs out of time leaves the best plan so far.
+    The spill bound (bound.py) comes first, then the plan built from its cover in the
+    first order tried (`atbound.py`): when that costs the bound it is optimal for every
+    order and no model is built at all. A free schedule then gets the relaxation without
+    addresses (`bound.relaxed_bound`, in a tenth of the share), a bound that sees its
+    choice of order, and the cover's plan in the relaxation's order. Otherwise the ILPs
+    follow (`_solve_models`), in the order whose plan was cheapest.
     """
-    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
+    began = time.perf_counter()
     lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
+    orders = [prob.order] if prob.order is not None else [_first_order(prob, lb, need_order)]
+    known: dict = {}  # order -> the cover's plan in it (or None): MIP starts later, not built twice
+    for order in orders:  # the relaxation's order joins the list after the first
+        here = replace(prob, order=order)
+        known[order] = (atbound.plan_at_bound(here, solver=solver, time_limit_s=_seconds(until, share / 3))
+                        if whole or prob.order is not None else None)  # see _start on free segments
+        if known[order] is not None and atbound.cost(here, known[order]) <= lb:
+            return (solution.plan_of(here, *known[order]),
+                    solve.SolveStats("optimal", True, 0.0, time.perf_counter() - began, "bound", lb))
+        if prob.order is None and whole and len(orders) == 1:
+            lb, best = _relaxation(prob, lb, until, share, solver)
+            orders += [best] if best is not None and best != order else []
+    price = lambda o: math.inf if known[o] is None else atbound.cost(replace(prob, order=o), known[o])  # noqa: E731
+    m, stats = _solve_models(graph, prob, lb, need_order, share, until, known, min(known, key=price), whole=whole,
+                             include_params=include_params, word_bits=word_bits, solver=solver)
+    return (solution.read(m) if stats.has_solution else None), stats
+
+
+def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:
+    """(The better of `lb` and the bound of the relaxation without addresses, its plan's order or None), in a
+    tenth of the share; skipped for problems over RELAX_MAX_STEPS tensor-steps."""
+    life = analyse(prob)
+    if sum(w.last - w.first + 1 for w in life.tensors.values()) > RELAX_MAX_STEPS:
+        return lb, None
+    relaxed, best = relaxed_bound(prob, solver=solver, time_limit_s=_seconds(until, share / 10), life=life)
+    return max(lb, relaxed), best
+
+
+def _solve_models(graph: Graph, prob, lb: int, need_order, share: float, until: float, known: dict, first, *,
+                  whole: bool, include_params: bool, word_bits: int,
+                  solver: str) -> tuple[model.Model, solve.SolveStats]:
+    """The ILPs of one problem, with the lower bound `lb` as a row: the solved model and how the solve ended.
+
+    A free schedule is first solved in the order `first`; when that meets the bound it is
+    optimal for every order, and the far larger free model is never built. Nor is it when
+    its setup would take half the time left (SETUP_FACTOR times its build time, estimated
+    as the fixed model's scaled by `model.size`): the MPMF order is then solved as a second
+    fixed order. Otherwise the full model, with the bound as a row, starts from the best
+    plan found. A stage that runs out of time leaves the best plan so far. `known` maps an
+    order to the plan `atbound` built in it (or None), so none is built twice.
+    """
+    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver, known=known)
     if prob.order is not None:
         return _solve_model(graph, model.build(prob), lb, until, share, need_order, None, whole=whole, **opts)
     began = time.perf_counter()
-    fixed = model.build(replace(prob, order=_first_order(prob, lb, need_order)))
+    fixed = model.build(replace(prob, order=first))
     life = analyse(prob)  # the free model's windows and pairs, before deciding to build it
     guess = (time.perf_counter() - began) * model.size(life) / max(model.size(fixed.life), 1)
     hopeless = SETUP_FACTOR * guess > (until - time.perf_counter()) / 2  # no search before half the time is gone
-    fixed, stats = _solve_model(graph, fixed, lb, until, share, need_order, None, whole=whole and hopeless,
+    fixed, stats = _solve_model(graph, fixed, _own_bound(fixed.problem, lb, until, share, solver), until, share,
+                                need_order, None, whole=whole and hopeless,
                                 fraction=0.5 if hopeless else PRESOLVE_SHARE, **opts)
     if stats.has_solution and fixed.lp.objective.value() <= lb + 1e-6:
         return fixed, replace(stats, status="optimal", gap=0.0)  # the fixed order meets a bound for all orders
@@ -147,6 +193,12 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
         return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, whole=whole, **opts)
     fixed_values = {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else None
     return _solve_model(graph, m, lb, until, share, need_order, fixed_values, whole=whole, **opts)
+
+
+def _own_bound(fixed, lb: int, until: float, share: float, solver: str) -> int:
+    """The spill bound of one order of a free schedule (at least the free one, `lb`): it holds for that order's
+    model only, and ends its solve as soon as a start meets it (the cover's plan often does)."""
+    return max(lb, spill_bound(fixed, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0))))
 
 
 def _first_order(prob, lb: int, need_order) -> tuple[str, ...]:
@@ -167,8 +219,9 @@ def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, l
     ops = set(prob.ops)
     spread = tuple(op for op in need_order(0.5) if op in ops)
     if spread != fixed.problem.order:
-        other, got = _solve_model(graph, model.build(replace(prob, order=spread)), lb, until, share, need_order, None,
-                                  whole=whole, **opts)
+        other = model.build(replace(prob, order=spread))
+        other, got = _solve_model(graph, other, _own_bound(other.problem, lb, until, share, opts["solver"]), until,
+                                  share, need_order, None, whole=whole, **opts)
         if got.has_solution and (not stats.has_solution
                                  or other.lp.objective.value() < fixed.lp.objective.value() - 1e-9):
             fixed, stats = other, got
@@ -181,11 +234,11 @@ def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, l
 
 
 def _solve_model(graph: Graph, m: model.Model, lb: int, until: float, share: float, need_order, fixed_values, *,
-                 whole: bool, include_params: bool, word_bits: int, solver: str,
+                 whole: bool, include_params: bool, word_bits: int, solver: str, known: dict,
                  fraction: float = 1.0) -> tuple[model.Model, solve.SolveStats]:
     """Solve a built model, with the spill bound as a row, from the best start, in `fraction` of the time left."""
     model.add_lower_bound(m, lb)
-    start = _start(m, graph, need_order, fixed_values, until, share / 3, whole=whole, solver=solver,
+    start = _start(m, graph, need_order, fixed_values, until, share / 3, lb, known, whole=whole, solver=solver,
                    include_params=include_params, word_bits=word_bits)
     left = fraction * (until - time.perf_counter())
     if left <= 0 and start is not None:  # out of time before the solve: the start is the answer
@@ -194,21 +247,28 @@ def _solve_model(graph: Graph, m: model.Model, lb: int, until: float, share: flo
                         bound=lb)
 
 
-def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, until: float, cap: float, *,
-           whole: bool, include_params: bool, word_bits: int, solver: str) -> dict | None:
-    """The cheapest MIP start found, trying costlier sources only while none is at the bound 0.
+def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, until: float, cap: float, lb: int,
+           known: dict, *, whole: bool, include_params: bool, word_bits: int, solver: str) -> dict | None:
+    """The cheapest MIP start found, trying costlier sources only while none is at the bound `lb`.
 
-    Sources: the best baseline (in the MPMF order when the schedule is free); for a free
+    Sources: the best baseline and the plan built from that order's spill bound cover
+    (`atbound.py`, in at most `cap` seconds, or taken from `known`), both in the model's
+    order, or the MPMF order when the schedule is free; for a free
     schedule, `fixed_values`, the same problem solved in its given order (its variables
     share names, and any the fixed model lacks are 0 in the free one, so it is a feasible
     start); for a whole graph too long for one segment, the automatic divide-and-conquer
-    plan, in at most `cap` seconds.
+    plan, in at most `cap` seconds. The cover's plan is not tried in a segment of a divided
+    free schedule: a segment's optimum leaves a state the next segments must live with, and
+    on the NAS-like net the cover's segment optima left worse states than HiGHS's (M_R:
+    1 155 072 B joined against 360 448 B).
     """
     prob = m.problem
     opts = dict(include_params=include_params, word_bits=word_bits)
     ops = set(prob.ops)
     spread = prob.order or tuple(op for op in need_order(0.25) if op in ops)
     sources = [lambda: best_baseline(m, graph, [spread], **opts)]
+    if whole or prob.order is not None:
+        sources.append(lambda: _at_bound_start(m, spread, solver, _seconds(until, cap), known))
     if fixed_values is not None:
         sources.append(lambda: fixed_values)
     if whole and len(prob.ops) > (dnc.MAX_OPS_FIXED if prob.order else dnc.MAX_OPS_FREE):
@@ -219,9 +279,19 @@ def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, 
         found = source()
         if found is not None and objective_at(m, found) < cost:
             best, cost = found, objective_at(m, found)
-        if cost <= 0:
+        if cost <= max(lb, 0) + 1e-9:
             break
     return best
+
+
+def _at_bound_start(m: model.Model, order, solver: str, time_limit_s: float, known: dict) -> dict | None:
+    """Values of the plan built in `order` from its spill bound's cover (`atbound.plan_at_bound`; `known` has
+    it for the orders already tried), or None."""
+    if order not in known:
+        known[order] = atbound.plan_at_bound(replace(m.problem, order=order), solver=solver,
+                                             time_limit_s=time_limit_s)
+    got = known[order]
+    return None if got is None else values_of(m, order, *got)
 
 
 def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: dict, *,

@@ -51,6 +51,7 @@ class Model:
     peak: pulp.LpVariable | None = None
     idx: dict = field(default_factory=dict)  # tensor -> number used in variable and constraint names
     deadline: float = math.inf  # perf_counter time past which building gives up (OutOfTime)
+    addresses: bool = True  # False: Eq. 9-11 left out, a relaxation (no L, u, d)
 
     def check_time(self) -> None:
         """Raise OutOfTime once the deadline has passed."""
@@ -68,23 +69,27 @@ class Model:
 
 
 def build(problem: Problem, *, objective: str = OFFCHIP, deadline: float = math.inf,
-          life: Lifetimes | None = None) -> Model:
+          life: Lifetimes | None = None, addresses: bool = True) -> Model:
     """The ILP of `problem`: min off-chip bytes (Eq. 12/17) or min peak footprint (Eq. 15).
 
     Raises OutOfTime when `deadline` (a perf_counter time) passes first: a free schedule's
     model can take longer to build than a whole time limit (the Transformer's: 17 s).
-    `life` is `lifetimes.analyse(problem)` when the caller has it already.
+    `life` is `lifetimes.analyse(problem)` when the caller has it already. Without
+    `addresses` Eq. 9-11 are left out (the capacity row stays): a relaxation whose
+    optimum is a lower bound on Eq. 12 (`bound.relaxed_bound`).
     """
     life = life or analyse(problem)
     m = Model(problem, life, objective, pulp.LpProblem("cosma", pulp.LpMinimize),
-              idx={a: i for i, a in enumerate(problem.tensors)}, deadline=deadline)
+              idx={a: i for i, a in enumerate(problem.tensors)}, deadline=deadline, addresses=addresses)
     groups = [_add_variables, _add_single_action, _add_preserve_after_resident, _add_creation, _add_one_op_per_step,
               _add_data_dependency, _add_liveness]
     if objective == PEAK:
         groups += [_add_single_load, _add_keep_resident, _add_peak]
     else:
         groups += [_add_spill_after_resident, _add_retrieve_after_spill, _add_single_spill, _add_keep_or_spill,
-                   _add_capacity, _add_no_overlap, _add_persistence, _add_offchip_objective]
+                   _add_capacity]
+        groups += [_add_no_overlap, _add_persistence] if addresses else []
+        groups += [_add_offchip_objective]
     for add in groups:
         m.check_time()
         add(m)
@@ -110,7 +115,7 @@ def _add_variables(m: Model) -> None:
                 m.C[a, t] = m.lp.add_variable(f"C_{i}_{t}", cat=pulp.LpBinary)
         if lasting:
             _add_stay_variables(m, a, i, w, host, resident, reader_steps[a])
-        if not peak:
+        if not peak and m.addresses:
             for t in range(w.first, w.last + 1):
                 if m.res(a, t):  # Eq. 9 as the variable's bounds
                     m.L[a, t] = m.lp.add_variable(f"L_{i}_{t}", 0, max(p.budget // p.unit - size, 0))

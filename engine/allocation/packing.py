@@ -1,15 +1,20 @@
-"""A plan with no spills: every tensor on chip from first to last use, packed offline by decreasing size.
+"""Addresses for stays of fixed steps; a plan with no spills, every tensor on chip from first to last use.
 
 This is TensorFlow Lite's greedy-by-size arena planner (the whole order's lifetimes are
 known before any address is chosen; the largest tensor is placed first, each at the
 lowest address free over its lifetime; ties in size are broken two ways, and the
 first that fits is kept). Where it fits the budget it costs nothing beyond
 the compulsory loads, so as a MIP start it meets the spill bound 0 and the solve ends
-before it begins. Where it does not fit, the ILP is needed.
+before it begins. `arrange` places any set of stays: this greedy first, then the exact
+ILP of `place.py`.
 """
 
 from __future__ import annotations
 
+import time
+
+from engine.allocation import place
+from engine.allocation.place import Stay
 from engine.allocation.problem import Problem
 from engine.allocation.record import Placement
 
@@ -28,31 +33,134 @@ def pack(problem: Problem, order) -> tuple[Placement, ...] | None:
             last[a] = t
     for a in problem.keep & first.keys():
         last[a] = n - 1  # later segments read it: it stays to the end
-    pinned = [Placement(a, 0, last[a], problem.carry.resident[a], problem.size[a])
-              for a in first if a in problem.carry.resident]
-    rest = [a for a in first if a not in problem.carry.resident]
-    for tie in TIES:
-        placed = _greedy(pinned, sorted(rest, key=lambda a: (-problem.size[a], tie(first[a], last[a]), a)),
-                         problem.size, first, last, room)
-        if placed is not None:
-            return tuple(sorted(placed, key=lambda p: (p.first_step, p.address)))
-    return None
+    stays = [Stay(a, first[a], last[a], problem.size[a]) for a in first]
+    pinned = {i: problem.carry.resident[s.tensor] for i, s in enumerate(stays) if s.tensor in problem.carry.resident}
+    at = greedy(stays, room, pinned=pinned)
+    if at is None:
+        return None
+    return tuple(sorted((Placement(s.tensor, s.first, s.last, at[i], s.size) for i, s in enumerate(stays)),
+                        key=lambda p: (p.first_step, p.address)))
 
 
 TIES = (lambda lo, hi: lo, lambda lo, hi: lo - hi)  # among equal sizes: earliest first, or longest-lived first
 
 
-def _greedy(pinned, ranked, size, first, last, room) -> list[Placement] | None:
-    """Each tensor of `ranked` in turn at the lowest address free over its lifetime; None past `room`."""
-    placed = list(pinned)
-    for a in ranked:
-        lo, hi, need = first[a], last[a], size[a]
+def greedy(stays, room: int, *, pinned: dict | None = None) -> list[int] | None:
+    """An address per stay, largest first, each at the lowest address free over its steps (ties broken each way
+    of `TIES` until one fits); None when none fits in `room`. `pinned`: stay index -> its fixed address."""
+    pinned = pinned or {}
+    rest = [i for i in range(len(stays)) if i not in pinned]
+    for tie in TIES:
+        ranked = sorted(rest, key=lambda i: (-stays[i].size, tie(stays[i].first, stays[i].last), stays[i].tensor, i))
+        at = _lowest_fit(stays, ranked, pinned, room)
+        if at is not None:
+            return at
+    return None
+
+
+def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
+    """Each stay of `ranked` in turn at the lowest address free over its steps; None past `room`."""
+    at = dict(pinned)
+    for i in ranked:
+        s = stays[i]
         address = 0
-        for p in sorted((p for p in placed if p.first_step <= hi and lo <= p.last_step), key=lambda p: p.address):
-            if address + need <= p.address:
+        for j in sorted((j for j in at if stays[j].first <= s.last and s.first <= stays[j].last), key=at.get):
+            if address + s.size <= at[j]:
                 break
-            address = max(address, p.address + p.size)
-        if address + need > room:
+            address = max(address, at[j] + stays[j].size)
+        if address + s.size > room:
             return None
-        placed.append(Placement(a, lo, hi, address, need))
-    return placed
+        at[i] = address
+    return [at[i] for i in range(len(stays))]
+
+
+def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "highs",
+            deadline: float) -> list[float] | None:
+    """Addresses for `stays` within `room` by `deadline`, or None when no method below finds them.
+
+    The greedy packing first; else window by window (cut where at most one stay crosses,
+    earlier windows' stays pinned), each by the greedy or the ILP of `place.py`, a window
+    that does not fit being merged with the one before and both solved again; the whole
+    is the last window. The ILP is tried with stays of equal steps glued into one block
+    (far fewer pairs; a restriction, so what it finds is valid), then as it is.
+    """
+    pinned = dict(pinned or {})
+    at = greedy(stays, room, pinned=pinned)
+    if at is not None:
+        return at
+    solved: list[tuple[list[int], dict]] = []  # (window's stays, their addresses), in order
+    todo = _windows(stays)
+    while todo:
+        members = todo.pop(0)
+        fixed = dict(pinned)
+        for _, got in solved:
+            fixed.update(got)
+        lo, hi = min(stays[i].first for i in members), max(stays[i].last for i in members)
+        near = [i for i in fixed if i not in members and stays[i].first <= hi and lo <= stays[i].last]
+        local = list(members) + near
+        got = _exact([stays[i] for i in local], room, {k: fixed[i] for k, i in enumerate(local) if i in fixed},
+                     solver, deadline)
+        if got is not None:
+            solved.append((members, {i: got[k] for k, i in enumerate(local) if i in members}))
+        elif solved and time.perf_counter() < deadline:
+            todo.insert(0, solved.pop()[0] + members)  # the window before placed its stays badly: redo both
+        else:
+            return None
+    out = dict(pinned)
+    for _, got in solved:
+        out.update(got)
+    return [out[i] for i in range(len(stays))]
+
+
+def _exact(stays, room: int, pinned: dict, solver: str, deadline: float) -> list[float] | None:
+    """The greedy, else the placement ILP with equal stays glued, else the ILP as it is, by `deadline`."""
+    at = greedy(stays, room, pinned=pinned)
+    if at is not None:
+        return at
+    glued, parts = _glue(stays, pinned)
+    if len(glued) < len(stays):
+        got = place.place(glued, room, pinned={k: pinned[m[0]] for k, m in enumerate(parts) if m[0] in pinned},
+                          solver=solver, time_limit_s=deadline - time.perf_counter())
+        if got is not None:
+            return _unglue(stays, parts, got)
+    return place.place(stays, room, pinned=pinned, solver=solver, time_limit_s=deadline - time.perf_counter())
+
+
+def _windows(stays) -> list[list[int]]:
+    """Stay indices grouped by window of their first step, windows cut between steps that at most one stay spans."""
+    if not stays:
+        return []
+    end = max(s.last for s in stays)
+    crossing = [0] * (end + 1)  # stays on chip at both t and t + 1
+    for s in stays:
+        for t in range(s.first, s.last):
+            crossing[t] += 1
+    window, k = [0] * (end + 1), 0
+    for t in range(end + 1):
+        window[t] = k
+        k += crossing[t] <= 1
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(stays):
+        groups.setdefault(window[s.first], []).append(i)
+    return [groups[w] for w in sorted(groups)]
+
+
+def _glue(stays, pinned: dict) -> tuple[list[Stay], list[tuple[int, ...]]]:
+    """Stays of identical steps (none pinned) merged into one stay each: (merged stays, member indices of each)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(stays):
+        groups.setdefault((s.first, s.last) if i not in pinned else ("pinned", i), []).append(i)
+    parts = [tuple(members) for members in groups.values()]
+    merged = [Stay(stays[m[0]].tensor, stays[m[0]].first, stays[m[0]].last, sum(stays[i].size for i in m))
+              for m in parts]
+    return merged, parts
+
+
+def _unglue(stays, parts, at) -> list[float]:
+    """Each member of a merged stay at the block's address plus the sizes of the members before it."""
+    out = [0.0] * len(stays)
+    for members, base in zip(parts, at):
+        for i in members:
+            out[i] = base
+            base += stays[i].size
+    return out

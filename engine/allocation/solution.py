@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from engine.allocation.model import Model
-from engine.allocation.problem import Carry
+from engine.allocation.problem import Carry, Problem
 from engine.allocation.record import Placement
 
 
@@ -54,10 +54,22 @@ def read(m: Model) -> Plan:
         _close(stays, cur)
     stays, spills = _trim(m, tuple(order), stays, spills)
     placements = compact(stays, {a: p.size[a] // p.unit for a in p.tensors}, p.unit)
+    return plan_of(p, placements, spills, retrievals, order=order, loaded=loaded)
+
+
+def plan_of(problem: Problem, placements, spills, retrievals, *, order=None, loaded=None) -> Plan:
+    """The plan of `problem` run in `order` (its own, if fixed) with these transfers, and the state it leaves:
+    tensors later segments read on chip where they end, DRAM holding what was spilled or written back, and
+    network inputs and weights loaded (`loaded`: those placed, by default) no longer fresh."""
+    p = problem
+    order = tuple(order if order is not None else p.order)
+    n = len(order)
+    if loaded is None:
+        loaded = p.carry.fresh & {pl.tensor for pl in placements}
     resident = {pl.tensor: pl.address for pl in placements if pl.last_step == n - 1 and pl.tensor in p.keep}
     host = p.carry.host | {a for a, _ in spills} | (p.free_spill & set(p.producer))
     carry = Carry(MappingProxyType(resident), frozenset(host), p.carry.fresh - loaded)
-    return Plan(tuple(order), placements, tuple(sorted(spills, key=lambda s: s[1])),
+    return Plan(order, tuple(placements), tuple(sorted(spills, key=lambda s: s[1])),
                 tuple(sorted(retrievals, key=lambda r: r[1])), carry)
 
 
