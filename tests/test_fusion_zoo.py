@@ -32,6 +32,25 @@ def test_optimus_is_best_and_oracle_is_a_floor(name, kb):
         assert sorted(op for grp in plan.groups for op in grp) == sorted(op.name for op in graph.ops)
 
 
+NAS_CELLS = ("amoebanet_d", "darts", "nasnet_a_mobile", "pnasnet5_large")  # their searches end as beams
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_every_method_runs_on_every_zoo_network(name):
+    # batch 1; the NAS cells at 16 KB, where their beams take seconds rather than tens of seconds
+    graph = zoo.build(name, 1)
+    acc = engine.Accelerator.preset("optimus").with_buffer((16 if name in NAS_CELLS else 128) * KB)
+    plans = {method: fuse(graph, acc, method=method, bound=False) for method in METHODS}
+    floor, ops = oracle_bytes(graph, acc), sorted(op.name for op in graph.ops)
+    for method, plan in plans.items():
+        assert sorted(op for grp in plan.groups for op in grp) == ops, method
+        assert plan.dram_bytes == sum(c.dram_bytes for c in plan.costs) >= floor, method
+    best = plans["optimus"]
+    assert best.status == ("beam" if name in NAS_CELLS else "optimal")
+    rivals = ("none", "dnnvm", "efficient_s") + (() if name in NAS_CELLS else ("online",))
+    assert all(best.dram_bytes <= plans[m].dram_bytes for m in rivals)
+
+
 def test_nasnet_beam_is_no_worse_than_any_baseline_and_above_the_oracle():
     # NASNet-A Mobile outgrows the exact search's limits: optimus ends as a beam, kept only if no baseline beats it
     graph = zoo.build("nasnet_a_mobile", 4)
