@@ -66,7 +66,7 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         order = need_order(0.5)  # segments of a low-footprint order: each is still a down-set, and starts agree
     bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
     carry = Carry.start(graph, include_params)
-    plans, statuses, gaps = [], [], []
+    plans, statuses, gaps, notes = [], [], [], []
     for k, (lo, hi) in enumerate(bounds):
         later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
         ops = order[lo:hi]
@@ -89,8 +89,9 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         plans.append((lo, plan))
         statuses.append(stats.status)
         gaps.append(stats.gap)
+        notes += [f"segment {k + 1}: {stats.note}" if len(bounds) > 1 else stats.note] if stats.note else []
         carry = plan.carry
-    joined = _join(plans, statuses, gaps)
+    joined = _join(plans, statuses, gaps, notes)
     if len(plans) > 1:  # the whole graph's spill bound gives the joined plan a gap, or proves it optimal
         whole = make_problem(graph, order, budget, Carry.start(graph, include_params), include_params=include_params,
                              word_bits=word_bits, order=order if fixed else None)
@@ -179,18 +180,24 @@ def _solve_models(graph: Graph, prob, lb: int, need_order, share: float, until: 
     fixed = model.build(replace(prob, order=first))
     life = analyse(prob)  # the free model's windows and pairs, before deciding to build it
     guess = (time.perf_counter() - began) * model.size(life) / max(model.size(fixed.life), 1)
-    hopeless = SETUP_FACTOR * guess > (until - time.perf_counter()) / 2  # no search before half the time is gone
+    left = until - time.perf_counter()
+    hopeless = SETUP_FACTOR * guess > left / 2  # no search before half the time is gone
     fixed, stats = _solve_model(graph, fixed, _own_bound(fixed.problem, lb, until, share, solver), until, share,
                                 need_order, None, whole=whole and hopeless,
                                 fraction=0.5 if hopeless else PRESOLVE_SHARE, **opts)
     if stats.has_solution and fixed.lp.objective.value() <= lb + 1e-6:
         return fixed, replace(stats, status="optimal", gap=0.0)  # the fixed order meets a bound for all orders
     if hopeless:
-        return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, whole=whole, **opts)
+        why = (f"the free-order ILP was not built: building and presolving it would take about "
+               f"{SETUP_FACTOR * guess:.0f} s, over half of the {max(left, 0.0):.0f} s left (it is built when "
+               f"twice that is left: a time_limit_s of about {2 * SETUP_FACTOR * guess:.0f} s or more)")
+        return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, why=why, whole=whole, **opts)
     try:
         m = model.build(prob, deadline=until, life=life)
     except model.OutOfTime:  # the free model is too big for the time left: the fixed orders' plans stand
-        return _fallback(graph, prob, fixed, stats, lb, need_order, until, share, whole=whole, **opts)
+        why = "the free-order ILP was still being built when the time limit came"
+        return _fallback(graph, prob, fixed, replace(stats, status="time_limit"), lb, need_order, until, share,
+                         why=why, whole=whole, **opts)
     fixed_values = {v.name: v.varValue for v in fixed.lp.variables()} if stats.has_solution else None
     return _solve_model(graph, m, lb, until, share, need_order, fixed_values, whole=whole, **opts)
 
@@ -212,16 +219,24 @@ def _first_order(prob, lb: int, need_order) -> tuple[str, ...]:
 
 
 def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, lb: int, need_order, until: float,
-              share: float, *, whole: bool, **opts) -> tuple[model.Model, solve.SolveStats]:
+              share: float, *, why: str, whole: bool, **opts) -> tuple[model.Model, solve.SolveStats]:
     """A free schedule's answer without its model: the better of the first order's plan and the MPMF order's
     (solved in the time left; its best baseline at least, so a time-out is never above a baseline), judged
-    against the spill bound alone."""
+    against the spill bound alone.
+
+    Status "time_limit" only when the clock stopped a search (`stats` of the first order, the MPMF
+    order's solve, or the free model's build); when every fixed order was solved to its own optimum
+    before the limit, the plan is "feasible": the search was cut short by the model's size, which
+    `why` and the note say, with what the user can do.
+    """
     ops = set(prob.ops)
     spread = tuple(op for op in need_order(0.5) if op in ops)
+    stopped, tried = stats.status == "time_limit", 1
     if spread != fixed.problem.order:
         other = model.build(replace(prob, order=spread))
         other, got = _solve_model(graph, other, _own_bound(other.problem, lb, until, share, opts["solver"]), until,
                                   share, need_order, None, whole=whole, **opts)
+        stopped, tried = stopped or got.status == "time_limit", 2
         if got.has_solution and (not stats.has_solution
                                  or other.lp.objective.value() < fixed.lp.objective.value() - 1e-9):
             fixed, stats = other, got
@@ -230,7 +245,16 @@ def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, l
     value = fixed.lp.objective.value()
     if value <= lb + 1e-6:
         return fixed, replace(stats, status="optimal", gap=0.0, bound=lb)
-    return fixed, replace(stats, status="time_limit", gap=(value - lb) / value, bound=lb)
+    gap = (value - lb) / value
+    same = ", also the graph's" if spread == prob.ops else ""
+    orders = ("two fixed orders (the graph's and the MPMF order), each" if tried == 2
+              else f"one fixed order (the MPMF order{same}),")
+    note = (f"{why}. The plan is the best found in {orders} "
+            + ("searched until the time limit" if stopped else "solved to optimality for that order")
+            + f"; it is {gap:.0%} above the spill bound ({lb * prob.unit} B), a bound that may be loose for a free "
+            "order. To search further: a longer time_limit_s, divide='auto', or schedule=[...] (a fixed order)")
+    status = "time_limit" if stopped else "feasible"
+    return fixed, replace(stats, status=status, gap=gap, bound=lb, note=note)
 
 
 def _solve_model(graph: Graph, m: model.Model, lb: int, until: float, share: float, need_order, fixed_values, *,
@@ -307,7 +331,7 @@ def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: floa
     return values_of(m, got.order, got.placements, got.spills, got.retrievals)
 
 
-def _join(plans, statuses, gaps) -> Joined:
+def _join(plans, statuses, gaps, notes=()) -> Joined:
     """Shift each segment's steps by its start and fuse stays that continue across a boundary (same address, not
     written out there), dropping the next segment's retrieval of a tensor that stayed."""
     order, placements, spills, retrievals = [], [], [], []
@@ -339,5 +363,6 @@ def _join(plans, statuses, gaps) -> Joined:
         status = "time_limit" if "time_limit" in statuses else "feasible"
         gap = None
     message = "" if len(plans) == 1 else f"divide-and-conquer over {len(plans)} segments, each solved by the ILP"
+    message = "; ".join(([message] if message else []) + list(notes))
     return Joined(tuple(order), tuple(sorted(placements, key=lambda p: (p.first_step, p.address))), tuple(spills),
                   tuple(retrievals), status, gap, message)

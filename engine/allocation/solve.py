@@ -16,9 +16,11 @@ SOLVERS = ("highs", "cbc")
 
 @dataclass(frozen=True)
 class SolveStats:
-    """How a solve ended: "optimal", "time_limit" (with or without a solution), or "infeasible".
+    """How a solve ended: "optimal", "time_limit" (with or without a solution), "feasible" or "infeasible".
 
     `bound` is the solver's proven lower bound on the objective, when it reports one.
+    "feasible" is a plan the search stopped at before the limit without proof; `note`
+    says why, in the user's terms (it becomes the Allocation's message).
     """
 
     status: str
@@ -27,6 +29,7 @@ class SolveStats:
     seconds: float
     solver: str
     bound: float | None = None
+    note: str = ""
 
 
 class _HiGHSWithStart(pulp.HiGHS):
