@@ -13,6 +13,14 @@ from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
 hv.extension("bokeh")  # the views set Bokeh options, which need the backend loaded (build_app does it in the page)
 
 
+async def _last(gen):
+    """The last view an async view generator yields (after its spinners)."""
+    out = None
+    async for item in gen:
+        out = item
+    return out
+
+
 @pytest.fixture
 def session():
     return Session(ExplorerState(network="light_squeezenet.onnx", batch=1))
@@ -166,24 +174,34 @@ def test_allocation_timeline_for_a_named_budget():
 
     s = Session(ExplorerState(network="squeezenet1_0"))
 
-    async def last(gen):
-        out = None
-        async for item in gen:
-            out = item
-        return out
-
     from dashboard.tabs.timeline import timeline_views
 
-    shown = asyncio.run(last(timeline_views(s, "M_R", None)))
+    shown = asyncio.run(_last(timeline_views(s, "M_R", None)))
     compared, plot, table = shown[1].value, shown[2].object, shown[3][1].value
     assert isinstance(plot, hv.Overlay) and "cosma: optimal" in plot.opts.get().kwargs["title"]
     assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
     assert list(compared["method"]) == ["cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy"]
     assert (compared["offchip_bytes"].iloc[0] <= compared["offchip_bytes"]).all()  # COSMA never above a baseline
-    belady = asyncio.run(last(timeline_views(s, "M_R", None, "default-belady")))
+    belady = asyncio.run(_last(timeline_views(s, "M_R", None, "default-belady")))
     assert "default-belady" in belady[2].object.opts.get().kwargs["title"]
-    tiny = asyncio.run(last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
+    tiny = asyncio.run(_last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
+
+
+def test_an_unproven_allocation_says_why_and_how_far_from_the_bound():
+    import asyncio
+
+    from dashboard.tabs.timeline import timeline_views
+
+    s = Session(ExplorerState(network="transformer"))  # at M_R its free-order ILP is too big for the tab's 20 s
+
+    shown = asyncio.run(_last(timeline_views(s, "M_R", None)))
+    note, compared = shown[0].object, shown[2].value
+    cosma = compared.iloc[0]
+    assert cosma["method"] == "cosma" and cosma["status"] == "feasible" and cosma["gap_to_bound"].endswith("%")
+    assert note.startswith("**cosma: feasible**. The free-order ILP was not built")
+    assert f"{cosma['gap_to_bound']} above the spill bound" in note and "divide='auto'" in note
+    assert compared["gap_to_bound"].iloc[1:].isna().all()  # the baselines prove nothing
 
 
 def test_tables_offer_groups_ops_modules_and_parts_as_csv():

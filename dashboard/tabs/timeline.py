@@ -33,8 +33,18 @@ def comparison_frame(graph, acc, budget) -> pd.DataFrame:
         rows.append({"method": method, "status": alloc.status,
                      "offchip_bytes": alloc.offchip_bytes if alloc.has_plan else None,
                      "peak_bytes": alloc.peak_bytes if alloc.has_plan else None,
-                     "spills": len(alloc.spills), "seconds": round(alloc.solve_time_s, 2)})
+                     "spills": len(alloc.spills), "seconds": round(alloc.solve_time_s, 2),
+                     "gap_to_bound": None if alloc.gap is None else f"{alloc.gap:.0%}"})
     return pd.DataFrame(rows)
+
+
+def unproven_note(alloc) -> str:
+    """Why a plan is not proven optimal, in the engine's words, or its gap to the proven lower bound ('' if proven)."""
+    if alloc.status == "optimal" or not (alloc.message or alloc.gap):
+        return ""
+    why = (alloc.message[:1].upper() + alloc.message[1:]) if alloc.message else \
+        f"{alloc.gap:.0%} above a proven lower bound"
+    return f"**{alloc.method}: {alloc.status}**. {why.rstrip('.')}."
 
 
 async def timeline_views(session, budget, budget_kb, method: str = "cosma"):
@@ -51,7 +61,9 @@ async def timeline_views(session, budget, budget_kb, method: str = "cosma"):
     if not alloc.has_plan:  # infeasible, or a time-out before any plan
         yield pn.pane.Alert(f"{alloc.status}: {alloc.message}", alert_type="warning")
         return
-    yield pn.Column(pn.pane.Markdown(f"**Off-chip traffic beyond the compulsory, all methods, budget "
+    note = unproven_note(alloc)
+    yield pn.Column(*([pn.pane.Alert(note, alert_type="info")] if note else []),
+                    pn.pane.Markdown(f"**Off-chip traffic beyond the compulsory, all methods, budget "
                                      f"{budget_bytes / KB:,.1f} KB**"),
                     pn.widgets.Tabulator(compared, disabled=True, show_index=False, sizing_mode="stretch_width"),
                     pn.pane.HoloViews(timeline_view(alloc, budget_bytes), sizing_mode="stretch_width"),
