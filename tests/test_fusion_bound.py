@@ -9,14 +9,12 @@ from engine import zoo
 from engine.fusion import fuse
 from engine.fusion.bound import lower_bound, window_model, windows
 from engine.fusion.cost import Capacity, model_of
-from tests.test_fusion_search import CASES, brute_force, random_graph
+from tests.test_fusion_search import CASES, random_graph, solved_case
 
 
 @pytest.mark.parametrize("seed,n_ops,buffer", CASES)
 def test_lower_bound_never_exceeds_the_brute_force_optimum(seed, n_ops, buffer):
-    graph = random_graph(seed, n_ops)
-    acc = engine.Accelerator.preset("optimus").with_buffer(buffer).with_pe_array(4, 4)
-    expect = brute_force(graph, acc)
+    graph, acc, expect = solved_case(seed, n_ops, buffer)
     if expect is None:
         return
     model, cap = model_of(graph, acc), Capacity.of(acc)

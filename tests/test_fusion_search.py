@@ -150,6 +150,13 @@ def test_online_equals_brute_force_under_its_rules(seed, n_ops, buffer):
     assert all(obeys(frozenset(grp)) for grp in plan.groups)
 
 
+def solved_case(seed: int, n_ops: int, buffer: int):
+    """A random DAG, the small accelerator the brute-force tests use, and the brute-force optimum (None: no plan)."""
+    graph = random_graph(seed, n_ops)
+    acc = engine.Accelerator.preset("optimus").with_buffer(buffer).with_pe_array(4, 4)
+    return graph, acc, brute_force(graph, acc)
+
+
 @pytest.mark.parametrize("seed,n_ops,buffer", CASES)
 def test_optimus_equals_brute_force(seed, n_ops, buffer):
     graph = random_graph(seed, n_ops)

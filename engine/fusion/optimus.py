@@ -61,8 +61,13 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bo
 
 def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
                  dead: Callable[[int, int], bool] | None = None, max_size: int = 0, limits: Limits = Limits(),
-                 bound_only: bool = False) -> tuple[list[int], int, bool, float]:
+                 bound_only: bool = False, start: int = 0, within: int | None = None
+                 ) -> tuple[list[int], int, bool, float]:
     """`ideal_chain`, plus the chain's total (inf when there is none).
+
+    `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
+    `start` to `start | within` that group only the ops `within`, the rest fixed; each group
+    is costed alone, so the total is what those groups add to any plan holding `start`'s.
 
     `bound_only` (the windows of `engine.fusion.bound`): groups need not be connected and
     each costs a lower bound on its traffic (once-loaded bytes plus the parameter reloads it
@@ -70,17 +75,18 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
     least sum of those bounds over chains of down-sets, not a plan's traffic.
     """
     n = model.n
-    full = (1 << n) - 1
-    best = {0: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
+    ops = (1 << n) - 1 if within is None else within
+    full = start | ops
+    best = {start: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
     back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
-    sources = {0: sum(1 << i for i in range(n) if not model.pred[i])}  # down-set seen -> ops ready to run
+    sources = {start: sum(1 << i for i in model.members(ops) if not model.pred[i] & ~start)}  # down-set -> ops ready
     levels: list[list[int]] = [[] for _ in range(n + 1)]  # down-sets by size
-    levels[0].append(0)
+    levels[start.bit_count()].append(start)
     evaluated = 0
     room, shared = cap.fmap, cap.shared
     batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
     pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
-    still = {0: _owed(model)}  # down-set -> bytes the rest must still move at least once
+    still = {start: _owed(model)}  # down-set -> bytes the rest must still move at least once
     exact = True
     covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
     for level in levels:
@@ -104,7 +110,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                 cost = dram_bytes(model, b, cap)
                 if after not in sources:
                     levels[after.bit_count()].append(after)
-                    sources[after] = _ready(model, sources[done], b, after)
+                    sources[after] = _ready(model, sources[done], b, after, ops)
                     still[after] = _still(model, still[done], done, b)
                 if base + cost < best.get(after, INF):
                     best[after], back[after] = base + cost, (done, b)
@@ -167,7 +173,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                             accept is None or accept(grown)):
                         if after not in sources:
                             levels[after.bit_count()].append(after)
-                            sources[after] = _ready(model, sources[done], grown, after)
+                            sources[after] = _ready(model, sources[done], grown, after, ops)
                             still[after] = _still(model, still[done], done, grown)
                         if part.mask and not resident and not bound_only:
                             pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
@@ -178,7 +184,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                                 back[after] = (done, grown)
                     if grows and (not max_size or grown.bit_count() < max_size):
                         nxt = cand & ~b
-                        s = succ[x]
+                        s = succ[x] & ops
                         while s:
                             sb = s & -s
                             s ^= sb
@@ -189,7 +195,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
         return [], evaluated, exact, INF
     chain = []
     state = full
-    while state:
+    while state != start:
         state, group = back[state]
         chain.append(group)
     return chain[::-1], evaluated, exact, best[full]
@@ -264,14 +270,14 @@ def _runs_alone(model: FusionModel, ready: int) -> int:
     return -1
 
 
-def _ready(model: FusionModel, ready: int, group: int, done: int) -> int:
-    """Ops whose predecessors are all in `done`, from the ready set before `group` ran."""
+def _ready(model: FusionModel, ready: int, group: int, done: int, ops: int) -> int:
+    """Ops of `ops` whose predecessors are all in `done`, from the ready set before `group` ran."""
     out = ready & ~group
     m = group
     while m:
         b = m & -m
         m ^= b
-        s = model.succ[b.bit_length() - 1] & ~done
+        s = model.succ[b.bit_length() - 1] & ~done & ops
         while s:
             sb = s & -s
             s ^= sb

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Callable
 
 from engine.errors import EngineError
 from engine.fusion.cost import Capacity, GroupCost, record, runs_alone, smallest_buffer_bytes
@@ -19,9 +20,10 @@ class FusionPlan:
     is: "optimal" (minimum over the whole fusion space), "restricted" (best a
     baseline or the on-line variant finds in its own smaller space), "unfused", or
     "beam" (the down-set search outgrew `optimus.Limits` and kept its most promising
-    states: a valid plan, not a proven optimum). `lower_bound_bytes` is a proven lower
-    bound on the least traffic over the whole fusion space: `dram_bytes` itself when
-    "optimal", the windows bound of `engine.fusion.bound` when "beam", None otherwise.
+    states, and `fuse` re-solved optimus's window by window unless `polish=False`: a valid plan,
+    not a proven optimum). `lower_bound_bytes` is a proven lower bound on the least
+    traffic over the whole fusion space: `dram_bytes` itself when "optimal", the windows
+    bound of `engine.fusion.bound` when "beam", None otherwise.
     """
 
     method: str
@@ -66,8 +68,8 @@ def build_plan(model: FusionModel, masks: list[int], cap: Capacity, *, method: s
                       total if status == "optimal" else lower_bound)
 
 
-def execution_order(model: FusionModel, masks: list[int]) -> list[int]:
-    """The groups in a topological order of the contracted graph (stable: earliest first op first)."""
+def execution_order(model: FusionModel, masks: list[int], *, rank: Callable[[int], int] | None = None) -> list[int]:
+    """The groups in a topological order of the contracted graph (stable: least `rank(mask)`, else first op, first)."""
     owner = {i: g for g, m in enumerate(masks) for i in model.members(m)}
     after: list[set[int]] = [set() for _ in masks]
     waiting = [0] * len(masks)
@@ -78,7 +80,7 @@ def execution_order(model: FusionModel, masks: list[int]) -> list[int]:
                 if h != g and h not in after[g]:
                     after[g].add(h)
                     waiting[h] += 1
-    first = [(m & -m).bit_length() - 1 for m in masks]
+    first = [rank(m) if rank else (m & -m).bit_length() - 1 for m in masks]
     ready = [(first[g], g) for g in range(len(masks)) if not waiting[g]]
     heapq.heapify(ready)
     order = []
