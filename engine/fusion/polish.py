@@ -14,7 +14,7 @@ changed since it was re-solved is skipped (its groups are already its optimum). 
 plan is then listed in other execution orders (`ORDERS`) and swept again, so that groups
 that were not neighbours in one order meet in a window of another.
 
-`fuse(..., polish=True)` calls it on optimus beams only: exact plans are left as they are.
+`fuse` calls it on optimus beams (unless `polish=False`): exact plans are left as they are.
 """
 
 from __future__ import annotations
