@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test bench clean browser
+.PHONY: serve test bench clean browser compiled
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -13,7 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-serve: $(STAMP)
+# The fusion search's compiled inner loop (engine/fusion/core.py): Numba compiles it once (~15 s) and caches it
+# beside the source; after that this loads it in about a second.
+compiled: $(STAMP)
+	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
+
+serve: $(STAMP) compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 

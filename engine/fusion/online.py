@@ -58,17 +58,4 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """The cheapest chain of groups that obey the three rules."""
-    fanned = {0: 0}  # group -> successors of its members that feed another member (all must join, rule 1)
-
-    def hopeless(group: int, last: int) -> bool:
-        # a consumer left out below the last op can never join: later ops come after it.
-        # `last` joined last, so only its producers in the group can have started feeding the group
-        part = group & ~(1 << last)
-        fan = fanned[part] | model.succ_of(model.pred[last] & part)
-        fanned[group] = fan
-        return bool(fan & ~group & ((1 << last) - 1))
-
-    def whole_fanout(group: int) -> bool:
-        return not fanned[group] & ~group
-
-    return ideal_chain(model, cap, accept=whole_fanout, dead=hopeless, max_size=size_limit(model, cap))
+    return ideal_chain(model, cap, whole_fanout=True, max_size=size_limit(model, cap))

@@ -19,9 +19,8 @@ upward, so nothing grown from a misfit fits either.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
-from engine.fusion import dnnvm, efficient_s
+from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, params_stay
 from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
@@ -47,23 +46,24 @@ class Limits:
     narrow_groups: int = 250
 
 
-def ideal_chain(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
-                dead: Callable[[int, int], bool] | None = None, max_size: int = 0,
+def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
                 limits: Limits = Limits()) -> tuple[list[int], int, bool]:
     """Group masks of a minimum-cost chain of down-sets, in execution order, groups evaluated, and exactness.
 
-    `accept(group)` filters candidate groups, `dead(group, last)` prunes a group and
-    everything grown from it, `max_size` caps the group size (the on-line variant's
-    rules). Past `limits` the search keeps going as a beam and reports itself inexact.
+    `whole_fanout` admits only groups that hold all consumers of a member or none of them,
+    and `max_size` caps the group size (the on-line variant's rules 1 and 3). Past `limits`
+    the search keeps going as a beam and reports itself inexact.
     """
-    return chain_search(model, cap, accept=accept, dead=dead, max_size=max_size, limits=limits)[:3]
+    return chain_search(model, cap, whole_fanout=whole_fanout, max_size=max_size, limits=limits)[:3]
 
 
-def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], bool] | None = None,
-                 dead: Callable[[int, int], bool] | None = None, max_size: int = 0, limits: Limits = Limits(),
-                 bound_only: bool = False, start: int = 0, within: int | None = None
-                 ) -> tuple[list[int], int, bool, float]:
+def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
+                 limits: Limits = Limits(), bound_only: bool = False, start: int = 0, within: int | None = None,
+                 compiled: bool = True) -> tuple[list[int], int, bool, float]:
     """`ideal_chain`, plus the chain's total (inf when there is none).
+
+    `compiled` grows each down-set's groups in `engine.fusion.core` (the same groups in the same
+    order; False runs the Python loop, the reference the tests compare it with).
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -89,6 +89,29 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
     still = {start: _owed(model)}  # down-set -> bytes the rest must still move at least once
     exact = True
     covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
+    use_core = compiled and not bound_only
+    if use_core:
+        tables, allowed = core.tables(model), core.flags(ops, n)
+        n_tensors, n_weights = len(model.tnames), len(model.weight_elems)
+
+    def offer(done: int, base: float, grown: int, least: int, once: int, streamed: bool, resident: bool,
+              lone: bool) -> None:
+        """Reach `done | grown` through `grown` if that beats the best way there so far (lone ops and groups whose
+        parameters stay on chip cost `least` now; the others wait to be settled when their down-set's level comes)."""
+        after = done | grown
+        if not base + least < best.get(after, INF):
+            return
+        if after not in sources:
+            levels[after.bit_count()].append(after)
+            sources[after] = _ready(model, sources[done], grown, after, ops)
+            still[after] = _still(model, still[done], done, grown)
+        if not lone and not resident and not bound_only:
+            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
+            return
+        cost = least if not lone or bound_only else dram_bytes(model, grown, cap)
+        if cost is not None and base + cost < best.get(after, INF):
+            best[after] = base + cost
+            back[after] = (done, grown)
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
@@ -115,8 +138,24 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                 if base + cost < best.get(after, INF):
                     best[after], back[after] = base + cost, (done, b)
                 continue
+            quota = limits.narrow_groups if narrow else limits.groups
+            if use_core:
+                grown_all = core.grow_all(*tables, n_tensors, n_weights, core.flags(done, n), core.flags(sources[done], n),
+                                          allowed, room, cap.param, shared, batch, word_bits, max_size, whole_fanout,
+                                          quota)
+                more, stopped, too_big, bits, sizes, *totals = grown_all
+                if not too_big:
+                    evaluated += more
+                    exact = exact and not stopped
+                    raw, width = bits.tobytes(), bits.shape[1]
+                    for k, (size, once, least, streamed, resident) in enumerate(zip(sizes.tolist(),
+                                                                                     *(t.tolist() for t in totals))):
+                        grown = int.from_bytes(raw[k * width:(k + 1) * width], "little")
+                        offer(done, base, grown, least, once, streamed, resident, size == 1)
+                    continue
             stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
-            quota = evaluated + (limits.narrow_groups if narrow else limits.groups)
+            quota += evaluated
+            fanned = {0: 0}  # group -> ops that must join it (rule 1 of the on-line variant)
             while stack:
                 if evaluated > quota:  # lone ops were all tried first, so the chain still completes
                     exact = False
@@ -131,7 +170,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                         continue
                     grown = part.mask | b
                     evaluated += 1
-                    if dead is not None and dead(grown, x):
+                    if whole_fanout and _left_out(model, fanned, grown, x):
                         continue
                     node = extend(model, part, x)
                     lower, upper = node.bounds()
@@ -169,19 +208,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
                     if bound_only and not part.mask:  # a lone op's own schedule bounds any group's share of it
                         alone = dram_bytes(model, grown, cap)
                         least = INF if alone is None else alone
-                    if (len(parts) == 1 or bound_only) and base + least < best.get(after, INF) and (
-                            accept is None or accept(grown)):
-                        if after not in sources:
-                            levels[after.bit_count()].append(after)
-                            sources[after] = _ready(model, sources[done], grown, after, ops)
-                            still[after] = _still(model, still[done], done, grown)
-                        if part.mask and not resident and not bound_only:
-                            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
-                        else:
-                            cost = least if part.mask or bound_only else dram_bytes(model, grown, cap)
-                            if cost is not None and base + cost < best.get(after, INF):
-                                best[after] = base + cost
-                                back[after] = (done, grown)
+                    if (len(parts) == 1 or bound_only) and (not whole_fanout or not fanned[grown] & ~grown):
+                        offer(done, base, grown, least, once, streamed, resident, not part.mask)
                     if grows and (not max_size or grown.bit_count() < max_size):
                         nxt = cand & ~b
                         s = succ[x] & ops
@@ -199,6 +227,15 @@ def chain_search(model: FusionModel, cap: Capacity, *, accept: Callable[[int], b
         state, group = back[state]
         chain.append(group)
     return chain[::-1], evaluated, exact, best[full]
+
+
+def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:
+    """Whether a consumer of a member that must join `group` (all consumers or none) lies below its newest
+    op `last`, so that no group grown from it can take it; records the group's must-join set in `fanned`."""
+    part = group & ~(1 << last)
+    fan = fanned[part] | model.succ_of(model.pred[last] & part)
+    fanned[group] = fan
+    return bool(fan & ~group & ((1 << last) - 1))
 
 
 def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
@@ -293,3 +330,18 @@ def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
         return groups, evaluated, True
     options = [groups] + [baseline.search(model, cap)[0] for baseline in (efficient_s, dnnvm)]
     return min(options, key=lambda gs: sum(dram_bytes(model, g, cap) for g in gs)), evaluated, False
+
+
+def compile_ahead() -> None:
+    """Compile (or load from Numba's cache) the search's inner loop now rather than on the first search.
+
+    `make` runs it once after installing, so the first slider move in the dashboard does not wait ~15 s.
+    """
+    from engine import zoo
+    from engine.accelerator import Accelerator
+    from engine.fusion.cost import model_of
+
+    acc = Accelerator.preset("optimus")
+    model = model_of(zoo.build("squeezenet1_0", 1), acc)
+    chain_search(model, Capacity.of(acc))
+

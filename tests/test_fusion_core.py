@@ -1,0 +1,81 @@
+"""The compiled inner loop (engine.fusion.core) grows the same groups in the same order as the Python loop.
+
+Both paths of `optimus.chain_search` must return the same chain, the same count of groups
+evaluated, the same exactness and the same total, on random DAGs at buffers where groups
+straddle the ISOA bounds, under the on-line variant's rules, inside polish windows, past
+the beam limits, and where a group outgrows what the compiled loop holds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import zoo
+from engine.accelerator import Accelerator
+from engine.fusion import core, online, optimus
+from engine.fusion.cost import Capacity, model_of
+from engine.fusion.model import FusionModel
+from engine.graph import Graph, Op, OpKind, Tensor
+from tests.test_fusion_search import random_graph
+
+
+def _both(graph: Graph, buffer_bytes: int, online_rules: bool = False, **kwargs):
+    """chain_search's result through the Python loop and through the compiled one, each on a fresh model
+    (under the on-line variant's rules 1 and 3 when `online_rules`)."""
+    acc = Accelerator.preset("optimus").with_buffer(buffer_bytes)
+    cap = Capacity.of(acc)
+    base = model_of(graph, acc)
+    results = []
+    for compiled in (False, True):
+        model = FusionModel(graph, base.tp, base.word_bits)
+        if online_rules:
+            kwargs.update(whole_fanout=True, max_size=online.size_limit(model, cap))
+        results.append(optimus.chain_search(model, cap, compiled=compiled, **kwargs))
+    return results
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_loop_matches_python_on_random_dags(seed):
+    graph = random_graph(seed, 9 + seed % 4)
+    for kb in (1, 4, 16, 64):
+        python, compiled = _both(graph, kb * 1024)
+        assert compiled == python, f"{kb} KB"
+        python, compiled = _both(graph, kb * 1024, online_rules=True)
+        assert compiled == python, f"{kb} KB, on-line rules"
+
+
+@pytest.mark.parametrize("name,kb", [("googlenet", 128), ("googlenet", 512), ("resnet50", 256),
+                                     ("squeezenet1_0", 64), ("mobilenet_v2", 128), ("densenet121", 256)])
+def test_compiled_loop_matches_python_on_zoo(name, kb):
+    graph = zoo.build(name, 4)
+    python, compiled = _both(graph, kb * 1024)
+    assert python[1] > 100  # the search really grew groups
+    assert compiled == python
+    python, compiled = _both(graph, kb * 1024, online_rules=True)
+    assert compiled == python
+
+
+def test_compiled_loop_matches_python_past_the_limits_and_in_windows():
+    graph = zoo.build("googlenet", 1)
+    narrow = optimus.Limits(states=3, groups=40, total=500, narrow_states=2, narrow_groups=10)
+    python, compiled = _both(graph, 256 * 1024, limits=narrow)
+    assert not python[2]  # the limits were reached: a beam
+    assert compiled == python
+    model = FusionModel(graph, model_of(graph, Accelerator.preset("optimus")).tp, 16)
+    start = model.mask_of(op.name for op in graph.ops[:20])
+    within = model.mask_of(op.name for op in graph.ops[20:45])
+    python, compiled = _both(graph, 256 * 1024, start=start, within=within)
+    assert python[0] and compiled == python
+
+
+def test_a_group_too_large_for_the_compiled_loop_falls_back_to_python():
+    """A chain of 80 tiny pools fits whole in 1 MB: groups of more than core.MAX_MEMBERS ops are grown in Python."""
+    tensors, ops, prev = [Tensor("x", (1, 4, 4, 4))], [], "x"
+    for i in range(80):
+        ops.append(Op(f"p{i}", OpKind.POOL, (prev,), (f"p{i}",), kernel=(3, 3), stride=(1, 1), padding=(1,) * 4))
+        tensors.append(Tensor(f"p{i}", (1, 4, 4, 4)))
+        prev = f"p{i}"
+    graph = Graph.build("pools", ops, tensors, ("x",), (prev,))
+    python, compiled = _both(graph, 1 << 20)
+    assert len(python[0]) == 1 and 1 + len(ops) > core.MAX_MEMBERS  # one group of all 80: grown past the limit
+    assert compiled == python
