@@ -82,11 +82,22 @@ def flags(mask: int, n: int) -> np.ndarray:
     return np.unpackbits(raw, bitorder="little")[:n].copy()
 
 
+def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
+    """The arrays `grow_all` and `group_dram` grow groups in (st, dep, log, top, work, cand); they leave them as found."""
+    n = model.n
+    st = np.zeros((15, max(n, len(model.tnames), len(model.weight_elems))), np.int64)
+    st[MATE, :] = -1
+    feeds = sum(len(f) for f in model.feeds)
+    return (st, np.zeros((14, _DEEP), np.int64), np.empty((_DEEP * (5 * n + 4 * _DEEP), 3), np.int64),
+            np.zeros(1, np.int64), np.empty((feeds + 2, 2), np.int64), np.empty((_DEEP, n), np.int64))
+
+
 # Growth state. Every array a helper takes costs two atomic reference-count updates per call, so the state
 # lives in two 2-D arrays: `st` per op, tensor or weight (rows below) and `dep` per depth of the growth
 # (the member added there and the group's running totals with it). Changes to `st` are logged as
 # (row, index, old value) in `log[:top[0]]` and undone when the depth-first growth backs up.
-(IN_GROUP, ROWS, MATE, CHUNKED, KEPT, COMP, FAN, POS, DEMAND, READERS, WCOUNT, FAN_LIST, TODO) = range(13)
+(IN_GROUP, ROWS, MATE, CHUNKED, KEPT, COMP, FAN, POS, DEMAND, READERS, WCOUNT, FAN_LIST, TODO, OP_NEED,
+ TENSOR_NEED) = range(15)
 (PATH, FULL, RELAXED, GREEDY, FIN, FOUT, PARAMS, WHOLE, KEPT_SAVING, NCOMP, START_LOG, N_CAND, FAN_LEN,
  FAN_OUT) = range(14)
 _DEEP = MAX_MEMBERS + 2
@@ -112,24 +123,20 @@ def _undo(st, log, top, to):
 
 
 @njit(cache=True)
-def grow_all(t, at, n_tensors, n_weights, done, ready, allowed, room, param_room, shared, batch, word_bits,
-             max_size, online, quota):
+def grow_all(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, param_room, shared, batch,
+             word_bits, max_size, online, quota):
     """Every group grown from the down-set `done` (0/1 per op), as `optimus.chain_search`'s loop grows them.
 
+    `t, at`: the model's `tables`; `st` to `cand`: a `workspace`, left as it was found.
     `ready`: ops whose predecessors are all in `done`; `allowed`: ops that may join (the rest stay fixed);
-    `online`: Sec. 6 rule 1 (all consumers of a member or none); `quota`: groups to evaluate before giving up.
+    `online`: Sec. 6 rule 1 (all consumers of a member or none); `quota`: groups to evaluate before giving up;
+    `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed).
     Returns (groups evaluated, whether the quota stopped it, whether a group outgrew MAX_MEMBERS, the offered
     groups as rows of little-endian mask bytes, and per offered group: its size, Eq. 3 bytes with the
     parameters once, the least bytes, whether they are surely streamed, whether they may stay on chip).
     """
     n = at[OUT_H + 1] - at[OUT_H]
-    st = np.zeros((13, max(n, n_tensors, n_weights)), np.int64)
-    st[MATE, :] = -1
-    dep = np.zeros((14, _DEEP), np.int64)
-    log = np.empty((_DEEP * (5 * n + 4 * _DEEP), 3), np.int64)
-    top = np.zeros(1, np.int64)
-    work = np.empty((at[F_J + 1] - at[F_J] + 2, 2), np.int64)  # `_set_rows`'s pending (op, rows)
-    cand = np.empty((_DEEP, n), np.int64)  # per depth, ascending: ops above the newest member that may join
+    dep[:, 0] = 0
     for i in range(n):
         if ready[i] and allowed[i]:
             cand[0, dep[N_CAND, 0]] = i
@@ -201,6 +208,7 @@ def grow_all(t, at, n_tensors, n_weights, done, ready, allowed, room, param_room
             _undo(st, log, top, mark)
         if too_big:
             break
+    _undo(st, log, top, 0)
     count = len(ends) - 1
     bits = np.zeros((count, (n + 7) // 8), np.uint8)
     sizes = np.zeros(count, np.int64)
@@ -535,3 +543,110 @@ def _isoa(t, at, st, dep, size):
         if sav[s] > sav[best]:
             best = s
     return sav[best], cho[best]
+
+
+@njit(cache=True)
+def group_dram(t, at, st, dep, log, top, work, members, room, param_room, shared, per_band, batch, word_bits):
+    """`cost.dram_bytes` of the group of `members` (ascending, at most MAX_MEMBERS), which must fit its finest
+    tiles in `room`."""
+    dep[:, 0] = 0
+    for q in range(len(members)):
+        _add(t, at, st, dep, log, top, work, q + 1, members[q], False)
+    out = _dram_bytes(t, at, st, dep, len(members), room, param_room, shared, per_band, batch, word_bits)
+    _undo(st, log, top, 0)
+    return out
+
+
+@njit(cache=True)
+def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits):
+    """`cost.dram_bytes` of the fitting group at depth d: Eq. 3 once when its parameters stay beside its finest
+    tiles, else `cost._tiled`'s schedule, the fewest sub-groups over row steps and images per band."""
+    saving, chosen = _isoa(t, at, st, dep, d)
+    finest = dep[FULL, d] - saving
+    p_elems, fin, fout = dep[PARAMS, d], dep[FIN, d], dep[FOUT, d]
+    pbytes = -(-p_elems * word_bits // 8)
+    if p_elems == 0 or (finest <= room - p_elems if shared else p_elems <= param_room):
+        return fin + fout + pbytes
+    kbig = 1  # the most rows of any member's ofmap or input
+    for q in range(1, d + 1):
+        i = dep[PATH, q]
+        kbig = max(kbig, t[at[OUT_H] + i])
+        for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
+            p = t[at[F_P] + e]
+            if p < 0 or not st[IN_GROUP, p]:
+                kbig = max(kbig, t[at[F_H] + e])
+    k = _fewest_steps(t, at, st, dep, d, chosen, room, kbig)
+    tile = _footprint(t, at, st, dep, d, chosen, k)
+    images = min(batch, room // tile) if k == 1 and tile else 1
+    if per_band:
+        images = batch
+    else:
+        whole = _footprint(t, at, st, dep, d, chosen, 1)
+        best = (k * -(-batch // images), k, -images)
+        for n in range(2, batch + 1):
+            if n * finest > room:
+                break  # no band of n images fits, nor of more
+            if -(-batch // n) * -(-n * whole // room) > best[0]:
+                continue  # footprint(k) >= footprint(1) / k: no band of n images has fewer sub-groups
+            kn = _fewest_steps(t, at, st, dep, d, chosen, room // n, kbig)
+            option = (kn * -(-batch // n), kn, -n)
+            if option < best:
+                best = option
+        k, images = best[1], -best[2]
+    subgroups = k * (1 if per_band else -(-batch // images))
+    return fin + fout + pbytes * subgroups
+
+
+@njit(cache=True)
+def _fewest_steps(t, at, st, dep, d, chosen, room, kbig):
+    """`cost._fewest_steps`: the fewest row steps whose tiles fit `room`, galloping up from a bound, then bisecting."""
+    whole = _footprint(t, at, st, dep, d, chosen, 1)
+    if whole <= room:
+        return 1
+    lo = min(kbig, max(2, -(-whole // room)))
+    hi, step = lo, 1
+    while hi < kbig and _footprint(t, at, st, dep, d, chosen, hi) > room:
+        lo, hi, step = hi + 1, min(kbig, hi + step), 2 * step
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _footprint(t, at, st, dep, d, chosen, mid) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+@njit(cache=True)
+def _footprint(t, at, st, dep, d, chosen, k):
+    """`FusionModel.footprint`: elements of one image's tiles of the group at depth d in k row steps (0: the
+    finest), members in `chosen` (positions) holding their ofmap tiles T_c channels deep (ISOA)."""
+    total = 0
+    for q in range(d, 0, -1):  # backwards through the group: t(l-1) = t(l) * S + K - S, the max at branches
+        i = dep[PATH, q]
+        h = t[at[OUT_H] + i]
+        r = t[at[FLOOR] + i]
+        if k:
+            r = max(r, -(-h // k))
+        r = min(h, max(r, st[OP_NEED, i]))
+        save = t[at[SAVE_ROW] + i] if (chosen >> np.uint64(q - 1)) & np.uint64(1) else 0
+        total += (t[at[FULL_ROW] + i] - save) * r
+        for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
+            need = t[at[F_A] + e] * r + t[at[F_C] + e]
+            p = t[at[F_P] + e]
+            if p >= 0 and st[IN_GROUP, p]:
+                st[OP_NEED, p] = max(st[OP_NEED, p], need)
+            else:
+                j = t[at[F_J] + e]
+                st[TENSOR_NEED, j] = max(st[TENSOR_NEED, j], need)
+    for q in range(1, d + 1):  # the inputs from outside, each once; and the scratch rows cleared
+        i = dep[PATH, q]
+        st[OP_NEED, i] = 0
+        for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
+            j = t[at[F_J] + e]
+            need = st[TENSOR_NEED, j]
+            if need:
+                h = t[at[F_H] + e]
+                total += t[at[F_ROW] + e] * min(h, max(need, -(-h // k) if k else 1))
+                st[TENSOR_NEED, j] = 0
+    return total
+

@@ -19,6 +19,9 @@ upward, so nothing grown from a misfit fits either.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
 
 from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, params_stay
@@ -90,9 +93,17 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     exact = True
     covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
     use_core = compiled and not bound_only
+    price = None  # group -> DRAM bytes, for `_settle`
     if use_core:
-        tables, allowed = core.tables(model), core.flags(ops, n)
-        n_tensors, n_weights = len(model.tnames), len(model.weight_elems)
+        tables, work, allowed = core.tables(model), core.workspace(model), core.flags(ops, n)
+
+        def compiled_price(group: int) -> int:
+            members = model.members(group)
+            if len(members) > core.MAX_MEMBERS:
+                return dram_bytes(model, group, cap)
+            return core.group_dram(*tables, *work[:5], np.array(members, np.int64), room, cap.param, shared,
+                                   cap.per_band, batch, word_bits)
+        price = compiled_price
 
     def offer(done: int, base: float, grown: int, least: int, once: int, streamed: bool, resident: bool,
               lone: bool) -> None:
@@ -114,7 +125,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
             back[after] = (done, grown)
     for level in levels:
         for done in level:
-            _settle(model, cap, done, pending.pop(done, []), best, back)
+            _settle(model, cap, done, pending.pop(done, []), best, back, price)
         narrow = evaluated > limits.total
         width = limits.narrow_states if narrow else limits.states
         if len(level) > width:
@@ -140,16 +151,15 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                 continue
             quota = limits.narrow_groups if narrow else limits.groups
             if use_core:
-                grown_all = core.grow_all(*tables, n_tensors, n_weights, core.flags(done, n), core.flags(sources[done], n),
-                                          allowed, room, cap.param, shared, batch, word_bits, max_size, whole_fanout,
-                                          quota)
+                grown_all = core.grow_all(*tables, *work, core.flags(done, n), core.flags(sources[done], n), allowed,
+                                          room, cap.param, shared, batch, word_bits, max_size, whole_fanout, quota)
                 more, stopped, too_big, bits, sizes, *totals = grown_all
                 if not too_big:
                     evaluated += more
                     exact = exact and not stopped
                     raw, width = bits.tobytes(), bits.shape[1]
-                    for k, (size, once, least, streamed, resident) in enumerate(zip(sizes.tolist(),
-                                                                                     *(t.tolist() for t in totals))):
+                    for k, (size, once, least, streamed, resident) in enumerate(
+                            zip(sizes.tolist(), *(t.tolist() for t in totals))):
                         grown = int.from_bytes(raw[k * width:(k + 1) * width], "little")
                         offer(done, base, grown, least, once, streamed, resident, size == 1)
                     continue
@@ -238,19 +248,23 @@ def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:
     return bool(fan & ~group & ((1 << last) - 1))
 
 
-def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
+def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict,
+            price: Callable[[int], int] | None) -> None:
     """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win.
 
     Each waits as (bound, previous down-set, group, bytes with parameters loaded once, surely streamed).
     A group whose parameters may stay on chip costs exactly its once-bytes when they do; a streamed
     one must first beat the reload bound of `FusionModel.whole_lower` before its schedule is computed.
+    `price` (the compiled `cost.dram_bytes`) takes the place of all three; it settles the same.
     """
     waiting.sort(key=lambda w: w[0])
     batch = 1 if cap.per_band else model.batch
     for bound, done, group, once, streamed in waiting:
         if bound >= best.get(state, INF):
             break
-        if not streamed and params_stay(model, group, cap):
+        if price is not None:
+            total = best[done] + price(group)
+        elif not streamed and params_stay(model, group, cap):
             total = best[done] + once
         else:
             pbytes = -(-model.io(group)[2] * model.word_bits // 8)
