@@ -21,13 +21,17 @@ from engine.fusion.model import FusionModel
 MAX_MEMBERS = 63  # the ISOA program keys states by the members' positions in one machine word
 _MERGE_AT = 16  # as `model._MERGE_AT`
 
-# the tables `grow_all` reads, laid end to end in this order (see `tables`); t[at[FIELD] + i] is item i of FIELD
-(OUT_H, FLOOR, FULL_ROW, SAVE_ROW, INPLACE, COVERED, GROW_OUT, WHOLE_ROW, SUCC_PTR, SUCC_IDX, PRED_PTR, PRED_IDX, LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J, F_A, F_C, F_P, F_PROWS, F_H, F_ROW) = range(32)
+# the tables the search reads, laid end to end in this order (see `tables`); t[at[FIELD] + i] is item i of FIELD
+(OUT_H, FLOOR, FULL_ROW, SAVE_ROW, INPLACE, COVERED, GROW_OUT, WHOLE_ROW, SUCC_PTR, SUCC_IDX, PRED_PTR, PRED_IDX,
+ LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
+ F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
+ SHARES_W) = range(41)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
            "w_ptr", "w_idx", "w_elems",
-           "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row")
+           "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
+           "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +72,11 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["f_ptr"], columns["f_j"] = csr([[f[0] for f in x] for x in feeds])
     for k, name in enumerate(("f_a", "f_c", "f_p", "f_prows", "f_h", "f_row"), start=1):
         columns[name] = [f[k] for x in feeds for f in x]
+    columns["out_ptr"], columns["out_idx"] = csr(model.outs)
+    columns["rd_ptr"], columns["rd_idx"] = csr([model.members(m) for m in model.consumer_mask])
+    columns["t_bytes"], columns["t_producer"] = model.tbytes, model.producer
+    columns["t_returned"] = [int(v) for v in model.is_graph_output]
+    columns["own_wbytes"], columns["shares_w"] = model.own_weight_bytes, [int(v) for v in model.shares_weights]
     arrays = [np.asarray(columns[name], dtype=np.int64).reshape(-1) for name in _FIELDS]
     offsets = np.zeros(len(arrays) + 1, np.int64)
     offsets[1:] = np.cumsum([len(a) for a in arrays])
@@ -123,28 +132,29 @@ def _undo(st, log, top, to):
 
 
 @njit(cache=True)
-def grow_all(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, param_room, shared, batch,
-             word_bits, max_size, online, quota):
-    """Every group grown from the down-set `done` (0/1 per op), as `optimus.chain_search`'s loop grows them.
+def _has(bits, i):
+    """Whether bit i of the bitset `bits` (uint64 words, little-endian) is set."""
+    return (bits[i >> 6] >> np.uint64(i & 63)) & np.uint64(1) != 0
 
-    `t, at`: the model's `tables`; `st` to `cand`: a `workspace`, left as it was found.
-    `ready`: ops whose predecessors are all in `done`; `allowed`: ops that may join (the rest stay fixed);
+
+@njit(cache=True)
+def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, param_room, shared, batch, word_bits,
+          max_size, online, quota, offered, offers):
+    """Every group grown from the down-set `done`, as the Python loop of `optimus.chain_search` grows them.
+
+    `done`, `ready` (ops whose predecessors are all done) and `allowed` (ops that may join) are bitsets.
     `online`: Sec. 6 rule 1 (all consumers of a member or none); `quota`: groups to evaluate before giving up;
-    `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed).
-    Returns (groups evaluated, whether the quota stopped it, whether a group outgrew MAX_MEMBERS, the offered
-    groups as rows of little-endian mask bytes, and per offered group: its size, Eq. 3 bytes with the
-    parameters once, the least bytes, whether they are surely streamed, whether they may stay on chip).
+    `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed). Appends each group to offer
+    to `offered` (its members, then -1) and (size, Eq. 3 bytes with the parameters once, the least bytes,
+    surely streamed, may stay on chip) to `offers`. Returns (groups evaluated, whether the quota stopped it,
+    whether a group outgrew MAX_MEMBERS).
     """
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
     for i in range(n):
-        if ready[i] and allowed[i]:
+        if _has(ready, i) and _has(allowed, i):
             cand[0, dep[N_CAND, 0]] = i
             dep[N_CAND, 0] += 1
-    members, ends = [0], [0]  # the offered groups' members, end to end
-    members.pop()
-    once_all, least_all, streamed_all, resident_all = [0], [0], [0], [0]
-    once_all.pop(), least_all.pop(), streamed_all.pop(), resident_all.pop()
     evaluated = 0
     stopped = too_big = False
     stack_d, stack_x = [0], [-1]  # groups to grow from: (depth, newest member); the root is the empty group
@@ -193,12 +203,9 @@ def grow_all(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, p
                 least += pbytes * (max(1, -(-batch * dep[WHOLE, c1] // room)) - 1)
             if dep[NCOMP, c1] == 1 and (not online or dep[FAN_OUT, c1] == 0):
                 for k in range(1, c1 + 1):
-                    members.append(dep[PATH, k])
-                ends.append(len(members))
-                once_all.append(once)
-                least_all.append(least)
-                streamed_all.append(int(streamed))
-                resident_all.append(int(resident))
+                    offered.append(dep[PATH, k])
+                offered.append(-1)
+                offers.append((c1, once, least, int(streamed), int(resident)))
             if grows and (max_size == 0 or c1 < max_size):
                 if c1 >= MAX_MEMBERS:
                     too_big = True
@@ -209,15 +216,7 @@ def grow_all(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, p
         if too_big:
             break
     _undo(st, log, top, 0)
-    count = len(ends) - 1
-    bits = np.zeros((count, (n + 7) // 8), np.uint8)
-    sizes = np.zeros(count, np.int64)
-    for k in range(count):
-        sizes[k] = ends[k + 1] - ends[k]
-        for u in range(ends[k], ends[k + 1]):
-            bits[k, members[u] >> 3] |= np.uint8(1 << (members[u] & 7))
-    return (evaluated, stopped, too_big, bits, sizes, np.array(once_all, np.int64), np.array(least_all, np.int64),
-            np.array(streamed_all, np.int64), np.array(resident_all, np.int64))
+    return evaluated, stopped, too_big
 
 
 @njit(cache=True)
@@ -428,12 +427,12 @@ def _next_cand(t, at, st, dep, cand, done, allowed, d, x):
         c += 1
     for e in range(t[at[SUCC_PTR] + x], t[at[SUCC_PTR] + x + 1]):
         s = t[at[SUCC_IDX] + e]
-        if not allowed[s]:
+        if not _has(allowed, s):
             continue
         ready = True
         for e2 in range(t[at[PRED_PTR] + s], t[at[PRED_PTR] + s + 1]):
             p = t[at[PRED_IDX] + e2]
-            ready = ready and (done[p] == 1 or st[IN_GROUP, p] == 1)
+            ready = ready and (_has(done, p) or st[IN_GROUP, p] == 1)
         if not ready:
             continue
         while c < count and cand[parent, c] < s:
@@ -546,13 +545,17 @@ def _isoa(t, at, st, dep, size):
 
 
 @njit(cache=True)
-def group_dram(t, at, st, dep, log, top, work, members, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the group of `members` (ascending, at most MAX_MEMBERS), which must fit its finest
-    tiles in `room`."""
+def _group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, per_band, batch, word_bits):
+    """`cost.dram_bytes` of the group whose bitset is `group` (at most MAX_MEMBERS ops, fitting its finest
+    tiles in `room`), grown in the workspace and undone."""
+    n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
-    for q in range(len(members)):
-        _add(t, at, st, dep, log, top, work, q + 1, members[q], False)
-    out = _dram_bytes(t, at, st, dep, len(members), room, param_room, shared, per_band, batch, word_bits)
+    d = 0
+    for i in range(n):
+        if _has(group, i):
+            d += 1
+            _add(t, at, st, dep, log, top, work, d, i, False)
+    out = _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits)
     _undo(st, log, top, 0)
     return out
 
@@ -649,4 +652,326 @@ def _footprint(t, at, st, dep, d, chosen, k):
                 total += t[at[F_ROW] + e] * min(h, max(need, -(-h // k) if k else 1))
                 st[TENSOR_NEED, j] = 0
     return total
+
+
+# ---- the down-set search (`optimus.chain_search`) ----------------------------------------------------------
+# Down-sets are bitsets of W words, found through an open-addressing hash table; each has its best cost so
+# far, the way it was reached (previous down-set, last group), its ready ops, the traffic still owed, its
+# place in its level's list and its list of groups waiting to be settled.
+
+
+@njit(cache=True)
+def _hash(row):
+    h = np.uint64(1469598103934665603)
+    for w in row:
+        h = (h ^ w) * np.uint64(1099511628211)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+@njit(cache=True)
+def _find(keys, slots, row):
+    """(index of down-set `row` or -1, the slot where it is or would go)."""
+    mask = np.uint64(len(slots) - 1)
+    slot = _hash(row) & mask
+    while True:
+        k = slots[slot]
+        if k < 0:
+            return -1, slot
+        same = True
+        for w in range(len(row)):
+            if keys[k, w] != row[w]:
+                same = False
+                break
+        if same:
+            return k, slot
+        slot = (slot + np.uint64(1)) & mask
+
+
+@njit(cache=True)
+def _ready(t, at, ready, group, after, allowed, out):
+    """`optimus._ready`: the ready ops after `group` ran on top of a down-set whose ready ops were `ready`."""
+    n = at[OUT_H + 1] - at[OUT_H]
+    for w in range(len(out)):
+        out[w] = ready[w] & ~group[w]
+    for i in range(n):
+        if not _has(group, i):
+            continue
+        for e in range(t[at[SUCC_PTR] + i], t[at[SUCC_PTR] + i + 1]):
+            s = t[at[SUCC_IDX] + e]
+            if _has(after, s) or not _has(allowed, s):
+                continue
+            ok = True
+            for e2 in range(t[at[PRED_PTR] + s], t[at[PRED_PTR] + s + 1]):
+                ok = ok and _has(after, t[at[PRED_IDX] + e2])
+            if ok:
+                out[s >> 6] |= np.uint64(1) << np.uint64(s & 63)
+
+
+@njit(cache=True)
+def _still(t, at, before, done, group, after, stamp, mark):
+    """`optimus._still`: a lower bound on the traffic left after `done` then `group` (`mark`: a per-tensor
+    scratch array, `stamp` a value not in it yet)."""
+    n = at[OUT_H + 1] - at[OUT_H]
+    left = before
+    for i in range(n):
+        if not _has(group, i):
+            continue
+        for e in range(t[at[IN_PTR] + i], t[at[IN_PTR] + i + 1]):
+            j = t[at[IN_T] + e]
+            if mark[j] == stamp:
+                continue
+            mark[j] = stamp
+            p = t[at[T_PRODUCER] + j]
+            if p >= 0 and not _has(done, p):
+                continue
+            outside = False
+            for e2 in range(t[at[RD_PTR] + j], t[at[RD_PTR] + j + 1]):
+                outside = outside or not _has(after, t[at[RD_IDX] + e2])
+            if not outside:
+                left -= t[at[T_BYTES] + j]  # its last reader ran
+    for i in range(n):
+        if not _has(group, i):
+            continue
+        if not t[at[SHARES_W] + i]:
+            left -= t[at[OWN_WBYTES] + i]
+        for e in range(t[at[OUT_PTR] + i], t[at[OUT_PTR] + i + 1]):
+            j = t[at[OUT_IDX] + e]
+            for e2 in range(t[at[RD_PTR] + j], t[at[RD_PTR] + j + 1]):
+                if not _has(after, t[at[RD_IDX] + e2]):
+                    left += t[at[T_BYTES] + j]  # written out, to be read back
+                    break
+            if t[at[T_RETURNED] + j]:
+                left -= t[at[T_BYTES] + j]
+    return left
+
+
+@njit(cache=True)
+def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
+           param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
+           narrow_groups):
+    """`optimus.chain_search` (not `bound_only`) in compiled code: the same down-sets, groups and order.
+
+    `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
+    ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
+    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`. Returns (the chain's groups as
+    bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether a group
+    outgrew MAX_MEMBERS, in which case nothing else is meaningful).
+    """
+    n = at[OUT_H + 1] - at[OUT_H]
+    width = len(start)
+    cap = 1024
+    keys = np.zeros((cap, width), np.uint64)
+    readies = np.zeros((cap, width), np.uint64)
+    last_group = np.zeros((cap, width), np.uint64)
+    best = np.full(cap, np.inf)
+    prev = np.full(cap, -1, np.int64)
+    owes = np.zeros(cap, np.int64)
+    next_in_level = np.full(cap, -1, np.int64)
+    first_waiting = np.full(cap, -1, np.int64)
+    last_waiting = np.full(cap, -1, np.int64)
+    slots = np.full(4 * cap, -1, np.int64)
+    count = 0
+    head = np.full(n + 2, -1, np.int64)  # per level (down-set size): first and last down-set in its list
+    tail = np.full(n + 2, -1, np.int64)
+    # groups waiting to be settled: (bound, previous down-set, once-bytes, surely streamed, next) and the group
+    wcap = 1024
+    w_bound = np.zeros(wcap)
+    w_info = np.zeros((wcap, 3), np.int64)  # previous down-set, next waiting for the same down-set, -
+    w_group = np.zeros((wcap, width), np.uint64)
+    w_count = 0
+    mark = np.zeros(n_tensors, np.int64)
+    stamp = 0
+    after = np.zeros(width, np.uint64)
+    group = np.zeros(width, np.uint64)
+    full_set = np.zeros(width, np.uint64)
+    for w in range(width):
+        full_set[w] = start[w] | allowed[w]
+    offered = [0]
+    offered.pop()
+    offers = [(0, 0, 0, 0, 0)]
+    offers.pop()
+    # the first down-set
+    _, slot = _find(keys, slots, start)
+    slots[slot] = 0
+    keys[0, :] = start
+    readies[0, :] = start_ready
+    owes[0] = owed
+    best[0] = 0.0
+    count = 1
+    size0 = 0
+    for i in range(n):
+        size0 += _has(start, i)
+    head[size0] = tail[size0] = 0
+    evaluated = 0
+    exact = True
+    for size in range(size0, n + 1):
+        level = [0]
+        level.pop()
+        k = head[size]
+        while k >= 0:
+            level.append(k)
+            k = next_in_level[k]
+        for state in level:  # settle the groups waiting to reach it, cheapest bound first
+            m = 0
+            k = first_waiting[state]
+            while k >= 0:
+                m += 1
+                k = w_info[k, 1]
+            if not m:
+                continue
+            waiting = np.empty(m, np.int64)
+            bounds = np.empty(m)
+            k, m = first_waiting[state], 0
+            while k >= 0:
+                waiting[m], bounds[m] = k, w_bound[k]
+                m += 1
+                k = w_info[k, 1]
+            for r in np.argsort(bounds, kind="mergesort"):
+                k = waiting[r]
+                if w_bound[k] >= best[state]:
+                    break
+                done = w_info[k, 0]
+                cost = _group_dram(t, at, st, dep, log, top, work, w_group[k], room, param_room, shared, per_band,
+                                   batch, word_bits)
+                if best[done] + cost < best[state]:
+                    best[state], prev[state] = best[done] + cost, done
+                    last_group[state, :] = w_group[k]
+        narrow = evaluated > total
+        keep = narrow_states if narrow else states
+        if len(level) > keep:  # the beam: the most promising down-sets of this size
+            order = np.empty(len(level))
+            for q in range(len(level)):
+                order[q] = best[level[q]] + owes[level[q]] if best[level[q]] < np.inf else np.inf
+            ranked = np.argsort(order, kind="mergesort")
+            level = [level[ranked[q]] for q in range(keep)]
+            exact = False
+        for done in level:
+            if best[done] == np.inf:
+                continue
+            base = best[done]
+            alone = -1  # an op that only runs alone goes first: every partition has such an order
+            for i in range(n):
+                if _has(readies[done], i) and not t[at[COVERED] + i]:
+                    alone = i
+                    break
+            if alone >= 0:
+                evaluated += 1
+                group[:] = 0
+                group[alone >> 6] = np.uint64(1) << np.uint64(alone & 63)
+                least = lone_cost[alone]
+                entries = 1
+            else:
+                offered.clear()
+                offers.clear()
+                quota = narrow_groups if narrow else groups
+                more, stopped, too_big = _grow(t, at, st, dep, log, top, work, cand, keys[done], readies[done],
+                                               allowed, room, param_room, shared, batch, word_bits, max_size, online,
+                                               quota, offered, offers)
+                if too_big:
+                    return np.zeros((0, width), np.uint64), evaluated, exact, np.inf, True
+                evaluated += more
+                exact = exact and not stopped
+                entries = len(offers)
+            at_member = 0
+            for q in range(entries):
+                if alone < 0:
+                    group[:] = 0
+                    while offered[at_member] >= 0:
+                        i = offered[at_member]
+                        group[i >> 6] |= np.uint64(1) << np.uint64(i & 63)
+                        at_member += 1
+                    at_member += 1
+                    size_q, _, least, _, resident = offers[q]
+                    lone = size_q == 1
+                else:
+                    resident, lone = 1, True
+                for w in range(width):
+                    after[w] = keys[done, w] | group[w]
+                a, slot = _find(keys, slots, after)
+                if alone < 0 and not base + least < (best[a] if a >= 0 else np.inf):
+                    continue
+                if a < 0:  # a new down-set
+                    if count == cap:
+                        cap *= 2
+                        keys = _grown2(keys, cap)
+                        readies = _grown2(readies, cap)
+                        last_group = _grown2(last_group, cap)
+                        best = _grown1(best, cap, np.inf)
+                        prev = _grown1(prev, cap, -1)
+                        owes = _grown1(owes, cap, 0)
+                        next_in_level = _grown1(next_in_level, cap, -1)
+                        first_waiting = _grown1(first_waiting, cap, -1)
+                        last_waiting = _grown1(last_waiting, cap, -1)
+                    if 2 * count >= len(slots):
+                        slots = np.full(2 * len(slots), -1, np.int64)
+                        for b in range(count):
+                            _, s2 = _find(keys, slots, keys[b])
+                            slots[s2] = b
+                        _, slot = _find(keys, slots, after)
+                    a = count
+                    count += 1
+                    slots[slot] = a
+                    keys[a, :] = after
+                    _ready(t, at, readies[done], group, after, allowed, readies[a])
+                    stamp += 1
+                    owes[a] = _still(t, at, owes[done], keys[done], group, after, stamp, mark)
+                    level_size = size + (size_q if alone < 0 else 1)
+                    if head[level_size] < 0:
+                        head[level_size] = a
+                    else:
+                        next_in_level[tail[level_size]] = a
+                    tail[level_size] = a
+                if not lone and not resident:  # waits until its down-set's level is settled
+                    if w_count == wcap:
+                        wcap *= 2
+                        w_bound = _grown1(w_bound, wcap, 0.0)
+                        w_info = _grown2(w_info, wcap)
+                        w_group = _grown2(w_group, wcap)
+                    w_bound[w_count] = base + least
+                    w_info[w_count, 0], w_info[w_count, 1] = done, -1
+                    w_group[w_count, :] = group
+                    if first_waiting[a] < 0:
+                        first_waiting[a] = w_count
+                    else:
+                        w_info[last_waiting[a], 1] = w_count
+                    last_waiting[a] = w_count
+                    w_count += 1
+                    continue
+                cost = least if not lone or alone >= 0 else -1
+                if lone and alone < 0:
+                    i = 0
+                    while not _has(group, i):
+                        i += 1
+                    cost = lone_cost[i]
+                if cost >= 0 and base + cost < best[a]:
+                    best[a], prev[a] = base + cost, done
+                    last_group[a, :] = group
+    end, _ = _find(keys, slots, full_set)
+    if end < 0 or best[end] == np.inf:
+        return np.zeros((0, width), np.uint64), evaluated, exact, np.inf, False
+    chain = [0]
+    chain.pop()
+    state = end
+    while state != 0:
+        chain.append(state)
+        state = prev[state]
+    out = np.zeros((len(chain), width), np.uint64)
+    for q in range(len(chain)):
+        out[q, :] = last_group[chain[len(chain) - 1 - q]]
+    return out, evaluated, exact, best[end], False
+
+
+@njit(cache=True)
+def _grown1(a, cap, fill):
+    out = np.full(cap, fill, a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+@njit(cache=True)
+def _grown2(a, cap):
+    out = np.zeros((cap, a.shape[1]), a.dtype)
+    out[:len(a)] = a
+    return out
 

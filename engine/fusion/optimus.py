@@ -19,7 +19,6 @@ upward, so nothing grown from a misfit fits either.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -65,8 +64,9 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                  compiled: bool = True) -> tuple[list[int], int, bool, float]:
     """`ideal_chain`, plus the chain's total (inf when there is none).
 
-    `compiled` grows each down-set's groups in `engine.fusion.core` (the same groups in the same
-    order; False runs the Python loop, the reference the tests compare it with).
+    `compiled` runs the search in `engine.fusion.core` (the same down-sets and groups in the same
+    order, so the same result); False, or `bound_only`, or a group of more ops than the compiled
+    loop holds, runs the Python loop below, the reference the tests compare it with.
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -79,6 +79,10 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """
     n = model.n
     ops = (1 << n) - 1 if within is None else within
+    if compiled and not bound_only:
+        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops)
+        if found is not None:
+            return found
     full = start | ops
     best = {start: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
     back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
@@ -92,40 +96,9 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     still = {start: _owed(model)}  # down-set -> bytes the rest must still move at least once
     exact = True
     covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
-    use_core = compiled and not bound_only
-    price = None  # group -> DRAM bytes, for `_settle`
-    if use_core:
-        tables, work, allowed = core.tables(model), core.workspace(model), core.flags(ops, n)
-
-        def compiled_price(group: int) -> int:
-            members = model.members(group)
-            if len(members) > core.MAX_MEMBERS:
-                return dram_bytes(model, group, cap)
-            return core.group_dram(*tables, *work[:5], np.array(members, np.int64), room, cap.param, shared,
-                                   cap.per_band, batch, word_bits)
-        price = compiled_price
-
-    def offer(done: int, base: float, grown: int, least: int, once: int, streamed: bool, resident: bool,
-              lone: bool) -> None:
-        """Reach `done | grown` through `grown` if that beats the best way there so far (lone ops and groups whose
-        parameters stay on chip cost `least` now; the others wait to be settled when their down-set's level comes)."""
-        after = done | grown
-        if not base + least < best.get(after, INF):
-            return
-        if after not in sources:
-            levels[after.bit_count()].append(after)
-            sources[after] = _ready(model, sources[done], grown, after, ops)
-            still[after] = _still(model, still[done], done, grown)
-        if not lone and not resident and not bound_only:
-            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
-            return
-        cost = least if not lone or bound_only else dram_bytes(model, grown, cap)
-        if cost is not None and base + cost < best.get(after, INF):
-            best[after] = base + cost
-            back[after] = (done, grown)
     for level in levels:
         for done in level:
-            _settle(model, cap, done, pending.pop(done, []), best, back, price)
+            _settle(model, cap, done, pending.pop(done, []), best, back)
         narrow = evaluated > limits.total
         width = limits.narrow_states if narrow else limits.states
         if len(level) > width:
@@ -149,22 +122,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                 if base + cost < best.get(after, INF):
                     best[after], back[after] = base + cost, (done, b)
                 continue
-            quota = limits.narrow_groups if narrow else limits.groups
-            if use_core:
-                grown_all = core.grow_all(*tables, *work, core.flags(done, n), core.flags(sources[done], n), allowed,
-                                          room, cap.param, shared, batch, word_bits, max_size, whole_fanout, quota)
-                more, stopped, too_big, bits, sizes, *totals = grown_all
-                if not too_big:
-                    evaluated += more
-                    exact = exact and not stopped
-                    raw, width = bits.tobytes(), bits.shape[1]
-                    for k, (size, once, least, streamed, resident) in enumerate(
-                            zip(sizes.tolist(), *(t.tolist() for t in totals))):
-                        grown = int.from_bytes(raw[k * width:(k + 1) * width], "little")
-                        offer(done, base, grown, least, once, streamed, resident, size == 1)
-                    continue
             stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
-            quota += evaluated
+            quota = evaluated + (limits.narrow_groups if narrow else limits.groups)
             fanned = {0: 0}  # group -> ops that must join it (rule 1 of the on-line variant)
             while stack:
                 if evaluated > quota:  # lone ops were all tried first, so the chain still completes
@@ -218,8 +177,19 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                     if bound_only and not part.mask:  # a lone op's own schedule bounds any group's share of it
                         alone = dram_bytes(model, grown, cap)
                         least = INF if alone is None else alone
-                    if (len(parts) == 1 or bound_only) and (not whole_fanout or not fanned[grown] & ~grown):
-                        offer(done, base, grown, least, once, streamed, resident, not part.mask)
+                    if (len(parts) == 1 or bound_only) and base + least < best.get(after, INF) and (
+                            not whole_fanout or not fanned[grown] & ~grown):
+                        if after not in sources:
+                            levels[after.bit_count()].append(after)
+                            sources[after] = _ready(model, sources[done], grown, after, ops)
+                            still[after] = _still(model, still[done], done, grown)
+                        if part.mask and not resident and not bound_only:
+                            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
+                        else:
+                            cost = least if part.mask or bound_only else dram_bytes(model, grown, cap)
+                            if cost is not None and base + cost < best.get(after, INF):
+                                best[after] = base + cost
+                                back[after] = (done, grown)
                     if grows and (not max_size or grown.bit_count() < max_size):
                         nxt = cand & ~b
                         s = succ[x] & ops
@@ -239,6 +209,32 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     return chain[::-1], evaluated, exact, best[full]
 
 
+def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
+                     ops: int) -> tuple[list[int], int, bool, float] | None:
+    """`chain_search` run by `core.search`, or None when a group outgrows what it holds (`core.MAX_MEMBERS`)."""
+    n = model.n
+    words = (n + 63) // 64
+
+    def bits(mask: int) -> np.ndarray:
+        return np.frombuffer(mask.to_bytes(8 * words, "little"), np.uint64).copy()
+
+    lone = np.full(n, -1, np.int64)  # DRAM bytes of each op alone; -1 where it cannot run
+    for i in model.members(ops):
+        cost = dram_bytes(model, 1 << i, cap)
+        if cost is not None:
+            lone[i] = cost
+    ready = sum(1 << i for i in model.members(ops) if not model.pred[i] & ~start)
+    batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
+    chain, evaluated, exact, total, too_big = core.search(
+        *core.tables(model), *core.workspace(model), len(model.tnames), bits(start), bits(ops), bits(ready),
+        _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
+        whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups)
+    if too_big:
+        return None
+    groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
+    return groups, evaluated, exact, int(total) if groups else INF
+
+
 def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:
     """Whether a consumer of a member that must join `group` (all consumers or none) lies below its newest
     op `last`, so that no group grown from it can take it; records the group's must-join set in `fanned`."""
@@ -248,23 +244,19 @@ def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:
     return bool(fan & ~group & ((1 << last) - 1))
 
 
-def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict,
-            price: Callable[[int], int] | None) -> None:
+def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
     """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win.
 
     Each waits as (bound, previous down-set, group, bytes with parameters loaded once, surely streamed).
     A group whose parameters may stay on chip costs exactly its once-bytes when they do; a streamed
     one must first beat the reload bound of `FusionModel.whole_lower` before its schedule is computed.
-    `price` (the compiled `cost.dram_bytes`) takes the place of all three; it settles the same.
     """
     waiting.sort(key=lambda w: w[0])
     batch = 1 if cap.per_band else model.batch
     for bound, done, group, once, streamed in waiting:
         if bound >= best.get(state, INF):
             break
-        if price is not None:
-            total = best[done] + price(group)
-        elif not streamed and params_stay(model, group, cap):
+        if not streamed and params_stay(model, group, cap):
             total = best[done] + once
         else:
             pbytes = -(-model.io(group)[2] * model.word_bits // 8)
@@ -347,9 +339,9 @@ def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
 
 
 def compile_ahead() -> None:
-    """Compile (or load from Numba's cache) the search's inner loop now rather than on the first search.
+    """Compile (or load from Numba's cache) the search's compiled core now rather than on the first search.
 
-    `make` runs it once after installing, so the first slider move in the dashboard does not wait ~15 s.
+    `make serve` runs it first, so the dashboard's first search does not wait ~20 s for the compiler.
     """
     from engine import zoo
     from engine.accelerator import Accelerator
