@@ -13,7 +13,7 @@ import pytest
 from engine import zoo
 from engine.accelerator import Accelerator
 from engine.fusion import core, online, optimus
-from engine.fusion.cost import Capacity, model_of
+from engine.fusion.cost import Capacity, dram_bytes, model_of
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor
 from tests.test_fusion_search import random_graph
@@ -79,3 +79,20 @@ def test_a_group_too_large_for_the_compiled_loop_falls_back_to_python():
     python, compiled = _both(graph, 1 << 20)
     assert len(python[0]) == 1 and 1 + len(ops) > core.MAX_MEMBERS  # one group of all 80: grown past the limit
     assert compiled == python
+
+
+@pytest.mark.parametrize("name", ["vgg16", "alexnet", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "vit_b_16",
+                                  "efficientnet_b0", "deeplabv3_resnet50", "r2plus1d_18", "transformer"])
+def test_compiled_lone_op_costs_match_the_cost_model(name):
+    """Every op alone, tiled or layer-wise, at buffers from one that barely runs it to one that holds it whole."""
+    for batch in (1, 4):
+        graph = zoo.build(name, batch)
+        for kb, reloads in ((8, "tile"), (64, "tile"), (512, "band"), (4096, "tile")):
+            acc = Accelerator.preset("optimus").with_buffer(kb * 1024)
+            cap = Capacity.of(acc, reloads)
+            model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
+            everything = (1 << model.n) - 1
+            compiled = core.lone_costs(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+                                       cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits)
+            expected = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
+            assert compiled.tolist() == [-1 if c is None else c for c in expected], f"{kb} KB batch {batch}"

@@ -25,13 +25,14 @@ _MERGE_AT = 16  # as `model._MERGE_AT`
 (OUT_H, FLOOR, FULL_ROW, SAVE_ROW, INPLACE, COVERED, GROW_OUT, WHOLE_ROW, SUCC_PTR, SUCC_IDX, PRED_PTR, PRED_IDX,
  LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
  F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
- SHARES_W) = range(41)
+ SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE) = range(49)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
            "w_ptr", "w_idx", "w_elems",
            "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
-           "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w")
+           "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w",
+           "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +78,21 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["t_bytes"], columns["t_producer"] = model.tbytes, model.producer
     columns["t_returned"] = [int(v) for v in model.is_graph_output]
     columns["own_wbytes"], columns["shares_w"] = model.own_weight_bytes, [int(v) for v in model.shares_weights]
+    # the layer-wise schedule of a lone op (`cost._Lone`): output width and channels, channels per convolution
+    # group, and per input its rows, columns and rules as 3 items each (mode, kernel, stride)
+    outs = [[model.tgeo[j] for j in model.outs[i]] for i in range(n)]
+    covered = model.covered
+    columns["w_out"] = [max(g.w for g in o) if covered[i] else 0 for i, o in enumerate(outs)]
+    columns["c_out"] = [sum(g.channels for g in o) if covered[i] else 0 for i, o in enumerate(outs)]
+    columns["per_group"] = [max(1, c // op.groups) for c, op in zip(columns["c_out"], model.graph.ops)]
+    columns["channelwise"] = [int(v) for v in model.channelwise]
+    geo = [model.tgeo[j] if covered[i] else None for i in range(n) for j in model.ins[i]]
+    columns["in_h"] = [g.h if g else 0 for g in geo]
+    columns["in_w"] = [g.w if g else 0 for g in geo]
+    columns["in_rule"] = [v for i in range(n) for k in range(len(model.ins[i]))
+                          for v in (model.rules[i][k] if covered[i] else (0, 0, 0))]
+    columns["in_wrule"] = [v for i in range(n) for k in range(len(model.ins[i]))
+                           for v in (model.wrules[i][k] if covered[i] else (0, 0, 0))]
     arrays = [np.asarray(columns[name], dtype=np.int64).reshape(-1) for name in _FIELDS]
     offsets = np.zeros(len(arrays) + 1, np.int64)
     offsets[1:] = np.cumsum([len(a) for a in arrays])
@@ -85,10 +101,9 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
-def flags(mask: int, n: int) -> np.ndarray:
-    """A bitmask over n ops as an array of 0/1 bytes."""
-    raw = np.frombuffer(mask.to_bytes((n + 7) // 8 or 1, "little"), np.uint8)
-    return np.unpackbits(raw, bitorder="little")[:n].copy()
+def bitset(mask: int, n: int) -> np.ndarray:
+    """A bitmask over n ops as the little-endian uint64 words the compiled functions read."""
+    return np.frombuffer(mask.to_bytes(8 * ((n + 63) // 64), "little"), np.uint64).copy()
 
 
 def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
@@ -974,4 +989,147 @@ def _grown2(a, cap):
     out = np.zeros((cap, a.shape[1]), a.dtype)
     out[:len(a)] = a
     return out
+
+
+# ---- lone ops: `cost.schedule` of a one-op group -------------------------------------------------------------
+
+
+@njit(cache=True)
+def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, per_band, batch, word_bits):
+    """DRAM bytes of each op of the bitset `ops` run alone (`cost.dram_bytes(model, 1 << i, cap)`; -1 where
+    it cannot run, and for ops not in `ops`): the cheaper of the tiled schedule and the layer-wise one."""
+    n = at[OUT_H + 1] - at[OUT_H]
+    out = np.full(n, -1, np.int64)
+    reloads = 1 if per_band else batch
+    for i in range(n):
+        if not _has(ops, i):
+            continue
+        dep[:, 0] = 0
+        _add(t, at, st, dep, log, top, work, 1, i, False)
+        p_elems = dep[PARAMS, 1]
+        least = dep[FIN, 1] + dep[FOUT, 1] + -(-p_elems * word_bits // 8)
+        if not t[at[COVERED] + i]:
+            out[i] = least  # outside the tile model: its compulsory traffic
+        else:
+            saving, _ = _isoa(t, at, st, dep, 1)
+            tiled = -1
+            if dep[FULL, 1] - saving <= room:
+                tiled = _dram_bytes(t, at, st, dep, 1, room, param_room, shared, per_band, reloads, word_bits)
+            out[i] = tiled
+            if tiled < 0 or tiled > least:
+                other = _layerwise(t, at, i, dep[FIN, 1], dep[FOUT, 1], -(-p_elems * word_bits // 8), room, tiled,
+                                   per_band, batch)
+                if other >= 0 and (tiled < 0 or other < tiled):
+                    out[i] = other
+        _undo(st, log, top, 0)
+    return out
+
+
+@njit(cache=True)
+def _need(t, at, rule, e, tile, size_in):
+    """Input rows (or columns) that `tile` output rows need under input e's rule (`cost._need`)."""
+    mode, kern, stride = t[at[rule] + 3 * e], t[at[rule] + 3 * e + 1], t[at[rule] + 3 * e + 2]
+    if mode == 0:  # a window
+        need = (tile - 1) * stride + kern
+    elif mode == 1:  # the same rows
+        need = tile
+    else:  # the whole input
+        need = kern
+    return min(size_in, need)
+
+
+@njit(cache=True)
+def _per_channel(t, at, i, rows, cols):
+    total = 0
+    for e in range(t[at[IN_PTR] + i], t[at[IN_PTR] + i + 1]):
+        h, w = t[at[IN_H] + e], t[at[IN_W] + e]
+        total += _need(t, at, IN_RULE, e, rows, h) * _need(t, at, IN_WRULE, e, cols, w)
+    return total
+
+
+@njit(cache=True)
+def _blocks(t, at, i, fmap, images, rows, cols):
+    """`_Lone._blocks`: (footprint, input passes) with the most output channels per block; (-1, -1) if no fit."""
+    in_per_ch, out_per_ch = _per_channel(t, at, i, rows, cols), rows * cols
+    if t[at[CHANNELWISE] + i]:
+        footprint, passes = (in_per_ch + out_per_ch) * images, 1
+    else:
+        space = fmap - in_per_ch * images
+        block = min(t[at[C_OUT] + i], space // (out_per_ch * images)) if space > 0 else 0
+        if block < 1:
+            return -1, -1
+        footprint = (in_per_ch + block * out_per_ch) * images
+        per_group = t[at[PER_GROUP] + i]
+        passes = -(-per_group // min(block, per_group))
+    return (-1, -1) if footprint > fmap else (footprint, passes)
+
+
+@njit(cache=True)
+def _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles):
+    """`_Lone.traffic`: DRAM bytes on tiles of `images` x rows x cols, or -1 when they do not fit."""
+    _, passes = _blocks(t, at, i, fmap, images, rows, cols)
+    if passes < 0:
+        return -1
+    h_out, w_out = t[at[OUT_H] + i], t[at[W_OUT] + i]
+    steps, bands = -(-h_out // rows), -(-w_out // cols)
+    total = fout + pbytes * steps * bands * tiles
+    for e in range(t[at[IN_PTR] + i], t[at[IN_PTR] + i + 1]):
+        h, w, nbytes = t[at[IN_H] + e], t[at[IN_W] + e], t[at[IN_BYTES] + e]
+        rows_read = max(h, steps * _need(t, at, IN_RULE, e, rows, h))
+        cols_read = max(w, bands * _need(t, at, IN_WRULE, e, cols, w))
+        total += -(-nbytes * passes * rows_read * cols_read // (h * w))  # halos re-read
+    return total
+
+
+@njit(cache=True)
+def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
+    """`cost._layerwise`: the cheapest layer-wise schedule of op i below `beat` (any when -1), or -1."""
+    h_out, w_out = t[at[OUT_H] + i], t[at[W_OUT] + i]
+    heights = [h_out]  # distinct ceil(h_out / j), tallest first
+    for j in range(2, h_out + 1):
+        v = -(-h_out // j)
+        if v != heights[-1]:
+            heights.append(v)
+    cuts = [0]  # distinct ceil(w_out / j) for j >= 2, widest first
+    cuts.pop()
+    for j in range(2, w_out + 1):
+        v = -(-w_out // j)
+        if not len(cuts) or v != cuts[-1]:
+            cuts.append(v)
+    least = fin + fout
+    best = -1
+    for attempt in range(2):
+        widths = [w_out] if attempt == 0 else cuts
+        if not len(widths):
+            break  # one column: no column cuts
+        lo = 0  # no band taller than one that did not open for fewer images opens for more
+        for images in range(1, 2 if per_band else batch + 1):
+            limit = best if best >= 0 else beat
+            below = limit if len(widths) == 1 else -1
+            hi = len(heights)  # the tallest band that opens (fits, and its input passes stay below)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                _, passes = _blocks(t, at, i, fmap, images, heights[mid], widths[-1])
+                if passes >= 0 and (below < 0 or fin * passes + fout < below):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo == len(heights):
+                rows, cols = heights[-1], widths[-1]
+                if (_per_channel(t, at, i, rows, cols) + rows * cols) * images <= fmap:
+                    continue
+                break  # not even one row fits this many images, nor more images
+            tiles = 1 if per_band else -(-batch // images)
+            for q in range(lo, len(heights)):
+                rows = heights[q]
+                limit = best if best >= 0 else beat
+                if limit >= 0 and least + pbytes * -(-h_out // rows) * tiles >= limit:
+                    break  # smaller bands only reload the weights more often
+                for cols in widths:
+                    cost = _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles)
+                    if cost >= 0 and (best < 0 or cost < best):
+                        best = cost
+        if best >= 0 or beat >= 0:
+            break
+    return best
 

@@ -213,20 +213,17 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
                      ops: int) -> tuple[list[int], int, bool, float] | None:
     """`chain_search` run by `core.search`, or None when a group outgrows what it holds (`core.MAX_MEMBERS`)."""
     n = model.n
-    words = (n + 63) // 64
 
     def bits(mask: int) -> np.ndarray:
-        return np.frombuffer(mask.to_bytes(8 * words, "little"), np.uint64).copy()
+        return core.bitset(mask, n)
 
-    lone = np.full(n, -1, np.int64)  # DRAM bytes of each op alone; -1 where it cannot run
-    for i in model.members(ops):
-        cost = dram_bytes(model, 1 << i, cap)
-        if cost is not None:
-            lone[i] = cost
+    tables, work = core.tables(model), core.workspace(model)
+    lone = core.lone_costs(*tables, *work[:5], bits(ops), cap.fmap, cap.param, cap.shared, cap.per_band, model.batch,
+                           model.word_bits)  # DRAM bytes of each op alone; -1 where it cannot run
     ready = sum(1 << i for i in model.members(ops) if not model.pred[i] & ~start)
     batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
     chain, evaluated, exact, total, too_big = core.search(
-        *core.tables(model), *core.workspace(model), len(model.tnames), bits(start), bits(ops), bits(ready),
+        *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
         _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
         whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups)
     if too_big:
