@@ -96,3 +96,17 @@ def test_compiled_lone_op_costs_match_the_cost_model(name):
                                        cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits)
             expected = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
             assert compiled.tolist() == [-1 if c is None else c for c in expected], f"{kb} KB batch {batch}"
+
+
+@pytest.mark.parametrize("name", ["googlenet", "resnet50", "mobilenet_v2", "squeezenet1_0", "densenet121"])
+def test_compiled_window_limit_matches_python(name):
+    """The on-line variant's size limit (Alg. 3's table) from compiled windows equals the Python windows'."""
+    graph = zoo.build(name, 4)
+    for kb in (16, 64, 128, 512):
+        acc = Accelerator.preset("optimus").with_buffer(kb * 1024)
+        cap = Capacity.of(acc)
+        model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
+        compiled = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, online.QUARTER)
+        python = online._window_limit(model, cap)
+        assert compiled == python or compiled == -1 and python >= core.MAX_MEMBERS // 2, f"{kb} KB"
+        assert online.size_limit(model, cap) == python

@@ -235,9 +235,10 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
 
 
 @njit(cache=True)
-def _add(t, at, st, dep, log, top, work, d, x, online):
-    """Make op x the member at depth d (`grow.extend`), its totals in dep[:, d] from dep[:, d - 1]; True when
-    Sec. 6 rule 1 rules the group and all grown from it out (a consumer left out below x can never join)."""
+def _add(t, at, st, dep, log, top, work, d, x, online, steps=0):
+    """Make op x the member at depth d (`grow.extend`), its totals in dep[:, d] from dep[:, d - 1], with tiles
+    for `steps` row steps (0: the finest); True when Sec. 6 rule 1 rules the group and all grown from it out
+    (a consumer left out below x can never join)."""
     p_ = d - 1
     dep[PATH, d] = x
     st[POS, x] = d - 1
@@ -314,15 +315,18 @@ def _add(t, at, st, dep, log, top, work, d, x, online):
     dep[FIN, d], dep[FOUT, d], dep[WHOLE, d], dep[PARAMS, d] = fin, fout, whole, params
     for row in (FULL, RELAXED, GREEDY, KEPT_SAVING):
         dep[row, d] = dep[row, p_]
-    _set_rows(t, at, st, dep, log, top, work, d, x, t[at[FLOOR] + x])
+    h = t[at[OUT_H] + x]
+    _set_rows(t, at, st, dep, log, top, work, d, x, min(h, max(t[at[FLOOR] + x], -(-h // steps) if steps else 1)),
+              steps)
     if save > 0 and not inplace:
         _match(t, at, st, dep, log, top, d, x)
     return dead
 
 
 @njit(cache=True)
-def _set_rows(t, at, st, dep, log, top, work, d, op, r0):
-    """`grow._set_rows`: give `op` r0 tile rows and push the halo back to its inputs (finest tiles)."""
+def _set_rows(t, at, st, dep, log, top, work, d, op, r0, steps):
+    """`grow._set_rows`: give `op` r0 tile rows and push the halo back to its inputs (tiles for `steps` row
+    steps, 0: the finest)."""
     full, relaxed, greedy, kept_saving = dep[FULL, d], dep[RELAXED, d], dep[GREEDY, d], dep[KEPT_SAVING, d]
     work[0, 0], work[0, 1] = op, r0
     w = 1
@@ -360,7 +364,11 @@ def _set_rows(t, at, st, dep, log, top, work, d, op, r0):
                     w += 1
             else:
                 h = t[at[F_H] + e]
-                full += t[at[F_ROW] + e] * (min(h, need) - min(h, old))
+                if steps:
+                    least = -(-h // steps)
+                    full += t[at[F_ROW] + e] * (min(h, max(least, need)) - (min(h, max(least, old)) if old else 0))
+                else:
+                    full += t[at[F_ROW] + e] * (min(h, need) - min(h, old))
     dep[FULL, d], dep[RELAXED, d], dep[GREEDY, d], dep[KEPT_SAVING, d] = full, relaxed, greedy, kept_saving
 
 
@@ -1132,4 +1140,32 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
         if best >= 0 or beat >= 0:
             break
     return best
+
+
+@njit(cache=True)
+def window_limit(t, at, st, dep, log, top, work, room, steps):
+    """`online.size_limit`'s table (Alg. 3): the largest n such that for every size up to n some connected
+    window of the topological order fits `room` at tiles of `steps` row steps (greedy ISOA); -1 when a
+    window outgrows MAX_MEMBERS ops."""
+    n = at[OUT_H + 1] - at[OUT_H]
+    fitting = np.zeros(n + 2, np.bool_)
+    for first in range(n):
+        dep[:, 0] = 0
+        for j in range(first, n):
+            if not t[at[COVERED] + j]:
+                break
+            d = j - first + 1
+            if d > MAX_MEMBERS:
+                _undo(st, log, top, 0)
+                return -1
+            _add(t, at, st, dep, log, top, work, d, j, False, steps)
+            if dep[FULL, d] - dep[GREEDY, d] > room:
+                break
+            if dep[NCOMP, d] == 1:
+                fitting[d] = True
+        _undo(st, log, top, 0)
+    limit = 1
+    while fitting[limit + 1]:
+        limit += 1
+    return limit
 

@@ -13,6 +13,7 @@ Rules of Sec. 6, each making some groups invalid:
 
 from __future__ import annotations
 
+from engine.fusion import core
 from engine.fusion.cost import Capacity
 from engine.fusion.grow import Partial, extend
 from engine.fusion.model import FusionModel
@@ -31,6 +32,15 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     hit = model.online_limit.get(cap.fmap)
     if hit is not None:
         return hit
+    limit = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER)
+    if limit < 0:  # a window of more ops than the compiled loop holds fits: grow them in Python
+        limit = _window_limit(model, cap)
+    model.online_limit[cap.fmap] = limit
+    return limit
+
+
+def _window_limit(model: FusionModel, cap: Capacity) -> int:
+    """`size_limit` grown in Python (the reference of `core.window_limit`)."""
     fitting = set()  # sizes n with some connected n-op window that fits
     for start in range(model.n):
         part, comps = Partial(steps=QUARTER), []
@@ -52,7 +62,6 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     limit = 1
     while limit + 1 in fitting:
         limit += 1
-    model.online_limit[cap.fmap] = limit
     return limit
 
 
