@@ -12,8 +12,8 @@ import pytest
 
 from engine import zoo
 from engine.accelerator import Accelerator
-from engine.fusion import core, online, optimus
-from engine.fusion.cost import Capacity, dram_bytes, model_of
+from engine.fusion import core, fuse, online, optimus
+from engine.fusion.cost import Capacity, dram_bytes, model_of, record
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor
 from tests.test_fusion_search import random_graph
@@ -110,3 +110,16 @@ def test_compiled_window_limit_matches_python(name):
         python = online._window_limit(model, cap)
         assert compiled == python or compiled == -1 and python >= core.MAX_MEMBERS // 2, f"{kb} KB"
         assert online.size_limit(model, cap) == python
+
+
+@pytest.mark.parametrize("name", ["vgg16", "googlenet", "mobilenet_v2", "resnet50", "vit_b_16", "r2plus1d_18"])
+def test_compiled_plan_records_match_the_cost_model(name):
+    """The plan's GroupCost records, from compiled schedules, equal `cost.record` field by field, for every method."""
+    for batch, kb, reloads in ((1, 32, "tile"), (4, 128, "tile"), (4, 512, "band")):
+        graph = zoo.build(name, batch)
+        acc = Accelerator.preset("optimus").with_buffer(kb * 1024)
+        for method in ("none", "dnnvm", "efficient_s", "optimus"):
+            plan = fuse(graph, acc, method=method, reloads=reloads, polish=False, bound=False)
+            model, cap = model_of(graph, acc), Capacity.of(acc, reloads)
+            for group, got in zip(plan.groups, plan.costs):
+                assert got == record(model, model.mask_of(group), cap), f"{method} {kb} KB batch {batch}"

@@ -112,7 +112,7 @@ def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
     st = np.zeros((15, max(n, len(model.tnames), len(model.weight_elems))), np.int64)
     st[MATE, :] = -1
     feeds = sum(len(f) for f in model.feeds)
-    return (st, np.zeros((14, _DEEP), np.int64), np.empty((_DEEP * (5 * n + 4 * _DEEP), 3), np.int64),
+    return (st, np.zeros((15, _DEEP), np.int64), np.empty((_DEEP * (5 * n + 4 * _DEEP), 3), np.int64),
             np.zeros(1, np.int64), np.empty((feeds + 2, 2), np.int64), np.empty((_DEEP, n), np.int64))
 
 
@@ -123,7 +123,7 @@ def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
 (IN_GROUP, ROWS, MATE, CHUNKED, KEPT, COMP, FAN, POS, DEMAND, READERS, WCOUNT, FAN_LIST, TODO, OP_NEED,
  TENSOR_NEED) = range(15)
 (PATH, FULL, RELAXED, GREEDY, FIN, FOUT, PARAMS, WHOLE, KEPT_SAVING, NCOMP, START_LOG, N_CAND, FAN_LEN,
- FAN_OUT) = range(14)
+ FAN_OUT, K_ROWS) = range(15)
 _DEEP = MAX_MEMBERS + 2
 
 
@@ -585,14 +585,29 @@ def _group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared,
 
 @njit(cache=True)
 def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the fitting group at depth d: Eq. 3 once when its parameters stay beside its finest
-    tiles, else `cost._tiled`'s schedule, the fewest sub-groups over row steps and images per band."""
+    """`cost.dram_bytes` of the fitting group at depth d."""
+    fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits,
+                                        False)
+    return fin + fout + par
+
+
+@njit(cache=True)
+def _tiled(t, at, st, dep, d, fmap, param_room, shared, per_band, batch, word_bits, detail):
+    """`cost._tiled` of the group at depth d: (fmap-in, fmap-out and parameter bytes, on-chip elements,
+    parameters resident, row steps, images per tile), the fewest sub-groups over row steps and images per band;
+    fmap-in -1 when its finest tiles do not fit. Without `detail`, a group whose parameters stay on chip
+    beside its finest tiles is only costed (Eq. 3 once), as `cost.dram_bytes` does. dep[K_ROWS] ends with the
+    members' tile rows at the chosen row steps."""
     saving, chosen = _isoa(t, at, st, dep, d)
     finest = dep[FULL, d] - saving
     p_elems, fin, fout = dep[PARAMS, d], dep[FIN, d], dep[FOUT, d]
+    if finest > fmap:
+        return -1, 0, 0, 0, False, 0, 0
     pbytes = -(-p_elems * word_bits // 8)
-    if p_elems == 0 or (finest <= room - p_elems if shared else p_elems <= param_room):
-        return fin + fout + pbytes
+    resident = p_elems == 0 or (finest <= fmap - p_elems if shared else p_elems <= param_room)
+    if resident and not detail:
+        return fin, fout, pbytes, 0, True, 0, 0
+    room = fmap - (p_elems if resident and shared else 0)  # resident parameters share the buffer
     kbig = 1  # the most rows of any member's ofmap or input
     for q in range(1, d + 1):
         i = dep[PATH, q]
@@ -605,8 +620,8 @@ def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, wo
     tile = _footprint(t, at, st, dep, d, chosen, k)
     images = min(batch, room // tile) if k == 1 and tile else 1
     if per_band:
-        images = batch
-    else:
+        images = batch  # the whole batch runs through each row band on one parameter load
+    elif not resident and p_elems:
         whole = _footprint(t, at, st, dep, d, chosen, 1)
         best = (k * -(-batch // images), k, -images)
         for n in range(2, batch + 1):
@@ -619,8 +634,13 @@ def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, wo
             if option < best:
                 best = option
         k, images = best[1], -best[2]
+        tile = _footprint(t, at, st, dep, d, chosen, k)
     subgroups = k * (1 if per_band else -(-batch // images))
-    return fin + fout + pbytes * subgroups
+    par = pbytes if resident else pbytes * subgroups
+    on_chip = tile * (1 if per_band else images) + (p_elems if resident and shared else 0)
+    if detail:
+        _footprint(t, at, st, dep, d, chosen, k)  # leaves the tile rows at k in dep[K_ROWS]
+    return fin, fout, par, on_chip, resident, k, images
 
 
 @njit(cache=True)
@@ -654,6 +674,7 @@ def _footprint(t, at, st, dep, d, chosen, k):
         if k:
             r = max(r, -(-h // k))
         r = min(h, max(r, st[OP_NEED, i]))
+        dep[K_ROWS, q] = r
         save = t[at[SAVE_ROW] + i] if (chosen >> np.uint64(q - 1)) & np.uint64(1) else 0
         total += (t[at[FULL_ROW] + i] - save) * r
         for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
@@ -1019,14 +1040,13 @@ def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, pe
         if not t[at[COVERED] + i]:
             out[i] = least  # outside the tile model: its compulsory traffic
         else:
-            saving, _ = _isoa(t, at, st, dep, 1)
-            tiled = -1
-            if dep[FULL, 1] - saving <= room:
-                tiled = _dram_bytes(t, at, st, dep, 1, room, param_room, shared, per_band, reloads, word_bits)
+            fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, 1, room, param_room, shared, per_band, reloads,
+                                                word_bits, False)
+            tiled = fin + fout + par if fin >= 0 else -1
             out[i] = tiled
             if tiled < 0 or tiled > least:
                 other = _layerwise(t, at, i, dep[FIN, 1], dep[FOUT, 1], -(-p_elems * word_bits // 8), room, tiled,
-                                   per_band, batch)
+                                   per_band, batch)[0]
                 if other >= 0 and (tiled < 0 or other < tiled):
                     out[i] = other
         _undo(st, log, top, 0)
@@ -1091,7 +1111,8 @@ def _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles):
 
 @njit(cache=True)
 def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
-    """`cost._layerwise`: the cheapest layer-wise schedule of op i below `beat` (any when -1), or -1."""
+    """`cost._layerwise`: (DRAM bytes, images, rows, columns) of the cheapest layer-wise schedule of op i below
+    `beat` (any when -1); bytes -1 when there is none."""
     h_out, w_out = t[at[OUT_H] + i], t[at[W_OUT] + i]
     heights = [h_out]  # distinct ceil(h_out / j), tallest first
     for j in range(2, h_out + 1):
@@ -1105,7 +1126,7 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
         if not len(cuts) or v != cuts[-1]:
             cuts.append(v)
     least = fin + fout
-    best = -1
+    best, best_images, best_rows, best_cols = -1, 0, 0, 0
     for attempt in range(2):
         widths = [w_out] if attempt == 0 else cuts
         if not len(widths):
@@ -1136,10 +1157,10 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
                 for cols in widths:
                     cost = _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles)
                     if cost >= 0 and (best < 0 or cost < best):
-                        best = cost
+                        best, best_images, best_rows, best_cols = cost, images, rows, cols
         if best >= 0 or beat >= 0:
             break
-    return best
+    return best, best_images, best_rows, best_cols
 
 
 @njit(cache=True)
@@ -1168,4 +1189,62 @@ def window_limit(t, at, st, dep, log, top, work, room, steps):
     while fitting[limit + 1]:
         limit += 1
     return limit
+
+
+# ---- the schedules of a plan's groups (`cost.schedule`, for `cost.record`) -------------------------------------
+FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
+(KIND, S_FIN, S_FOUT, S_PAR, S_FOOTPRINT, S_RESIDENT, S_STEPS, S_IMAGES, S_PASSES, S_ROWS, S_ISOA,
+ S_SIZE) = range(12)
+
+
+@njit(cache=True)
+def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, per_band, batch, word_bits):
+    """`cost.schedule` of each group (rows of `groups`, bitsets of at most MAX_MEMBERS ops that can run):
+    per group (kind, fmap-in, fmap-out and parameter bytes, on-chip elements, resident, row steps, images per
+    tile, input passes, rows of a layer-wise tile, ISOA members as a mask of positions, size), and the
+    members' tile rows at the chosen row steps (fused groups)."""
+    n = at[OUT_H + 1] - at[OUT_H]
+    out = np.zeros((len(groups), 12), np.int64)
+    tiles = np.zeros((len(groups), MAX_MEMBERS), np.int64)
+    for g in range(len(groups)):
+        dep[:, 0] = 0
+        d = 0
+        for i in range(n):
+            if _has(groups[g], i):
+                d += 1
+                _add(t, at, st, dep, log, top, work, d, i, False)
+        row = out[g]
+        row[S_SIZE] = d
+        i = dep[PATH, 1]
+        p_elems = dep[PARAMS, d]
+        pbytes = -(-p_elems * word_bits // 8)
+        if d == 1 and not t[at[COVERED] + i]:
+            row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR] = UNMODELLED, dep[FIN, 1], dep[FOUT, 1], pbytes
+            row[S_STEPS], row[S_IMAGES], row[S_PASSES] = 1, 1, 1
+            _undo(st, log, top, 0)
+            continue
+        fin, fout, par, on_chip, resident, k, images = _tiled(t, at, st, dep, d, room, param_room, shared, per_band,
+                                                              batch, word_bits, True)
+        row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR], row[S_FOOTPRINT] = FUSED, fin, fout, par, on_chip
+        row[S_RESIDENT], row[S_STEPS], row[S_IMAGES], row[S_PASSES] = resident, k, images, 1
+        if fin >= 0:
+            row[S_ISOA] = np.int64(_isoa(t, at, st, dep, d)[1])
+            for q in range(d):
+                tiles[g, q] = dep[K_ROWS, q + 1]
+        tiled = fin + fout + par if fin >= 0 else -1
+        least = dep[FIN, 1] + dep[FOUT, 1] + pbytes
+        if d == 1 and (tiled < 0 or tiled > least):
+            cost, lw_images, rows, cols = _layerwise(t, at, i, dep[FIN, 1], dep[FOUT, 1], pbytes, room, tiled,
+                                                     per_band, batch)
+            if cost >= 0 and (tiled < 0 or cost < tiled):
+                footprint, passes = _blocks(t, at, i, room, lw_images, rows, cols)
+                steps, bands = -(-t[at[OUT_H] + i] // rows), -(-t[at[W_OUT] + i] // cols)
+                image_tiles = 1 if per_band else -(-batch // lw_images)
+                fout = dep[FOUT, 1]
+                row[KIND], row[S_FIN], row[S_FOUT] = LAYERWISE, cost - fout - pbytes * steps * bands * image_tiles, fout
+                row[S_PAR], row[S_FOOTPRINT], row[S_RESIDENT] = pbytes * steps * bands * image_tiles, footprint, 0
+                row[S_STEPS], row[S_IMAGES], row[S_PASSES], row[S_ROWS], row[S_ISOA] = (steps * bands, lw_images,
+                                                                                       passes, rows, 0)
+        _undo(st, log, top, 0)
+    return out, tiles
 

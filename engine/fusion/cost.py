@@ -21,9 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
-from engine.fusion import dataflow
+from engine.fusion import core, dataflow
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -381,6 +383,35 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
     best = schedule(model, mask, cap)
     if best is None:
         return None
+    if best.schedule != "fused":
+        return _assemble(model, mask, cap, best, {}, 0)
+    return _assemble(model, mask, cap, best, model.rows(mask, best.row_steps)[0], model.isoa(mask)[1])
+
+
+def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCost]:
+    """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`."""
+    small = [m for m in masks if m.bit_count() <= core.MAX_MEMBERS]
+    found = {}
+    if small:
+        rows, tiles = core.schedules(*core.tables(model), *core.workspace(model)[:5],
+                                     np.array([core.bitset(m, model.n) for m in small]), cap.fmap, cap.param,
+                                     cap.shared, cap.per_band, model.batch, model.word_bits)
+        for mask, row, tile in zip(small, rows.tolist(), tiles.tolist()):
+            kind, fin, fout, par, footprint, resident, steps, images, passes, band, chosen, _ = row
+            best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
+            members = model.members(mask)
+            op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
+            isoa = sum(1 << members[q] for q in range(len(members)) if chosen >> q & 1)
+            found[mask] = _assemble(model, mask, cap, best, op_rows, isoa)
+    return [found[m] if m in found else record(model, m, cap) for m in masks]
+
+
+_KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled"}
+
+
+def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_rows: dict[int, int],
+              isoa_ops: int) -> GroupCost:
+    """The GroupCost of a group's schedule; a fused one's members' tile rows and ISOA ops given."""
     ops = model.members(mask)
     names = tuple(model.names[i] for i in ops)
     made = {j for i in ops for j in model.outs[i]}
@@ -389,8 +420,7 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
                     if model.is_graph_output[j] or model.consumer_mask[j] & ~mask)
     isoa: tuple[str, ...] = ()
     if best.schedule == "fused":
-        op_rows, _ = model.rows(mask, best.row_steps)
-        isoa = tuple(model.names[i] for i in model.members(model.isoa(mask)[1]))
+        isoa = tuple(model.names[i] for i in model.members(isoa_ops))
         tiles = tuple((model.names[i], op_rows[i]) for i in ops)
     elif best.schedule == "layerwise":
         tiles = ((names[0], best.rows),)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.errors import EngineError
-from engine.fusion.cost import Capacity, GroupCost, record, runs_alone, smallest_buffer_bytes
+from engine.fusion.cost import Capacity, GroupCost, records, runs_alone, smallest_buffer_bytes
 from engine.fusion.model import FusionModel
 
 
@@ -60,7 +60,7 @@ def build_plan(model: FusionModel, masks: list[int], cap: Capacity, *, method: s
 
     `lower_bound`: a proven bound for a "beam" plan; an "optimal" plan is its own bound.
     """
-    costs = tuple(record(model, m, cap) for m in execution_order(model, masks))
+    costs = tuple(records(model, execution_order(model, masks), cap))
     total = sum(c.dram_bytes for c in costs)
     return FusionPlan(method, tuple(c.ops for c in costs), costs, total,
                       sum(c.fmap_in_bytes for c in costs), sum(c.fmap_out_bytes for c in costs),
