@@ -125,6 +125,10 @@ def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
 (PATH, FULL, RELAXED, GREEDY, FIN, FOUT, PARAMS, WHOLE, KEPT_SAVING, NCOMP, START_LOG, N_CAND, FAN_LEN,
  FAN_OUT, K_ROWS) = range(15)
 _DEEP = MAX_MEMBERS + 2
+# rows of `_isoa`'s array: the states (key: chunked open members, saving, chosen members), the next states,
+# the merged ones, the pending consumers' producers, and per member its last consumer and its producers
+(_KEY, _SAV, _CHO, _NKEY, _NSAV, _NCHO, _MKEY, _MST, _MSAV, _MCHO, _PEND, _LAST, _PREDS) = range(13)
+_ISOA_ROWS = 13
 
 
 @njit(cache=True)
@@ -428,7 +432,7 @@ def _fits(t, at, st, dep, log, top, d, room):
     saving, chosen = _isoa(t, at, st, dep, d)
     for k in range(d):
         i = dep[PATH, k + 1]
-        flag = int((chosen >> np.uint64(k)) & np.uint64(1))
+        flag = (chosen >> k) & 1
         if t[at[INPLACE] + i]:  # a concat/split a kept op feeds is chunked too
             for e in range(t[at[PRED_PTR] + i], t[at[PRED_PTR] + i + 1]):
                 p = t[at[PRED_IDX] + e]
@@ -476,95 +480,104 @@ def _next_cand(t, at, st, dep, cand, done, allowed, d, x):
 @njit(cache=True)
 def _isoa(t, at, st, dep, size):
     """(largest ISOA saving, chosen members as a mask of their depths - 1) at the finest tiles of the group
-    at depth `size`: `FusionModel.isoa`'s program, states keyed by open members' positions in one word."""
-    one = np.uint64(1)
-    last = np.full(size, -1, np.int64)  # position of each member's last in-group consumer
-    preds = np.zeros(size, np.uint64)  # positions of each member's in-group producers
+    at depth `size`: `FusionModel.isoa`'s program (same states, same order, same ties), each state's
+    flags of the open members a mask of their positions in one word. The states live in the rows of one
+    array, widened when they outgrow it."""
+    buf = np.empty((_ISOA_ROWS, 64), np.int64)
     for k in range(size):
         x = dep[PATH, k + 1]
+        buf[_LAST, k], buf[_PREDS, k] = -1, 0  # each member's last in-group consumer; its in-group producers
         for e in range(t[at[SUCC_PTR] + x], t[at[SUCC_PTR] + x + 1]):
             s = t[at[SUCC_IDX] + e]
-            if st[IN_GROUP, s] and st[POS, s] > last[k]:
-                last[k] = st[POS, s]
+            if st[IN_GROUP, s] and st[POS, s] > buf[_LAST, k]:
+                buf[_LAST, k] = st[POS, s]
         for e in range(t[at[PRED_PTR] + x], t[at[PRED_PTR] + x + 1]):
             p = t[at[PRED_IDX] + e]
             if st[IN_GROUP, p]:
-                preds[k] |= one << np.uint64(st[POS, p])
-    key, sav, cho = [np.uint64(0)], [np.int64(0)], [np.uint64(0)]  # states: ISOA/chunked flags of open members
-    open_ops = np.uint64(0)
+                buf[_PREDS, k] |= 1 << st[POS, p]
+    buf[_KEY, 0] = buf[_SAV, 0] = buf[_CHO, 0] = 0  # one state: nothing chunked, no saving
+    count = 1
+    open_ops = 0
     for k in range(size):
         x = dep[PATH, k + 1]
-        b = one << np.uint64(k)
+        b = 1 << k
+        preds = buf[_PREDS, k]
         gain = t[at[SAVE_ROW] + x] * st[ROWS, x]
-        nkey, nsav, ncho = [np.uint64(0)], [np.int64(0)], [np.uint64(0)]
-        nkey.pop(), nsav.pop(), ncho.pop()
-        for s in range(len(key)):
+        if 2 * count > buf.shape[1]:
+            wider = np.empty((_ISOA_ROWS, 4 * count), np.int64)
+            wider[:, :buf.shape[1]] = buf
+            buf = wider
+        m = 0  # the next states
+        for s in range(count):
+            key = buf[_KEY, s]
             if t[at[INPLACE] + x]:  # a concat/split is chunked when any producer is
-                nkey.append(key[s] | b if key[s] & preds[k] else key[s])
-                nsav.append(sav[s])
-                ncho.append(cho[s])
+                buf[_NKEY, m] = key | b if key & preds else key
             else:
-                nkey.append(key[s])
-                nsav.append(sav[s])
-                ncho.append(cho[s])
-                if gain > 0 and not key[s] & preds[k]:  # x may adopt ISOA: none of its producers is chunked
-                    nkey.append(key[s] | b)
-                    nsav.append(sav[s] + gain)
-                    ncho.append(cho[s] | b)
-        closed = b if last[k] < 0 else np.uint64(0)
+                buf[_NKEY, m] = key
+            buf[_NSAV, m], buf[_NCHO, m] = buf[_SAV, s], buf[_CHO, s]
+            m += 1
+            if not t[at[INPLACE] + x] and gain > 0 and not key & preds:  # x may adopt ISOA
+                buf[_NKEY, m], buf[_NSAV, m], buf[_NCHO, m] = key | b, buf[_SAV, s] + gain, buf[_CHO, s] | b
+                m += 1
+        closed = b if buf[_LAST, k] < 0 else 0
         for q in range(k):
-            if (preds[k] >> np.uint64(q)) & one and last[q] == k:
-                closed |= one << np.uint64(q)
+            if (preds >> q) & 1 and buf[_LAST, q] == k:
+                closed |= 1 << q
         open_ops = (open_ops | b) & ~closed
-        key, sav, cho = [np.uint64(0)], [np.int64(0)], [np.uint64(0)]
-        key.pop(), sav.pop(), cho.pop()
-        if len(nkey) > _MERGE_AT:
+        if m > _MERGE_AT:
             # the future reads only, per pending consumer (a later member reading an open one), whether any
             # of its producers is chunked: states telling every pending consumer the same are merged
-            pending = [np.uint64(0)]
-            pending.pop()
+            pending = 0
             for w in range(k + 1, size):
-                if preds[w] & open_ops:
-                    pending.append(preds[w])
-            mkey, mst, msav, mcho = [np.uint64(0)], [np.uint64(0)], [np.int64(0)], [np.uint64(0)]
-            mkey.pop(), mst.pop(), msav.pop(), mcho.pop()
-            for s in range(len(nkey)):
-                merged = np.uint64(0)
-                for v in range(len(pending)):
-                    if nkey[s] & pending[v]:
-                        merged |= one << np.uint64(v)
+                if buf[_PREDS, w] & open_ops:
+                    buf[_PEND, pending] = buf[_PREDS, w]
+                    pending += 1
+            merged = 0
+            for s in range(m):
+                tell = 0
+                for v in range(pending):
+                    if buf[_NKEY, s] & buf[_PEND, v]:
+                        tell |= 1 << v
                 hit = -1
-                for u in range(len(mkey)):
-                    if mkey[u] == merged:
+                for u in range(merged):
+                    if buf[_MKEY, u] == tell:
                         hit = u
                         break
                 if hit < 0:
-                    mkey.append(merged), mst.append(nkey[s] & open_ops), msav.append(nsav[s]), mcho.append(ncho[s])
-                elif nsav[s] > msav[hit]:
-                    mst[hit], msav[hit], mcho[hit] = nkey[s] & open_ops, nsav[s], ncho[s]
-            nkey, nsav, ncho = mst, msav, mcho
-            larger_only = False  # dict(merged.values()): a repeated key keeps its place and takes the last value
+                    hit = merged
+                    merged += 1
+                    buf[_MKEY, hit], buf[_MSAV, hit] = tell, -1
+                if buf[_NSAV, s] > buf[_MSAV, hit]:
+                    buf[_MST, hit], buf[_MSAV, hit], buf[_MCHO, hit] = buf[_NKEY, s] & open_ops, buf[_NSAV, s], buf[_NCHO, s]
+            count = 0  # dict(merged.values()): a repeated key keeps its place and takes the last value
+            for u in range(merged):
+                count = _put(buf, count, buf[_MST, u], buf[_MSAV, u], buf[_MCHO, u], False)
+        elif not closed:  # every key is a subset of the open members already, and no two are equal
+            for s in range(m):
+                buf[_KEY, s], buf[_SAV, s], buf[_CHO, s] = buf[_NKEY, s], buf[_NSAV, s], buf[_NCHO, s]
+            count = m
         else:
-            larger_only = True
-            if not closed:  # every key is a subset of the open members already, and no two are equal
-                key, sav, cho = nkey, nsav, ncho
-                continue
-        for s in range(len(nkey)):
-            k2 = nkey[s] & open_ops
-            hit = -1
-            for u in range(len(key)):
-                if key[u] == k2:
-                    hit = u
-                    break
-            if hit < 0:
-                key.append(k2), sav.append(nsav[s]), cho.append(ncho[s])
-            elif not larger_only or nsav[s] > sav[hit]:
-                sav[hit], cho[hit] = nsav[s], ncho[s]
+            count = 0
+            for s in range(m):
+                count = _put(buf, count, buf[_NKEY, s] & open_ops, buf[_NSAV, s], buf[_NCHO, s], True)
     best = 0
-    for s in range(1, len(sav)):
-        if sav[s] > sav[best]:
+    for s in range(1, count):
+        if buf[_SAV, s] > buf[_SAV, best]:
             best = s
-    return sav[best], cho[best]
+    return buf[_SAV, best], buf[_CHO, best]
+
+
+@njit(cache=True)
+def _put(buf, count, key, saving, chosen, larger_only):
+    """Add state `key` to the first `count` states: a new key goes last; an existing one keeps its place and
+    takes the new value (only a larger saving under `larger_only`). Returns the new count."""
+    for u in range(count):
+        if buf[_KEY, u] == key:
+            if not larger_only or saving > buf[_SAV, u]:
+                buf[_SAV, u], buf[_CHO, u] = saving, chosen
+            return count
+    buf[_KEY, count], buf[_SAV, count], buf[_CHO, count] = key, saving, chosen
+    return count + 1
 
 
 @njit(cache=True)
@@ -675,7 +688,7 @@ def _footprint(t, at, st, dep, d, chosen, k):
             r = max(r, -(-h // k))
         r = min(h, max(r, st[OP_NEED, i]))
         dep[K_ROWS, q] = r
-        save = t[at[SAVE_ROW] + i] if (chosen >> np.uint64(q - 1)) & np.uint64(1) else 0
+        save = t[at[SAVE_ROW] + i] if (chosen >> (q - 1)) & 1 else 0
         total += (t[at[FULL_ROW] + i] - save) * r
         for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
             need = t[at[F_A] + e] * r + t[at[F_C] + e]
@@ -1228,7 +1241,7 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
         row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR], row[S_FOOTPRINT] = FUSED, fin, fout, par, on_chip
         row[S_RESIDENT], row[S_STEPS], row[S_IMAGES], row[S_PASSES] = resident, k, images, 1
         if fin >= 0:
-            row[S_ISOA] = np.int64(_isoa(t, at, st, dep, d)[1])
+            row[S_ISOA] = _isoa(t, at, st, dep, d)[1]
             for q in range(d):
                 tiles[g, q] = dep[K_ROWS, q + 1]
         tiled = fin + fout + par if fin >= 0 else -1
