@@ -141,6 +141,14 @@ class Graph:
         ordered = _stable_topological(name, ops, producer)
         return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: caches keyed by graph (`fusion.model.model_for`) hash it per call."""
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch))
+
     # ---- lookups -------------------------------------------------------
     @cached_property
     def tensors(self) -> MappingProxyType:

@@ -12,7 +12,7 @@ import pytest
 
 from engine import zoo
 from engine.accelerator import Accelerator
-from engine.fusion import core, fuse, online, optimus
+from engine.fusion import bound, core, fuse, online, optimus
 from engine.fusion.cost import Capacity, dram_bytes, model_of, record
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor
@@ -123,3 +123,18 @@ def test_compiled_plan_records_match_the_cost_model(name):
             model, cap = model_of(graph, acc), Capacity.of(acc, reloads)
             for group, got in zip(plan.groups, plan.costs):
                 assert got == record(model, model.mask_of(group), cap), f"{method} {kb} KB batch {batch}"
+
+
+def test_compiled_bound_windows_match_python():
+    """The lower bound's window searches (groups need not be connected, each costs a bound) agree too."""
+    for seed in range(12):
+        python, compiled = _both(random_graph(seed, 10), 8 * 1024, bound_only=True)
+        assert compiled == python
+    graph = zoo.build("nasnet_a_mobile", 1)
+    acc = Accelerator.preset("optimus")
+    cap = Capacity.of(acc)
+    model = model_of(graph, acc)
+    for lo, hi in bound.windows(model)[:4]:
+        window = bound.window_model(model, lo, hi)
+        python = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True, compiled=False)
+        assert optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True) == python

@@ -158,15 +158,16 @@ def _has(bits, i):
 
 @njit(cache=True)
 def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, param_room, shared, batch, word_bits,
-          max_size, online, quota, offered, offers):
+          max_size, online, quota, offered, offers, bound_only):
     """Every group grown from the down-set `done`, as the Python loop of `optimus.chain_search` grows them.
 
     `done`, `ready` (ops whose predecessors are all done) and `allowed` (ops that may join) are bitsets.
     `online`: Sec. 6 rule 1 (all consumers of a member or none); `quota`: groups to evaluate before giving up;
     `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed). Appends each group to offer
     to `offered` (its members, then -1) and (size, Eq. 3 bytes with the parameters once, the least bytes,
-    surely streamed, may stay on chip) to `offers`. Returns (groups evaluated, whether the quota stopped it,
-    whether a group outgrew MAX_MEMBERS).
+    surely streamed, may stay on chip) to `offers`; under `bound_only` (the windows of `engine.fusion.bound`)
+    groups need not be connected. Returns (groups evaluated, whether the quota stopped it, whether a group
+    outgrew MAX_MEMBERS).
     """
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
@@ -217,10 +218,10 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
                 resident = upper + p_elems <= room
             else:
                 resident = p_elems <= param_room
-            streamed = d > 0 and not resident and (lower + p_elems > room if shared else True)
+            streamed = (d > 0 or bound_only) and not resident and (lower + p_elems > room if shared else True)
             if streamed:  # surely reloaded
                 least += pbytes * (max(1, -(-batch * dep[WHOLE, c1] // room)) - 1)
-            if dep[NCOMP, c1] == 1 and (not online or dep[FAN_OUT, c1] == 0):
+            if (dep[NCOMP, c1] == 1 or bound_only) and (not online or dep[FAN_OUT, c1] == 0):
                 for k in range(1, c1 + 1):
                     offered.append(dep[PATH, k])
                 offered.append(-1)
@@ -806,8 +807,8 @@ def _still(t, at, before, done, group, after, stamp, mark):
 @njit(cache=True)
 def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
            param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
-           narrow_groups):
-    """`optimus.chain_search` (not `bound_only`) in compiled code: the same down-sets, groups and order.
+           narrow_groups, bound_only):
+    """`optimus.chain_search` in compiled code: the same down-sets, groups and order.
 
     `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
     ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
@@ -924,7 +925,7 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 quota = narrow_groups if narrow else groups
                 more, stopped, too_big = _grow(t, at, st, dep, log, top, work, cand, keys[done], readies[done],
                                                allowed, room, param_room, shared, batch, word_bits, max_size, online,
-                                               quota, offered, offers)
+                                               quota, offered, offers, bound_only)
                 if too_big:
                     return np.zeros((0, width), np.uint64), evaluated, exact, np.inf, True
                 evaluated += more
@@ -941,6 +942,10 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                     at_member += 1
                     size_q, _, least, _, resident = offers[q]
                     lone = size_q == 1
+                    if lone and bound_only:  # a lone op's own schedule bounds any group's share of it
+                        least = lone_cost[offered[at_member - 2]]
+                        if least < 0:
+                            continue
                 else:
                     resident, lone = 1, True
                 for w in range(width):
@@ -979,7 +984,7 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                     else:
                         next_in_level[tail[level_size]] = a
                     tail[level_size] = a
-                if not lone and not resident:  # waits until its down-set's level is settled
+                if not lone and not resident and not bound_only:  # waits until its down-set's level is settled
                     if w_count == wcap:
                         wcap *= 2
                         w_bound = _grown1(w_bound, wcap, 0.0)
@@ -995,8 +1000,8 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                     last_waiting[a] = w_count
                     w_count += 1
                     continue
-                cost = least if not lone or alone >= 0 else -1
-                if lone and alone < 0:
+                cost = least if not lone or alone >= 0 or bound_only else -1
+                if lone and alone < 0 and not bound_only:
                     i = 0
                     while not _has(group, i):
                         i += 1

@@ -65,8 +65,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """`ideal_chain`, plus the chain's total (inf when there is none).
 
     `compiled` runs the search in `engine.fusion.core` (the same down-sets and groups in the same
-    order, so the same result); False, or `bound_only`, or a group of more ops than the compiled
-    loop holds, runs the Python loop below, the reference the tests compare it with.
+    order, so the same result); False, or a group of more ops than the compiled loop holds, runs
+    the Python loop below, the reference the tests compare it with.
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -79,8 +79,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """
     n = model.n
     ops = (1 << n) - 1 if within is None else within
-    if compiled and not bound_only:
-        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops)
+    if compiled:
+        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only)
         if found is not None:
             return found
     full = start | ops
@@ -210,7 +210,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
 
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
-                     ops: int) -> tuple[list[int], int, bool, float] | None:
+                     ops: int, bound_only: bool) -> tuple[list[int], int, bool, float] | None:
     """`chain_search` run by `core.search`, or None when a group outgrows what it holds (`core.MAX_MEMBERS`)."""
     n = model.n
 
@@ -225,7 +225,8 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
     chain, evaluated, exact, total, too_big = core.search(
         *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
         _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
-        whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups)
+        whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
+        bound_only)
     if too_big:
         return None
     groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
