@@ -13,9 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The fusion search's compiled inner loop (engine/fusion/core.py): Numba compiles it once (~15 s) and caches it
-# beside the source; after that this loads it in about a second.
+# The fusion search's compiled code (engine/fusion/core.py): Numba compiles it once (about a minute) and caches
+# it beside the source; after that this loads it in about a second.
 compiled: $(STAMP)
+	@echo "loading the compiled fusion search (the first time: compiling it, about a minute)"
 	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
 
 serve: $(STAMP) compiled

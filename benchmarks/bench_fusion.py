@@ -81,6 +81,7 @@ def search_seconds(graph, acc, method, *, repeats=20):
     """CPU seconds of the search alone (`METHODS[method]`, lone-op schedules included) on a model built beforehand
     with cold cost caches, the best of `repeats` runs (fewer when one takes over 0.2 s): what Table 5 times."""
     best = float("inf")
+    METHODS[method][0](model_of(graph, acc), Capacity.of(acc))  # the compiled code loaded
     for _ in range(repeats):
         model_for.cache_clear()
         model, cap = model_of(graph, acc), Capacity.of(acc)

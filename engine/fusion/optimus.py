@@ -337,15 +337,13 @@ def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
 
 
 def compile_ahead() -> None:
-    """Compile (or load from Numba's cache) the search's compiled core now rather than on the first search.
+    """Compile (or load from Numba's cache) every compiled function of the searches now, not on the first search.
 
-    `make serve` runs it first, so the dashboard's first search does not wait ~20 s for the compiler.
+    `make serve` runs it first, so the dashboard's first search does not wait the minute the compiler takes.
     """
     from engine import zoo
     from engine.accelerator import Accelerator
-    from engine.fusion.cost import model_of
+    from engine.fusion import fuse
 
-    acc = Accelerator.preset("optimus")
-    model = model_of(zoo.build("squeezenet1_0", 1), acc)
-    chain_search(model, Capacity.of(acc))
-
+    for method in ("optimus", "online"):
+        fuse(zoo.build("squeezenet1_0", 1), Accelerator.preset("optimus"), method=method)
