@@ -27,6 +27,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    from engine.fusion.optimus import compile_ahead
+
+    compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
     port = _free_port()
     panel = Path(sys.executable).parent / "panel"
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
