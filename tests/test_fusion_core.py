@@ -12,10 +12,10 @@ import pytest
 
 from engine import zoo
 from engine.accelerator import Accelerator
-from engine.fusion import bound, core, fuse, online, optimus
+from engine.fusion import bound, core, cost, fuse, online, optimus
 from engine.fusion.cost import Capacity, dram_bytes, model_of, record
 from engine.fusion.model import FusionModel
-from engine.graph import Graph, Op, OpKind, Tensor
+from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from tests.test_fusion_search import random_graph
 
 
@@ -68,17 +68,50 @@ def test_compiled_loop_matches_python_past_the_limits_and_in_windows():
     assert python[0] and compiled == python
 
 
-def test_a_group_too_large_for_the_compiled_loop_falls_back_to_python():
-    """A chain of 80 tiny pools fits whole in 1 MB: groups of more than core.MAX_MEMBERS ops are grown in Python."""
+def _fan(branches: int, chained: bool) -> Graph:
+    """x -> `branches` 1x1 convs (each followed by a wider one when `chained`) -> one concat."""
+    tensors, ops, ends = [Tensor("x", (1, 32, 8, 8))], [], []
+    for i in range(branches):
+        prev = "x"
+        for name, c_out in ((f"a{i}", 32), (f"b{i}", 128))[:2 if chained else 1]:
+            tensors += [Tensor(f"{name}.w", (c_out, 32, 1, 1), is_weight=True), Tensor(name, (1, c_out, 8, 8))]
+            ops.append(Op(name, OpKind.CONV, (prev,), (name,), weights=(f"{name}.w",), kernel=(1, 1), stride=(1, 1),
+                          padding=(0,) * 4, macs=conv_macs((1, c_out, 8, 8), 32, (1, 1), 1)))
+            prev = name
+        ends.append(prev)
+    width = sum(128 if chained else 32 for _ in ends)
+    tensors.append(Tensor("cat", (1, width, 8, 8)))
+    ops.append(Op("cat", OpKind.CONCAT, tuple(ends), ("cat",)))
+    return Graph.build("fan", ops, tensors, ("x",), ("cat",))
+
+
+def test_large_groups_match_python():
+    """A group of 80 ops (a chain of tiny pools that fits whole in 1 MB) and wide fans into a concat."""
     tensors, ops, prev = [Tensor("x", (1, 4, 4, 4))], [], "x"
     for i in range(80):
         ops.append(Op(f"p{i}", OpKind.POOL, (prev,), (f"p{i}",), kernel=(3, 3), stride=(1, 1), padding=(1,) * 4))
         tensors.append(Tensor(f"p{i}", (1, 4, 4, 4)))
         prev = f"p{i}"
-    graph = Graph.build("pools", ops, tensors, ("x",), (prev,))
-    python, compiled = _both(graph, 1 << 20)
-    assert len(python[0]) == 1 and 1 + len(ops) > core.MAX_MEMBERS  # one group of all 80: grown past the limit
+    chain = Graph.build("pools", ops, tensors, ("x",), (prev,))
+    python, compiled = _both(chain, 1 << 20)
+    assert len(python[0]) == 1  # one group of all 80
     assert compiled == python
+    for graph in (_fan(12, False), _fan(6, True)):
+        python, compiled = _both(graph, 256 * 1024)
+        assert compiled == python
+
+
+def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python():
+    """70 chains into one concat keep 70 members that may be chunked open at once: more than the compiled ISOA
+    program's 63 slots. Its cost says so (-1), and the plan's record falls back to the Python cost model."""
+    graph = _fan(70, True)
+    acc = Accelerator.preset("optimus").with_buffer(8 << 20)
+    cap = Capacity.of(acc)
+    model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
+    everything = (1 << model.n) - 1
+    assert core._group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+                            cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
+    assert cost.records(model, [everything], cap) == [record(model, everything, cap)]
 
 
 @pytest.mark.parametrize("name", ["vgg16", "alexnet", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "vit_b_16",
@@ -108,7 +141,7 @@ def test_compiled_window_limit_matches_python(name):
         model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
         compiled = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, online.QUARTER)
         python = online._window_limit(model, cap)
-        assert compiled == python or compiled == -1 and python >= core.MAX_MEMBERS // 2, f"{kb} KB"
+        assert compiled == python, f"{kb} KB"
         assert online.size_limit(model, cap) == python
 
 

@@ -7,8 +7,9 @@ does the same work for one down-set in compiled code, with a group's running tot
 depth-first growth backs up, and hands back the groups the search should offer (connected,
 and fitting unless alone) with Eq. 3's bounds. It visits groups in the order the Python
 loop does, so `evaluated`, the candidates' order and so every plan are the same; the
-Python loop stays as the reference (tests compare the two) and as the path for the
-`bound_only` windows and for groups of more than `MAX_MEMBERS` ops.
+Python loop stays as the reference (tests compare the two) and takes over in the rare
+group where more than 63 members that may hold their ofmap T_c channels deep are open at once
+(the ISOA program's states are masks of one machine word).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from numba import njit
 
 from engine.fusion.model import FusionModel
 
-MAX_MEMBERS = 63  # the ISOA program keys states by the members' positions in one machine word
 _MERGE_AT = 16  # as `model._MERGE_AT`
 
 # the tables the search reads, laid end to end in this order (see `tables`); t[at[FIELD] + i] is item i of FIELD
@@ -107,13 +107,17 @@ def bitset(mask: int, n: int) -> np.ndarray:
 
 
 def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
-    """The arrays `grow_all` and `group_dram` grow groups in (st, dep, log, top, work, cand); they leave them as found."""
+    """The arrays the compiled functions grow groups in (st, dep, log, top, work, cand); they leave them as found.
+
+    top[1] bounds the log entries one op's joining writes (`_roomy` keeps that much room).
+    """
     n = model.n
     st = np.zeros((15, max(n, len(model.tnames), len(model.weight_elems))), np.int64)
     st[MATE, :] = -1
     feeds = sum(len(f) for f in model.feeds)
-    return (st, np.zeros((15, _DEEP), np.int64), np.empty((_DEEP * (5 * n + 4 * _DEEP), 3), np.int64),
-            np.zeros(1, np.int64), np.empty((feeds + 2, 2), np.int64), np.empty((_DEEP, n), np.int64))
+    per_add = max(len(i) for i in model.ins) + max(len(w) for w in model.weights) + 3 * n + 2 * feeds + 8
+    return (st, np.zeros((18, n + 2), np.int64), np.empty((64 * per_add, 3), np.int64),
+            np.array([0, per_add], np.int64), np.empty((feeds + 2, 2), np.int64), np.empty((n + 2, n), np.int64))
 
 
 # Growth state. Every array a helper takes costs two atomic reference-count updates per call, so the state
@@ -123,12 +127,23 @@ def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
 (IN_GROUP, ROWS, MATE, CHUNKED, KEPT, COMP, FAN, POS, DEMAND, READERS, WCOUNT, FAN_LIST, TODO, OP_NEED,
  TENSOR_NEED) = range(15)
 (PATH, FULL, RELAXED, GREEDY, FIN, FOUT, PARAMS, WHOLE, KEPT_SAVING, NCOMP, START_LOG, N_CAND, FAN_LEN,
- FAN_OUT, K_ROWS) = range(15)
-_DEEP = MAX_MEMBERS + 2
-# rows of `_isoa`'s array: the states (key: chunked open members, saving, chosen members), the next states,
-# the merged ones, the pending consumers' producers, and per member its last consumer and its producers
-(_KEY, _SAV, _CHO, _NKEY, _NSAV, _NCHO, _MKEY, _MST, _MSAV, _MCHO, _PEND, _LAST, _PREDS) = range(13)
-_ISOA_ROWS = 13
+ FAN_OUT, K_ROWS, CHOSEN, LAST_USE, SLOT) = range(18)
+# rows of `_isoa`'s array: the states (key: chunked open members, saving, trace node of the chosen members),
+# the next states, the merged ones, the pending consumers' producers
+(_KEY, _SAV, _CHO, _NKEY, _NSAV, _NCHO, _MKEY, _MST, _MSAV, _MCHO, _PEND) = range(11)
+_ISOA_ROWS = 11
+_SLOTS = 63  # open members that may be chunked at once: a state's key is a mask of their slots
+
+
+@njit(cache=True)
+def _roomy(log, top, adds):
+    """`log`, or a longer copy, with room for `adds` more ops joining (top[1] entries each)."""
+    need = top[0] + adds * top[1]
+    if need <= log.shape[0]:
+        return log
+    longer = np.empty((max(need, 2 * log.shape[0]), 3), np.int64)
+    longer[:top[0]] = log[:top[0]]
+    return longer
 
 
 @njit(cache=True)
@@ -166,8 +181,8 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
     `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed). Appends each group to offer
     to `offered` (its members, then -1) and (size, Eq. 3 bytes with the parameters once, the least bytes,
     surely streamed, may stay on chip) to `offers`; under `bound_only` (the windows of `engine.fusion.bound`)
-    groups need not be connected. Returns (groups evaluated, whether the quota stopped it, whether a group
-    outgrew MAX_MEMBERS).
+    groups need not be connected. Returns (groups evaluated, whether the quota stopped it, whether the ISOA
+    program could not run on a group, the log, longer if it had to grow).
     """
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
@@ -187,6 +202,7 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
         if d > 0:  # back up to the parent (depth d - 1) and add x0 again, as it was when evaluated
             if cur >= d:
                 _undo(st, log, top, dep[START_LOG, d])
+            log = _roomy(log, top, 1)
             dep[START_LOG, d] = top[0]
             _add(t, at, st, dep, log, top, work, d, x0, online)
             _fits(t, at, st, dep, log, top, d, room)
@@ -197,6 +213,7 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
             if d > 0 and not t[at[COVERED] + x]:
                 continue
             evaluated += 1
+            log = _roomy(log, top, 1)
             mark = top[0]
             c1 = d + 1
             if _add(t, at, st, dep, log, top, work, c1, x, online):  # the on-line rules rule it out
@@ -205,6 +222,9 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
             lower = dep[FULL, c1] - dep[RELAXED, c1]
             upper = dep[FULL, c1] - dep[GREEDY, c1]
             grows = _fits(t, at, st, dep, log, top, c1, room)
+            if grows < 0:
+                too_big = True
+                break
             if not grows and d > 0:
                 _undo(st, log, top, mark)
                 continue
@@ -227,16 +247,13 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
                 offered.append(-1)
                 offers.append((c1, once, least, int(streamed), int(resident)))
             if grows and (max_size == 0 or c1 < max_size):
-                if c1 >= MAX_MEMBERS:
-                    too_big = True
-                    break
                 stack_d.append(c1)  # pushed in ascending order, so the last is grown first, as in Python
                 stack_x.append(x)
             _undo(st, log, top, mark)
         if too_big:
             break
     _undo(st, log, top, 0)
-    return evaluated, stopped, too_big
+    return evaluated, stopped, too_big, log
 
 
 @njit(cache=True)
@@ -420,20 +437,23 @@ def _match(t, at, st, dep, log, top, d, x):
 
 @njit(cache=True)
 def _fits(t, at, st, dep, log, top, d, room):
-    """Whether the group at depth d fits its finest tiles in `room`: by the bounds or, when they straddle, by
-    the exact ISOA program, whose assignment the group then keeps (`grow.Partial.keep`)."""
+    """1 if the group at depth d fits its finest tiles in `room`, else 0: by the bounds or, when they straddle,
+    by the exact ISOA program, whose assignment the group then keeps (`grow.Partial.keep`); -1 if the
+    program could not run (`_isoa`)."""
     x = dep[PATH, d]
     if not t[at[COVERED] + x]:
-        return False
+        return 0
     full = dep[FULL, d]
     if full - dep[GREEDY, d] <= room or full - max(dep[GREEDY, d], dep[KEPT_SAVING, d]) <= room:
-        return True
+        return 1
     if full - dep[RELAXED, d] > room:
-        return False
-    saving, chosen = _isoa(t, at, st, dep, d)
+        return 0
+    saving, ran = _isoa(t, at, st, dep, d)
+    if not ran:
+        return -1
     for k in range(d):
         i = dep[PATH, k + 1]
-        flag = (chosen >> k) & 1
+        flag = dep[CHOSEN, k + 1]
         if t[at[INPLACE] + i]:  # a concat/split a kept op feeds is chunked too
             for e in range(t[at[PRED_PTR] + i], t[at[PRED_PTR] + i + 1]):
                 p = t[at[PRED_IDX] + e]
@@ -442,7 +462,7 @@ def _fits(t, at, st, dep, log, top, d, room):
         if st[KEPT, i] != flag:
             _set(st, log, top, KEPT, i, flag)
     dep[KEPT_SAVING, d] = saving
-    return full - saving <= room
+    return 1 if full - saving <= room else 0
 
 
 @njit(cache=True)
@@ -480,58 +500,97 @@ def _next_cand(t, at, st, dep, cand, done, allowed, d, x):
 
 @njit(cache=True)
 def _isoa(t, at, st, dep, size):
-    """(largest ISOA saving, chosen members as a mask of their depths - 1) at the finest tiles of the group
-    at depth `size`: `FusionModel.isoa`'s program (same states, same order, same ties), each state's
-    flags of the open members a mask of their positions in one word. The states live in the rows of one
-    array, widened when they outgrow it."""
-    buf = np.empty((_ISOA_ROWS, 64), np.int64)
-    for k in range(size):
-        x = dep[PATH, k + 1]
-        buf[_LAST, k], buf[_PREDS, k] = -1, 0  # each member's last in-group consumer; its in-group producers
+    """(largest ISOA saving at the finest tiles of the group at depth `size`, whether the program could run):
+    `FusionModel.isoa`'s program, with the same states in the same order and the same ties. A state's key
+    holds the chunked open members as bits of slots, a slot per open member that may be chunked (False when
+    more than 63 are open at once), and its chosen members as a node of a trace, read back at the end into
+    dep[CHOSEN, 1..size]."""
+    for q in range(1, size + 1):  # each member's last consumer in the group, as a depth (-1: none)
+        x = dep[PATH, q]
+        dep[LAST_USE, q], dep[CHOSEN, q] = -1, 0
         for e in range(t[at[SUCC_PTR] + x], t[at[SUCC_PTR] + x + 1]):
             s = t[at[SUCC_IDX] + e]
-            if st[IN_GROUP, s] and st[POS, s] > buf[_LAST, k]:
-                buf[_LAST, k] = st[POS, s]
+            if st[IN_GROUP, s]:
+                dep[LAST_USE, q] = max(dep[LAST_USE, q], st[POS, s] + 1)
+    buf = np.empty((_ISOA_ROWS, 64), np.int64)
+    parent = np.empty(64, np.int64)  # trace: each node adds one chosen member (a depth) to its parent's
+    member = np.empty(64, np.int64)
+    nodes = 1  # node 0: nothing chosen
+    buf[_KEY, 0] = buf[_SAV, 0] = buf[_CHO, 0] = 0
+    count = 1
+    used = 0  # slots of open members that may be chunked
+    for q in range(1, size + 1):
+        x = dep[PATH, q]
+        preds = 0  # slots of x's producers in the group (open until x has read them)
+        closing = dep[LAST_USE, q] < 0
+        freed = 0
         for e in range(t[at[PRED_PTR] + x], t[at[PRED_PTR] + x + 1]):
             p = t[at[PRED_IDX] + e]
             if st[IN_GROUP, p]:
-                buf[_PREDS, k] |= 1 << st[POS, p]
-    buf[_KEY, 0] = buf[_SAV, 0] = buf[_CHO, 0] = 0  # one state: nothing chunked, no saving
-    count = 1
-    open_ops = 0
-    for k in range(size):
-        x = dep[PATH, k + 1]
-        b = 1 << k
-        preds = buf[_PREDS, k]
+                qp = st[POS, p] + 1
+                if dep[SLOT, qp] >= 0:
+                    preds |= 1 << dep[SLOT, qp]
+                if dep[LAST_USE, qp] == q:
+                    closing = True
+                    if dep[SLOT, qp] >= 0:
+                        freed |= 1 << dep[SLOT, qp]
+        inplace = t[at[INPLACE] + x]
         gain = t[at[SAVE_ROW] + x] * st[ROWS, x]
+        b = 0
+        dep[SLOT, q] = -1
+        if inplace or gain > 0:
+            if used == (1 << _SLOTS) - 1:
+                return 0, False
+            free = 0
+            while (used >> free) & 1:
+                free += 1
+            dep[SLOT, q] = free
+            b = 1 << free
+            used |= b
+            if dep[LAST_USE, q] < 0:
+                freed |= b
         if 2 * count > buf.shape[1]:
             wider = np.empty((_ISOA_ROWS, 4 * count), np.int64)
             wider[:, :buf.shape[1]] = buf
             buf = wider
+        if nodes + count > len(parent):
+            parent, member = _grown1(parent, 2 * (nodes + count), 0), _grown1(member, 2 * (nodes + count), 0)
         m = 0  # the next states
         for s in range(count):
             key = buf[_KEY, s]
-            if t[at[INPLACE] + x]:  # a concat/split is chunked when any producer is
+            if inplace:  # a concat/split is chunked when any producer is
                 buf[_NKEY, m] = key | b if key & preds else key
             else:
                 buf[_NKEY, m] = key
             buf[_NSAV, m], buf[_NCHO, m] = buf[_SAV, s], buf[_CHO, s]
             m += 1
-            if not t[at[INPLACE] + x] and gain > 0 and not key & preds:  # x may adopt ISOA
-                buf[_NKEY, m], buf[_NSAV, m], buf[_NCHO, m] = key | b, buf[_SAV, s] + gain, buf[_CHO, s] | b
+            if not inplace and gain > 0 and not key & preds:  # x may adopt ISOA
+                parent[nodes], member[nodes] = buf[_CHO, s], q
+                buf[_NKEY, m], buf[_NSAV, m], buf[_NCHO, m] = key | b, buf[_SAV, s] + gain, nodes
+                nodes += 1
                 m += 1
-        closed = b if buf[_LAST, k] < 0 else 0
-        for q in range(k):
-            if (preds >> q) & 1 and buf[_LAST, q] == k:
-                closed |= 1 << q
-        open_ops = (open_ops | b) & ~closed
+        used &= ~freed
         if m > _MERGE_AT:
             # the future reads only, per pending consumer (a later member reading an open one), whether any
             # of its producers is chunked: states telling every pending consumer the same are merged
             pending = 0
-            for w in range(k + 1, size):
-                if buf[_PREDS, w] & open_ops:
-                    buf[_PEND, pending] = buf[_PREDS, w]
+            for w in range(q + 1, size + 1):
+                y = dep[PATH, w]
+                reads = 0
+                for e in range(t[at[PRED_PTR] + y], t[at[PRED_PTR] + y + 1]):
+                    p = t[at[PRED_IDX] + e]
+                    if st[IN_GROUP, p] and st[POS, p] + 1 <= q and dep[SLOT, st[POS, p] + 1] >= 0:
+                        reads |= 1 << dep[SLOT, st[POS, p] + 1]
+                reads &= used
+                if not reads:
+                    continue
+                known = False
+                for v in range(pending):
+                    known = known or buf[_PEND, v] == reads
+                if not known:
+                    if pending == _SLOTS:
+                        return 0, False
+                    buf[_PEND, pending] = reads
                     pending += 1
             merged = 0
             for s in range(m):
@@ -549,23 +608,27 @@ def _isoa(t, at, st, dep, size):
                     merged += 1
                     buf[_MKEY, hit], buf[_MSAV, hit] = tell, -1
                 if buf[_NSAV, s] > buf[_MSAV, hit]:
-                    buf[_MST, hit], buf[_MSAV, hit], buf[_MCHO, hit] = buf[_NKEY, s] & open_ops, buf[_NSAV, s], buf[_NCHO, s]
+                    buf[_MST, hit], buf[_MSAV, hit], buf[_MCHO, hit] = buf[_NKEY, s] & used, buf[_NSAV, s], buf[_NCHO, s]
             count = 0  # dict(merged.values()): a repeated key keeps its place and takes the last value
             for u in range(merged):
                 count = _put(buf, count, buf[_MST, u], buf[_MSAV, u], buf[_MCHO, u], False)
-        elif not closed:  # every key is a subset of the open members already, and no two are equal
+        elif not closing:  # every key holds open members only already, and no two are equal
             for s in range(m):
                 buf[_KEY, s], buf[_SAV, s], buf[_CHO, s] = buf[_NKEY, s], buf[_NSAV, s], buf[_NCHO, s]
             count = m
         else:
             count = 0
             for s in range(m):
-                count = _put(buf, count, buf[_NKEY, s] & open_ops, buf[_NSAV, s], buf[_NCHO, s], True)
+                count = _put(buf, count, buf[_NKEY, s] & used, buf[_NSAV, s], buf[_NCHO, s], True)
     best = 0
     for s in range(1, count):
         if buf[_SAV, s] > buf[_SAV, best]:
             best = s
-    return buf[_SAV, best], buf[_CHO, best]
+    node = buf[_CHO, best]
+    while node:
+        dep[CHOSEN, member[node]] = 1
+        node = parent[node]
+    return buf[_SAV, best], True
 
 
 @njit(cache=True)
@@ -583,10 +646,16 @@ def _put(buf, count, key, saving, chosen, larger_only):
 
 @njit(cache=True)
 def _group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the group whose bitset is `group` (at most MAX_MEMBERS ops, fitting its finest
-    tiles in `room`), grown in the workspace and undone."""
+    """`cost.dram_bytes` of the group whose bitset is `group` (fitting its finest tiles in `room`), grown in
+    the workspace and undone; -1 if the ISOA program could not run."""
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
+    size = 0
+    for w in group:
+        while w:
+            w &= w - np.uint64(1)
+            size += 1
+    log = _roomy(log, top, size)
     d = 0
     for i in range(n):
         if _has(group, i):
@@ -599,20 +668,22 @@ def _group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared,
 
 @njit(cache=True)
 def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the fitting group at depth d."""
+    """`cost.dram_bytes` of the fitting group at depth d (-1 if the ISOA program could not run)."""
     fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits,
                                         False)
-    return fin + fout + par
+    return fin + fout + par if fin >= 0 else -1
 
 
 @njit(cache=True)
 def _tiled(t, at, st, dep, d, fmap, param_room, shared, per_band, batch, word_bits, detail):
     """`cost._tiled` of the group at depth d: (fmap-in, fmap-out and parameter bytes, on-chip elements,
     parameters resident, row steps, images per tile), the fewest sub-groups over row steps and images per band;
-    fmap-in -1 when its finest tiles do not fit. Without `detail`, a group whose parameters stay on chip
+    fmap-in -1 when its finest tiles do not fit, -2 when the ISOA program could not run. Without `detail`, a group whose parameters stay on chip
     beside its finest tiles is only costed (Eq. 3 once), as `cost.dram_bytes` does. dep[K_ROWS] ends with the
     members' tile rows at the chosen row steps."""
-    saving, chosen = _isoa(t, at, st, dep, d)
+    saving, ran = _isoa(t, at, st, dep, d)
+    if not ran:
+        return -2, 0, 0, 0, False, 0, 0
     finest = dep[FULL, d] - saving
     p_elems, fin, fout = dep[PARAMS, d], dep[FIN, d], dep[FOUT, d]
     if finest > fmap:
@@ -630,46 +701,46 @@ def _tiled(t, at, st, dep, d, fmap, param_room, shared, per_band, batch, word_bi
             p = t[at[F_P] + e]
             if p < 0 or not st[IN_GROUP, p]:
                 kbig = max(kbig, t[at[F_H] + e])
-    k = _fewest_steps(t, at, st, dep, d, chosen, room, kbig)
-    tile = _footprint(t, at, st, dep, d, chosen, k)
+    k = _fewest_steps(t, at, st, dep, d, room, kbig)
+    tile = _footprint(t, at, st, dep, d, k)
     images = min(batch, room // tile) if k == 1 and tile else 1
     if per_band:
         images = batch  # the whole batch runs through each row band on one parameter load
     elif not resident and p_elems:
-        whole = _footprint(t, at, st, dep, d, chosen, 1)
+        whole = _footprint(t, at, st, dep, d, 1)
         best = (k * -(-batch // images), k, -images)
         for n in range(2, batch + 1):
             if n * finest > room:
                 break  # no band of n images fits, nor of more
             if -(-batch // n) * -(-n * whole // room) > best[0]:
                 continue  # footprint(k) >= footprint(1) / k: no band of n images has fewer sub-groups
-            kn = _fewest_steps(t, at, st, dep, d, chosen, room // n, kbig)
+            kn = _fewest_steps(t, at, st, dep, d, room // n, kbig)
             option = (kn * -(-batch // n), kn, -n)
             if option < best:
                 best = option
         k, images = best[1], -best[2]
-        tile = _footprint(t, at, st, dep, d, chosen, k)
+        tile = _footprint(t, at, st, dep, d, k)
     subgroups = k * (1 if per_band else -(-batch // images))
     par = pbytes if resident else pbytes * subgroups
     on_chip = tile * (1 if per_band else images) + (p_elems if resident and shared else 0)
     if detail:
-        _footprint(t, at, st, dep, d, chosen, k)  # leaves the tile rows at k in dep[K_ROWS]
+        _footprint(t, at, st, dep, d, k)  # leaves the tile rows at k in dep[K_ROWS]
     return fin, fout, par, on_chip, resident, k, images
 
 
 @njit(cache=True)
-def _fewest_steps(t, at, st, dep, d, chosen, room, kbig):
+def _fewest_steps(t, at, st, dep, d, room, kbig):
     """`cost._fewest_steps`: the fewest row steps whose tiles fit `room`, galloping up from a bound, then bisecting."""
-    whole = _footprint(t, at, st, dep, d, chosen, 1)
+    whole = _footprint(t, at, st, dep, d, 1)
     if whole <= room:
         return 1
     lo = min(kbig, max(2, -(-whole // room)))
     hi, step = lo, 1
-    while hi < kbig and _footprint(t, at, st, dep, d, chosen, hi) > room:
+    while hi < kbig and _footprint(t, at, st, dep, d, hi) > room:
         lo, hi, step = hi + 1, min(kbig, hi + step), 2 * step
     while lo < hi:
         mid = (lo + hi) // 2
-        if _footprint(t, at, st, dep, d, chosen, mid) <= room:
+        if _footprint(t, at, st, dep, d, mid) <= room:
             hi = mid
         else:
             lo = mid + 1
@@ -677,9 +748,9 @@ def _fewest_steps(t, at, st, dep, d, chosen, room, kbig):
 
 
 @njit(cache=True)
-def _footprint(t, at, st, dep, d, chosen, k):
+def _footprint(t, at, st, dep, d, k):
     """`FusionModel.footprint`: elements of one image's tiles of the group at depth d in k row steps (0: the
-    finest), members in `chosen` (positions) holding their ofmap tiles T_c channels deep (ISOA)."""
+    finest), the members of dep[CHOSEN] holding their ofmap tiles T_c channels deep (ISOA)."""
     total = 0
     for q in range(d, 0, -1):  # backwards through the group: t(l-1) = t(l) * S + K - S, the max at branches
         i = dep[PATH, q]
@@ -689,7 +760,7 @@ def _footprint(t, at, st, dep, d, chosen, k):
             r = max(r, -(-h // k))
         r = min(h, max(r, st[OP_NEED, i]))
         dep[K_ROWS, q] = r
-        save = t[at[SAVE_ROW] + i] if (chosen >> (q - 1)) & 1 else 0
+        save = t[at[SAVE_ROW] + i] if dep[CHOSEN, q] else 0
         total += (t[at[FULL_ROW] + i] - save) * r
         for e in range(t[at[F_PTR] + i], t[at[F_PTR] + i + 1]):
             need = t[at[F_A] + e] * r + t[at[F_C] + e]
@@ -720,10 +791,13 @@ def _footprint(t, at, st, dep, d, chosen, k):
 
 @njit(cache=True)
 def _hash(row):
-    h = np.uint64(1469598103934665603)
+    """A hash of a bitset whose every bit reaches the low bits the table indexes with (splitmix64's mixer)."""
+    h = np.uint64(0x9E3779B97F4A7C15)
     for w in row:
-        h = (h ^ w) * np.uint64(1099511628211)
-        h ^= h >> np.uint64(29)
+        z = h ^ w
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = z ^ (z >> np.uint64(31))
     return h
 
 
@@ -747,8 +821,10 @@ def _find(keys, slots, row):
 
 
 @njit(cache=True)
-def _ready(t, at, ready, group, after, allowed, out):
-    """`optimus._ready`: the ready ops after `group` ran on top of a down-set whose ready ops were `ready`."""
+def _ready(t, at, ready, group, after, allowed, out, seen, stamp):
+    """`optimus._ready`: the ready ops after `group` ran on top of a down-set whose ready ops were `ready`
+    (`seen`: a per-op scratch array, `stamp` a value not in it yet, so a successor of many members is
+    checked once)."""
     n = at[OUT_H + 1] - at[OUT_H]
     for w in range(len(out)):
         out[w] = ready[w] & ~group[w]
@@ -757,8 +833,9 @@ def _ready(t, at, ready, group, after, allowed, out):
             continue
         for e in range(t[at[SUCC_PTR] + i], t[at[SUCC_PTR] + i + 1]):
             s = t[at[SUCC_IDX] + e]
-            if _has(after, s) or not _has(allowed, s):
+            if seen[s] == stamp or _has(after, s) or not _has(allowed, s):
                 continue
+            seen[s] = stamp
             ok = True
             for e2 in range(t[at[PRED_PTR] + s], t[at[PRED_PTR] + s + 1]):
                 ok = ok and _has(after, t[at[PRED_IDX] + e2])
@@ -813,8 +890,8 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
     `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
     ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
     of op i alone (-1: it cannot run); the limits as in `optimus.Limits`. Returns (the chain's groups as
-    bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether a group
-    outgrew MAX_MEMBERS, in which case nothing else is meaningful).
+    bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether the ISOA
+    program could not run on a group, in which case nothing else is meaningful).
     """
     n = at[OUT_H + 1] - at[OUT_H]
     width = len(start)
@@ -838,7 +915,8 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
     w_info = np.zeros((wcap, 3), np.int64)  # previous down-set, next waiting for the same down-set, -
     w_group = np.zeros((wcap, width), np.uint64)
     w_count = 0
-    mark = np.zeros(n_tensors, np.int64)
+    mark = np.zeros(n_tensors, np.int64)  # scratch of `_still` and `_ready`, by tensor and by op
+    seen = np.zeros(n, np.int64)
     stamp = 0
     after = np.zeros(width, np.uint64)
     group = np.zeros(width, np.uint64)
@@ -892,6 +970,8 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 done = w_info[k, 0]
                 cost = _group_dram(t, at, st, dep, log, top, work, w_group[k], room, param_room, shared, per_band,
                                    batch, word_bits)
+                if cost < 0:
+                    return np.zeros((0, width), np.uint64), evaluated, exact, np.inf, True
                 if best[done] + cost < best[state]:
                     best[state], prev[state] = best[done] + cost, done
                     last_group[state, :] = w_group[k]
@@ -923,7 +1003,7 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 offered.clear()
                 offers.clear()
                 quota = narrow_groups if narrow else groups
-                more, stopped, too_big = _grow(t, at, st, dep, log, top, work, cand, keys[done], readies[done],
+                more, stopped, too_big, log = _grow(t, at, st, dep, log, top, work, cand, keys[done], readies[done],
                                                allowed, room, param_room, shared, batch, word_bits, max_size, online,
                                                quota, offered, offers, bound_only)
                 if too_big:
@@ -975,8 +1055,8 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                     count += 1
                     slots[slot] = a
                     keys[a, :] = after
-                    _ready(t, at, readies[done], group, after, allowed, readies[a])
                     stamp += 1
+                    _ready(t, at, readies[done], group, after, allowed, readies[a], seen, stamp)
                     owes[a] = _still(t, at, owes[done], keys[done], group, after, stamp, mark)
                     level_size = size + (size_q if alone < 0 else 1)
                     if head[level_size] < 0:
@@ -1184,8 +1264,7 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
 @njit(cache=True)
 def window_limit(t, at, st, dep, log, top, work, room, steps):
     """`online.size_limit`'s table (Alg. 3): the largest n such that for every size up to n some connected
-    window of the topological order fits `room` at tiles of `steps` row steps (greedy ISOA); -1 when a
-    window outgrows MAX_MEMBERS ops."""
+    window of the topological order fits `room` at tiles of `steps` row steps (greedy ISOA)."""
     n = at[OUT_H + 1] - at[OUT_H]
     fitting = np.zeros(n + 2, np.bool_)
     for first in range(n):
@@ -1194,9 +1273,7 @@ def window_limit(t, at, st, dep, log, top, work, room, steps):
             if not t[at[COVERED] + j]:
                 break
             d = j - first + 1
-            if d > MAX_MEMBERS:
-                _undo(st, log, top, 0)
-                return -1
+            log = _roomy(log, top, 1)
             _add(t, at, st, dep, log, top, work, d, j, False, steps)
             if dep[FULL, d] - dep[GREEDY, d] > room:
                 break
@@ -1211,21 +1288,23 @@ def window_limit(t, at, st, dep, log, top, work, room, steps):
 
 # ---- the schedules of a plan's groups (`cost.schedule`, for `cost.record`) -------------------------------------
 FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
-(KIND, S_FIN, S_FOUT, S_PAR, S_FOOTPRINT, S_RESIDENT, S_STEPS, S_IMAGES, S_PASSES, S_ROWS, S_ISOA,
+(KIND, S_FIN, S_FOUT, S_PAR, S_FOOTPRINT, S_RESIDENT, S_STEPS, S_IMAGES, S_PASSES, S_ROWS, S_FAILED,
  S_SIZE) = range(12)
 
 
 @njit(cache=True)
 def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.schedule` of each group (rows of `groups`, bitsets of at most MAX_MEMBERS ops that can run):
-    per group (kind, fmap-in, fmap-out and parameter bytes, on-chip elements, resident, row steps, images per
-    tile, input passes, rows of a layer-wise tile, ISOA members as a mask of positions, size), and the
-    members' tile rows at the chosen row steps (fused groups)."""
+    """`cost.schedule` of each group (rows of `groups`, bitsets of ops that can run): per group (kind, fmap-in,
+    fmap-out and parameter bytes, on-chip elements, resident, row steps, images per tile, input passes, rows
+    of a layer-wise tile, whether the ISOA program could not run, size), and per member (in order) its tile
+    rows at the chosen row steps and whether it holds its ofmap T_c channels deep (fused groups)."""
     n = at[OUT_H + 1] - at[OUT_H]
     out = np.zeros((len(groups), 12), np.int64)
-    tiles = np.zeros((len(groups), MAX_MEMBERS), np.int64)
+    tiles = np.zeros((len(groups), n), np.int64)
+    isoa = np.zeros((len(groups), n), np.int64)
     for g in range(len(groups)):
         dep[:, 0] = 0
+        log = _roomy(log, top, n)
         d = 0
         for i in range(n):
             if _has(groups[g], i):
@@ -1245,10 +1324,11 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
                                                               batch, word_bits, True)
         row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR], row[S_FOOTPRINT] = FUSED, fin, fout, par, on_chip
         row[S_RESIDENT], row[S_STEPS], row[S_IMAGES], row[S_PASSES] = resident, k, images, 1
-        if fin >= 0:
-            row[S_ISOA] = _isoa(t, at, st, dep, d)[1]
+        if fin == -2:
+            row[S_FAILED] = 1
+        elif fin >= 0:
             for q in range(d):
-                tiles[g, q] = dep[K_ROWS, q + 1]
+                tiles[g, q], isoa[g, q] = dep[K_ROWS, q + 1], dep[CHOSEN, q + 1]
         tiled = fin + fout + par if fin >= 0 else -1
         least = dep[FIN, 1] + dep[FOUT, 1] + pbytes
         if d == 1 and (tiled < 0 or tiled > least):
@@ -1261,8 +1341,7 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
                 fout = dep[FOUT, 1]
                 row[KIND], row[S_FIN], row[S_FOUT] = LAYERWISE, cost - fout - pbytes * steps * bands * image_tiles, fout
                 row[S_PAR], row[S_FOOTPRINT], row[S_RESIDENT] = pbytes * steps * bands * image_tiles, footprint, 0
-                row[S_STEPS], row[S_IMAGES], row[S_PASSES], row[S_ROWS], row[S_ISOA] = (steps * bands, lw_images,
-                                                                                       passes, rows, 0)
+                row[S_STEPS], row[S_IMAGES], row[S_PASSES], row[S_ROWS] = steps * bands, lw_images, passes, rows
         _undo(st, log, top, 0)
-    return out, tiles
+    return out, tiles, isoa
 

@@ -390,20 +390,23 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
 
 def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCost]:
     """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`."""
-    small = [m for m in masks if m.bit_count() <= core.MAX_MEMBERS]
-    found = {}
-    if small:
-        rows, tiles = core.schedules(*core.tables(model), *core.workspace(model)[:5],
-                                     np.array([core.bitset(m, model.n) for m in small]), cap.fmap, cap.param,
-                                     cap.shared, cap.per_band, model.batch, model.word_bits)
-        for mask, row, tile in zip(small, rows.tolist(), tiles.tolist()):
-            kind, fin, fout, par, footprint, resident, steps, images, passes, band, chosen, _ = row
-            best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
-            members = model.members(mask)
-            op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
-            isoa = sum(1 << members[q] for q in range(len(members)) if chosen >> q & 1)
-            found[mask] = _assemble(model, mask, cap, best, op_rows, isoa)
-    return [found[m] if m in found else record(model, m, cap) for m in masks]
+    if not masks:
+        return []
+    rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
+                                       np.array([core.bitset(m, model.n) for m in masks]), cap.fmap, cap.param,
+                                       cap.shared, cap.per_band, model.batch, model.word_bits)
+    out = []
+    for mask, row, tile, chunked in zip(masks, rows.tolist(), tiles.tolist(), isoa.tolist()):
+        kind, fin, fout, par, footprint, resident, steps, images, passes, band, failed, _ = row
+        if failed:  # too many open members for the compiled ISOA program
+            out.append(record(model, mask, cap))
+            continue
+        best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
+        members = model.members(mask)
+        op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
+        chosen = sum(1 << i for i, flag in zip(members, chunked) if flag)
+        out.append(_assemble(model, mask, cap, best, op_rows, chosen))
+    return out
 
 
 _KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled"}

@@ -65,8 +65,9 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """`ideal_chain`, plus the chain's total (inf when there is none).
 
     `compiled` runs the search in `engine.fusion.core` (the same down-sets and groups in the same
-    order, so the same result); False, or a group of more ops than the compiled loop holds, runs
-    the Python loop below, the reference the tests compare it with.
+    order, so the same result); False, or a group the compiled ISOA program cannot hold (more than
+    63 members that may be chunked open at once), runs the Python loop below, the reference the
+    tests compare it with.
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -211,7 +212,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
                      ops: int, bound_only: bool) -> tuple[list[int], int, bool, float] | None:
-    """`chain_search` run by `core.search`, or None when a group outgrows what it holds (`core.MAX_MEMBERS`)."""
+    """`chain_search` run by `core.search`, or None when its ISOA program cannot hold a group (`core._isoa`)."""
     n = model.n
 
     def bits(mask: int) -> np.ndarray:
