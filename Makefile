@@ -14,12 +14,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The fusion search's compiled code (engine/fusion/core.py): Numba compiles it once (about a minute) and caches
-# it beside the source; after that this loads it in about a second.
+# it beside the source; after that this loads it in about a second. (The dashboard keeps the Python search for
+# now: dashboard/session.py says why.)
 compiled: $(STAMP)
 	@echo "loading the compiled fusion search (the first time: compiling it, about a minute)"
 	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
 
-serve: $(STAMP) compiled
+serve: $(STAMP)
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 

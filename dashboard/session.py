@@ -15,6 +15,7 @@ import param
 
 import engine
 from dashboard.request import ReportRequest
+from engine.fusion import optimus
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
 from engine.explore import evaluate
@@ -25,6 +26,12 @@ FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
                  "methods", "access_model", "upload_name")
+
+
+# The page keeps the Python search for now: with the compiled one a report can arrive within the spinner's
+# 0.15 s, and then a dragged slider's released size is sometimes never shown (tests/test_dashboard_e2e.py,
+# GoogLeNet dragged from 64 KB to 2 MB). Same plans either way; the next step is to fix that race.
+optimus.COMPILED = False
 
 
 @lru_cache(maxsize=16)

@@ -644,7 +644,7 @@ def _put(buf, count, key, saving, chosen, larger_only):
     return count + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, per_band, batch, word_bits):
     """`cost.dram_bytes` of the group whose bitset is `group` (fitting its finest tiles in `room`), grown in
     the workspace and undone; -1 if the ISOA program could not run."""
@@ -784,6 +784,8 @@ def _footprint(t, at, st, dep, d, k):
 
 
 # ---- the down-set search (`optimus.chain_search`) ----------------------------------------------------------
+# The functions Python calls release the GIL (`nogil=True`): a search can run for seconds, and the dashboard's
+# server must keep answering its page meanwhile.
 # Down-sets are bitsets of W words, found through an open-addressing hash table; each has its best cost so
 # far, the way it was reached (previous down-set, last group), its ready ops, the traffic still owed, its
 # place in its level's list and its list of groups waiting to be settled.
@@ -881,7 +883,7 @@ def _still(t, at, before, done, group, after, stamp, mark):
     return left
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
            param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
            narrow_groups, bound_only):
@@ -1121,7 +1123,7 @@ def _grown2(a, cap):
 # ---- lone ops: `cost.schedule` of a one-op group -------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, per_band, batch, word_bits):
     """DRAM bytes of each op of the bitset `ops` run alone (`cost.dram_bytes(model, 1 << i, cap)`; -1 where
     it cannot run, and for ops not in `ops`): the cheaper of the tiled schedule and the layer-wise one."""
@@ -1261,7 +1263,7 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
     return best, best_images, best_rows, best_cols
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def window_limit(t, at, st, dep, log, top, work, room, steps):
     """`online.size_limit`'s table (Alg. 3): the largest n such that for every size up to n some connected
     window of the topological order fits `room` at tiles of `steps` row steps (greedy ISOA)."""
@@ -1292,7 +1294,7 @@ FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
  S_SIZE) = range(12)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, per_band, batch, word_bits):
     """`cost.schedule` of each group (rows of `groups`, bitsets of ops that can run): per group (kind, fmap-in,
     fmap-out and parameter bytes, on-chip elements, resident, row steps, images per tile, input passes, rows
