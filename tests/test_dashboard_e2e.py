@@ -35,7 +35,8 @@ def server(tmp_path_factory):
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
                              "--allow-websocket-origin", f"127.0.0.1:{port}"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
     url = f"http://127.0.0.1:{port}/dashboard"
     deadline = time.time() + 90
     while time.time() < deadline:  # wait for the port only: each page request would build a new session
@@ -74,7 +75,7 @@ def browser():
 SELECT_NODE = """(op) => {
   for (const doc of Bokeh.documents) {
     for (const model of doc.all_models) {
-      const names = model.data instanceof Map ? model.data.get("index_hover") : model.data?.index_hover;
+      const names = model.name === "dag-ops" ? (model.data instanceof Map ? model.data.get("op") : model.data.op) : undefined;
       const node = names === undefined ? -1 : Array.from(names).indexOf(op);
       if (node >= 0) {  // a network drawn earlier may still have its nodes' source in the document
         model.selected.indices = [node];
@@ -88,9 +89,19 @@ SELECT_NODE = """(op) => {
 
 # Whether the browser's Bokeh documents hold a DAG node source with this op.
 DAG_HAS = """(op) => Bokeh.documents.some(doc => Array.from(doc.all_models).some(model => {
-  const names = model.data instanceof Map ? model.data.get("index_hover") : model.data?.index_hover;
+  const names = model.name === "dag-ops" ? (model.data instanceof Map ? model.data.get("op") : model.data.op) : undefined;
   return names !== undefined && Array.from(names).includes(op);
 }))"""
+
+
+# The outlined regions' labels in the browser's DAG plot.
+REGIONS = """() => {
+  for (const doc of Bokeh.documents)
+    for (const model of doc.all_models)
+      if (model.name === "dag-regions")
+        return Array.from(model.data instanceof Map ? model.data.get("region") : model.data.region);
+  return null;
+}"""
 
 
 def _dram_mb(page) -> float | None:
@@ -124,6 +135,11 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     page.locator("canvas").first.wait_for(timeout=30_000)  # Bokeh drew the DAG
     before = _settled_dram_mb(page, differs_from=None)
     page.screenshot(path=str(SHOTS / "fusion.png"), full_page=True)
+    # each fused group is one outline in the browser's plot, and one row of the legend beside it
+    heading = page.get_by_text(re.compile(r"optimus's \d+ fused groups")).first.inner_text(timeout=30_000)
+    groups = int(re.search(r"(\d+) fused groups", heading).group(1))
+    assert page.evaluate(REGIONS) == [f"G{i}" for i in range(groups)]
+    page.get_by_text(f"G{groups - 1}", exact=True).first.wait_for(timeout=10_000)
 
     handle = page.locator(".noUi-handle").first
     box = handle.bounding_box()
