@@ -173,6 +173,8 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
 
 def test_slow_tabs_compute_when_opened(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    requested = []
+    page.on("request", lambda request: requested.append(request.url))
     page.goto(server + "?network=squeezenet1_0&buffer_kb=128", timeout=120_000)
     page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
 
@@ -190,6 +192,11 @@ def test_slow_tabs_compute_when_opened(server, browser):
     page.get_by_text("Download squeezenet1_0-dnnvm-groups.csv").first.wait_for(timeout=10_000)
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "tables.png"), full_page=True)
+    page.get_by_text("Sweep", exact=True).click()
+    page.get_by_text("Open a sweep's .parquet file").first.wait_for(timeout=30_000)
+    # everything the page needs comes from the dashboard's server: it works without internet
+    outside = {url for url in requested if not re.match(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:", url)}
+    assert len(requested) > 10 and not outside
 
 
 def _released_kb(page) -> int:
