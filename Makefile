@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# an uploaded model travels in one websocket message, base64-encoded: room for the 200 MB the page accepts
+UPLOAD_MESSAGE_BYTES := 300000000
 
 .PHONY: serve test bench clean browser compiled
 
@@ -22,6 +24,7 @@ compiled: $(STAMP)
 
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
+	  --websocket-max-message-size $(UPLOAD_MESSAGE_BYTES) \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
 test: compiled browser

@@ -6,6 +6,8 @@ server session, at once elsewhere). The tabs only read the session's state and r
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +61,7 @@ class Session(param.Parameterized):
         self.param.watch(self._show_status, "error")
         if self._served():  # the first report once the browser has the page: see `_request`
             pn.state.onload(self._request)
+            pn.state.curdoc.on_session_destroyed(self._closed)
         else:
             self._request()
 
@@ -140,6 +143,11 @@ class Session(param.Parameterized):
         else:
             self.refresh()
 
+    def _closed(self, _context):
+        """The page was closed: its background work stops at the next step, and its uploads are deleted."""
+        self.latest_ticket += 1  # every running request is superseded: prefetch and quick reports stop
+        shutil.rmtree(self.upload_dir, ignore_errors=True)
+
     def _show_status(self, event):
         self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
 
@@ -147,17 +155,24 @@ class Session(param.Parameterized):
         """An uploaded .onnx file: imported once here, so a bad file is named in the page and nothing changes."""
         if data is None:
             return
-        if len(data) > MAX_UPLOAD_BYTES:
-            self.error = f"{filename}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
-            return
         safe = Path(filename).name or "model.onnx"
-        (self.upload_dir / safe).write_bytes(data)
+        if not data:
+            self.error = f"{safe}: the file is empty; choose an .onnx model file"
+            return
+        if len(data) > MAX_UPLOAD_BYTES:
+            self.error = f"{safe}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
+            return
+        # each upload in a folder named by its content: the graph cache is keyed by path, so a changed file
+        # under the same name is a new path, and the same file uploaded again is found in the cache
+        name = f"{hashlib.sha256(data).hexdigest()[:16]}/{safe}"
+        (self.upload_dir / name).parent.mkdir(exist_ok=True)
+        (self.upload_dir / name).write_bytes(data)
         try:
-            load_graph(self.state.network, self.state.batch, str(self.upload_dir / safe))
+            load_graph(self.state.network, self.state.batch, str(self.upload_dir / name))
         except engine.ModelFileError as err:  # name the user's file, not our temporary copy
             self.error = f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}"
             return
         except Exception as err:
             self.error = error_text(err)
             return
-        self.state.upload_name = safe
+        self.state.upload_name = name

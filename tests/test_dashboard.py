@@ -75,6 +75,22 @@ def test_bad_upload_shows_the_importer_message(session):
     assert session.state.upload_name == ""
 
 
+def test_an_upload_is_keyed_by_its_content_not_its_name(session):
+    from engine.loading import onnx_light_models
+
+    light = onnx_light_models()
+    session.on_upload((light / "light_resnet50.onnx").read_bytes(), "model.onnx")
+    first = session.report.graph
+    session.on_upload((light / "light_inception_v1.onnx").read_bytes(), "model.onnx")  # changed, same name
+    assert not session.status.visible and len(session.report.graph.ops) != len(first.ops)
+    second = session.state.upload_name
+    session.on_upload(b"garbage" * 100, "model.onnx")  # a broken file under that name is named, not ignored
+    assert session.status.visible and "model.onnx" in session.status.object
+    assert session.state.upload_name == second
+    session.on_upload(b"", "empty.onnx")
+    assert "empty.onnx: the file is empty" in session.status.object
+
+
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs

@@ -34,7 +34,8 @@ def server(tmp_path_factory):
     panel = Path(sys.executable).parent / "panel"
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
-                             "--allow-websocket-origin", f"127.0.0.1:{port}"],
+                             "--allow-websocket-origin", f"127.0.0.1:{port}", "--websocket-max-message-size",
+                             "300000000"],  # as `make serve`: room for a 200 MB upload
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
     url = f"http://127.0.0.1:{port}/dashboard"
@@ -238,4 +239,28 @@ def test_slider_drags_with_the_compiled_search_end_on_the_released_size(server, 
         page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for(
             timeout=60_000)
         page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=60_000)
+    page.close()
+
+
+def test_a_50_mb_upload_is_imported(server, browser, tmp_path):
+    """A model with its weights (50 MB) used to close the websocket (Bokeh's 20 MB message limit)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.ones((3200, 4000), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3200])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4000])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "big_matmul.onnx"
+    onnx.save(model, str(path))
+    assert path.stat().st_size > 50e6
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + "?network=squeezenet1_0", timeout=120_000)
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.locator("input[type=file]").first.set_input_files(str(path))
+    page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for(timeout=180_000)
+    assert page.get_by_text(re.compile(r"12\.80 M parameters")).first.is_visible()
     page.close()
