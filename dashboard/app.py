@@ -12,6 +12,7 @@ import param
 from dashboard import url
 from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
 from dashboard.tabs.fusion import FusionTab
 from dashboard.tabs.sweep import sweep_tab
@@ -88,9 +89,12 @@ def sidebar(session: Session) -> list:
 
 def main_area(session: Session) -> pn.Column:
     """The status line above the tabs, in one card; the slow tabs compute only while they are shown."""
-    tabs = pn.Tabs(dynamic=True, sizing_mode="stretch_width")
+    # every tab stays in the page (not dynamic): Panel restyles a pane hidden in a dynamic tab with stylesheets
+    # from its CDN; the slow tabs compute only while shown all the same
+    tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    tabs.extend([("Fusion", FusionTab(session).panel()),
+    fusion = pn.Column(FusionTab(session).panel(), ComparePanel(session).panel(), sizing_mode="stretch_width")
+    tabs.extend([("Fusion", fusion),
                  ("What-if curve", curve_tab(session, active, 1)),
                  ("Memory timeline", timeline_tab(session, active, 2)),
                  ("Tables", tables_tab(session, active, 3)),
@@ -103,9 +107,12 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     hv.extension("bokeh")
     state = state or ExplorerState()
     location = pn.state.location
+    problems = []
     if location is not None:  # the URL's choices first, so the first report is the one asked for
-        url.restore(state, location, URL_PARAMS)
+        problems = url.restore(state, location, URL_PARAMS)
     session = Session(state)
+    if problems:
+        session.error = "The link's " + "; ".join(problems)
     if location is not None and pn.state.curdoc is not None:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own

@@ -8,16 +8,19 @@ of the browser's time per step), so the URL here follows the state after a short
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs
 
 import param
 
 SETTLE_MS = 300  # the URL follows the state this long after its last change
 
 
-def restore(state: param.Parameterized, location, names) -> None:
+def restore(state: param.Parameterized, location, names) -> list[str]:
     """Apply the URL's values of `names` to `state`, in the order of `names` (a preset before the fields it
-    sets); a malformed value keeps its default."""
+    sets); a malformed value keeps its default, and is named in the returned list (what, and what is allowed)."""
     query = location.query_params
+    typed = {k: v[-1] for k, v in parse_qs((location.search or "").lstrip("?")).items()}  # as in the address bar
+    problems = []
     for name in names:
         if name not in query:
             continue
@@ -29,7 +32,22 @@ def restore(state: param.Parameterized, location, names) -> None:
         try:
             state.param.update(**{name: value})
         except Exception:  # e.g. buffer_kb=7, not a slider step: the page opens with the default
-            continue
+            problems.append(f"{name}={typed.get(name, query[name])} is not allowed ({allowed(state.param[name])}); "
+                            f"using {getattr(state, name)!r}")
+    return problems
+
+
+def allowed(parameter: param.Parameter) -> str:
+    """What a parameter accepts, in words: its bounds or its choices."""
+    if isinstance(parameter, param.ListSelector):
+        return "a list of: " + ", ".join(map(str, parameter.objects))
+    if isinstance(parameter, param.Selector):
+        choices = list(parameter.objects)
+        return "one of " + ", ".join(map(str, choices[:12])) + (f", ... ({len(choices)} in all)" if len(choices) > 12 else "")
+    if isinstance(parameter, param.Number) and parameter.bounds:
+        low, high = parameter.bounds
+        return f"{'an integer' if isinstance(parameter, param.Integer) else 'a number'} from {low} to {high}"
+    return f"a {type(parameter).__name__.lower()}"
 
 
 def query_of(state: param.Parameterized, names) -> dict[str, str]:

@@ -91,6 +91,49 @@ def test_an_upload_is_keyed_by_its_content_not_its_name(session):
     assert "empty.onnx: the file is empty" in session.status.object
 
 
+def test_the_ops_csv_follows_the_plan_the_dag_shows_with_each_groups_dram_bytes():
+    from dashboard.tabs.tables import ops_frame
+
+    s = Session(ExplorerState(network="googlenet", buffer_kb=256))
+    ops = ops_frame(s.report)
+    plan = s.report.plans["optimus"]
+    assert set(ops["plan"]) == {"optimus"} and len(ops) == len(s.report.graph.ops)
+    first_rows = ops.drop_duplicates("group").sort_values("group")
+    assert list(first_rows["group_dram_bytes"]) == [c.dram_bytes for c in plan.costs]
+    assert first_rows["group_dram_bytes"].sum() == plan.dram_bytes
+
+
+def test_a_preset_buffer_off_the_slider_steps_is_named_in_the_headline():
+    s = Session(ExplorerState(network="light_squeezenet.onnx", preset="eyeriss"))
+    tab = FusionTab(s)
+    used = s.report.acc.buffer_bytes // 1024
+    assert used != s.state.buffer_kb  # 108 KB, shown on the slider as its nearest step
+    assert f"{used:,} KB buffer (the preset's own size; the slider shows the nearest step, {s.state.buffer_kb:,} KB)" \
+        in tab.headline.object
+    s.state.buffer_kb = 256
+    assert "256 KB buffer\n" in tab.headline.object
+
+
+def test_compare_mode_outlines_the_groups_that_differ_and_their_traffic():
+    from dashboard.tabs.compare import ComparePanel
+    from dashboard.views.dag import plan_differences
+
+    s = Session(ExplorerState(network="googlenet", buffer_kb=256))
+    dnnvm, optimus = s.report.plans["dnnvm"], s.report.plans["optimus"]
+    diff = plan_differences(s.report.graph, optimus, dnnvm)
+    assert len(diff) > 0 and diff["difference"].sum() == dnnvm.dram_bytes - optimus.dram_bytes  # blocks are exact
+    assert (diff["difference"] != 0).any()
+    assert plan_differences(s.report.graph, optimus, optimus).empty
+    panel = ComparePanel(s)
+    assert panel.body.objects == [] and "dnnvm" in panel.choice.options
+    panel.choice.value = "dnnvm"
+    figure = panel.body[1].object
+    regions = figure.select_one({"name": "dag-regions"}).data
+    thick = {r for r, w in zip(regions["region"], regions["line_width"]) if w > 2}
+    assert thick == {g for cell in diff["dnnvm groups"] for g in cell.split()}
+    assert f"{dnnvm.dram_bytes - optimus.dram_bytes:+,} bytes" in panel.body[0].object
+
+
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
@@ -166,11 +209,18 @@ def test_sweep_file_draws_curves(tmp_path):
 
 
 def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
-    from dashboard.tabs.curve import nearest_step
+    from bokeh import events
+    from bokeh.models import Span
 
-    session.state.buffer_kb = nearest_step(1000.0)
+    from dashboard.tabs.curve import CurvePlot
+
+    plot = CurvePlot(session.state)
+    df = pd.DataFrame([{"buffer_kb": kb, "method": "optimus", "dram_mb": 10.0 / kb} for kb in (16, 256, 4096)])
+    figure = plot.draw(df).object
+    figure._trigger_event(events.Tap(figure, x=1000.0, y=0.01))  # what a click on the plot sends from the browser
     assert session.state.buffer_kb == 1024
     assert session.report.acc.buffer_bytes == 1024 * 1024
+    assert [span.location for span in figure.select({"type": Span})] == [1024]  # the marker followed
 
 
 def test_the_curve_comes_in_size_by_size_and_leaves_out_sizes_the_network_cannot_run():
@@ -348,8 +398,13 @@ def test_a_copied_url_reopens_the_same_view_and_bad_values_keep_their_defaults()
     assert state.buffer_kb == 362  # the preset's own buffer size does not override the link's
     assert state.pe_rows == engine.Accelerator.preset("eyeriss").pe_rows  # 0 rows: the preset's value stays
     bad = ExplorerState()
-    url.restore(bad, Location(search="?buffer_kb=7&network=vgg16"), URL_PARAMS)
-    assert (bad.buffer_kb, bad.network) == (128, "vgg16")  # 7 KB is not a slider step
+    problems = url.restore(bad, Location(search="?buffer_kb=7&network=vgg16&batch=-3&network=doesnotexist"),
+                           URL_PARAMS)
+    assert (bad.buffer_kb, bad.network, bad.batch) == (128, "resnet50", 1)  # 7 KB is not a slider step
+    assert problems[0].startswith("network=doesnotexist is not allowed (one of alexnet, ")
+    assert problems[0].endswith("; using 'resnet50'")
+    assert problems[1] == "batch=-3 is not allowed (an integer from 1 to 64); using 1"
+    assert problems[2].startswith("buffer_kb=7 is not allowed (one of 8, 11, 16,")
     state.param.update(buffer_kb=362, preset="eyeriss", colour_by="module")
     copied = Location(search="")
     copied.update_query(**url.query_of(state, URL_PARAMS))

@@ -181,8 +181,19 @@ def test_slow_tabs_compute_when_opened(server, browser):
 
     page.get_by_text("What-if curve", exact=True).click()
     page.get_by_text("computing the buffer-size curve...").first.wait_for(state="detached", timeout=120_000)
-    page.locator(".bk-Canvas, canvas").nth(1).wait_for(timeout=30_000)
+    page.locator("canvas:visible").first.wait_for(timeout=30_000)  # the curve's (the Fusion tab's are hidden)
+    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached", timeout=120_000)  # all sizes in
     page.screenshot(path=str(SHOTS / "curve.png"), full_page=True)
+    # a click on the curve's plot moves the slider to the nearest step (the x axis is log: 80% across is > 1 MB)
+    plot = max((c.bounding_box() for c in page.locator("canvas:visible").all() if c.bounding_box()),
+               key=lambda box: box["width"] * box["height"])
+    assert _released_kb(page) == 128
+    page.mouse.click(plot["x"] + 0.8 * plot["width"], plot["y"] + 0.5 * plot["height"])
+    deadline = time.time() + 30
+    while _released_kb(page) == 128 and time.time() < deadline:
+        page.wait_for_timeout(200)
+    assert _released_kb(page) > 1024
+    page.wait_for_url(re.compile(r"buffer_kb=[1-9]\d{3}"), timeout=10_000)
 
     page.get_by_text("Memory timeline", exact=True).click()
     page.get_by_text("Download allocation.csv").first.wait_for(timeout=120_000)  # COSMA solved, timeline drawn

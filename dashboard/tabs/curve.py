@@ -7,11 +7,15 @@ search takes seconds, so the user sees the curve grow instead of a spinner for m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from functools import lru_cache
 
 import holoviews as hv
 import pandas as pd
 import panel as pn
+from bokeh import events
+from bokeh.models import Span
+from panel.io.state import set_curdoc
 
 import engine
 from dashboard.state import BUFFER_STEPS_KB, KB
@@ -48,12 +52,48 @@ def nearest_step(kb: float) -> int:
     return min(BUFFER_STEPS_KB, key=lambda k: abs(k - kb) / k)
 
 
+class CurvePlot:
+    """The curve as a Bokeh figure whose clicks move the slider and whose marker follows it.
+
+    A click is heard through Bokeh's own Tap event on the figure (HoloViews' Tap stream on a
+    DynamicMap rebuilt as the sizes come in never reached the server in the browser), and the
+    marker is moved in place, so a slider move redraws nothing.
+    """
+
+    def __init__(self, state):
+        self.state = state
+        self.figure = None
+        state.param.watch(self._follow, "buffer_kb")
+
+    def draw(self, df: pd.DataFrame):
+        figure = hv.render(curve_view(df, self.state.buffer_kb, XLIM), backend="bokeh")
+        figure.on_event(events.Tap, self.clicked)
+        self.figure = figure
+        return pn.pane.Bokeh(figure, sizing_mode="stretch_width")
+
+    def clicked(self, event):
+        """A click anywhere on the plot: the slider goes to the step nearest the clicked buffer size."""
+        if event.x is None or event.x <= 0:
+            return
+        # a plain Bokeh callback: Panel must be told whose page this is, or the views it builds for the change
+        # point their stylesheets at Panel's CDN instead of this server
+        doc = self.figure.document if self.figure is not None else None
+        with set_curdoc(doc) if doc is not None else contextlib.nullcontext():
+            self.state.buffer_kb = nearest_step(event.x)
+
+    def _follow(self, event):
+        if self.figure is not None:
+            for span in self.figure.select({"type": Span}):
+                span.location = event.new
+
+
 def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
     """The curve for the current network and accelerator; a slider move only moves its marker.
 
     `active` is the tabs' active-index parameter: the curve is computed only while tab `index` shows.
     """
     s = session.state.param
+    plot = CurvePlot(session.state)
 
     async def curve(shown, network, batch, preset, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
                     upload_name):
@@ -77,9 +117,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
                                 alert_type="danger")
 
     def drawn(df: pd.DataFrame, skipped: tuple[str, ...], done: int) -> pn.Column:
-        plot = hv.DynamicMap(pn.bind(curve_view, df, s.buffer_kb, XLIM))
-        hv.streams.Tap(source=plot, x=None, y=None).add_subscriber(lambda x=None, y=None: jump(x))
-        parts = [pn.pane.HoloViews(plot, sizing_mode="stretch_width")]
+        parts = [plot.draw(df)]
         if done < len(CURVE_BUFFERS_KB):
             parts.insert(0, pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
                                    pn.pane.HTML(f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn",
@@ -87,10 +125,6 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
         if skipped:
             parts.append(pn.pane.Alert("Left out of the curve: " + "; ".join(skipped), alert_type="warning"))
         return pn.Column(*parts, sizing_mode="stretch_width")
-
-    def jump(x):
-        if x is not None and x > 0:
-            session.state.buffer_kb = nearest_step(x)
 
     return pn.panel(pn.bind(curve, active, s.network, s.batch, s.preset, s.pe_rows, s.pe_cols, s.rf_bytes,
                             s.word_bits, s.dram_gbps, s.methods, s.upload_name), sizing_mode="stretch_width")

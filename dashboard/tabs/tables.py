@@ -10,6 +10,7 @@ import param
 
 import engine
 from dashboard.tabs.common import download_table, message
+from dashboard.tabs.fusion import shown_plan
 from dashboard.views.dag import node_table
 
 
@@ -21,12 +22,19 @@ def parts_frame(graph, cpu_kinds: tuple[str, ...], word_bits: int) -> pd.DataFra
                           "crossing_bytes": p.crossing_bytes} for i, p in enumerate(split.parts)])
 
 
+def ops_frame(rep) -> pd.DataFrame:
+    """One row per op with its group in the plan the DAG shows, and that group's DRAM bytes."""
+    plan = shown_plan(rep)
+    ops = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs])
+    ops.insert(0, "plan", plan.method)
+    return ops.drop(columns=["x0", "y0", "x1", "y1", "x", "y", "label", "colour", "overlay"])
+
+
 def report_tables(rep, cpu_kinds=()) -> pn.Column:
     """A JSON download of the whole report above one tab per table, each with its CSV download."""
     name = rep.graph.name
     tabs = [(method, download_table(rep.groups_frame(method), f"{name}-{method}-groups.csv")) for method in rep.plans]
-    ops = node_table(rep.graph, rep.plans[next(iter(rep.plans))].groups, rep.acc.word_bits)
-    tabs.append(("ops", download_table(ops.drop(columns=["x", "y", "colour", "overlay"]), f"{name}-ops.csv")))
+    tabs.append(("ops", download_table(ops_frame(rep), f"{name}-ops.csv")))
     try:
         modules = pd.DataFrame(engine.plan_modules(rep.graph, rep.acc).table())
         tabs.append(("modules", download_table(modules, f"{name}-modules.csv")))

@@ -17,5 +17,5 @@ def curve_view(curve: pd.DataFrame, current_kb: float, xlim: tuple[float, float]
     marker = hv.VLine(current_kb).opts(color="black", line_dash="dotted")
     return hv.Overlay([*lines, marker]).opts(
         hv.opts.Overlay(logx=True, xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)", responsive=True,
-                        min_height=360, title="What if the buffer were another size? (click a point to go there)",
+                        height=380, title="What if the buffer were another size? (click a point to go there)",
                         legend_position="top_right", **({"xlim": xlim} if xlim else {})))

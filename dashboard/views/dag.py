@@ -219,7 +219,8 @@ def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.Da
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
-                     "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top})
+                     "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
+                     "line_width": 2.0})
     return pd.DataFrame(rows)
 
 
@@ -254,7 +255,7 @@ OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("
 REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
 
 
-def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title=""):
+def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="", highlight=()):
     """The ops as labelled boxes in a layered layout, each region (fused group, or part/module of `overlay`)
     a shaded outline tagged with its label; hover names an op, or a region's ops and DRAM bytes.
 
@@ -267,6 +268,7 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
     nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
     regions = outline_table(graph, groups, group_bytes, overlay)
+    regions.loc[regions["region"].isin(list(highlight)), "line_width"] = 6.0  # e.g. groups another plan lacks
     lay = dag_layout(graph)
     scale = min(1.0, 1100.0 / max(lay.width, 1.0))
     height = int(min(3200, max(420, (lay.height + 80) * scale)))
@@ -283,7 +285,7 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
                                 name="dag-edges")
     op_src = ColumnDataSource(node_columns(nodes), name="dag-ops")
     shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
-                         line_width=2)
+                         line_width="line_width")
     fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
              text_color="colour", text_baseline="bottom")
     fig.multi_line("xs", "ys", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
@@ -296,3 +298,27 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
                   HoverTool(renderers=[shapes], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
     return fig
 
+
+
+def plan_differences(graph: Graph, plan_a, plan_b) -> pd.DataFrame:
+    """Where two plans group the ops differently: the smallest blocks of ops that whole groups of both plans
+    cover, one row per block whose groups differ, with each plan's groups and DRAM bytes there (exact: both
+    plans' groups inside a block cover exactly its ops)."""
+    links = nx.Graph()
+    links.add_nodes_from(op.name for op in graph.ops)
+    for plan in (plan_a, plan_b):
+        for grp in plan.groups:
+            links.add_edges_from(zip(grp, grp[1:]))
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    rows = []
+    for block in sorted(nx.connected_components(links), key=lambda ops: min(index[o] for o in ops)):
+        inside = [[(i, grp) for i, grp in enumerate(plan.groups) if grp[0] in block] for plan in (plan_a, plan_b)]
+        if {frozenset(g) for _, g in inside[0]} == {frozenset(g) for _, g in inside[1]}:
+            continue
+        cost = [sum(plan.costs[i].dram_bytes for i, _ in groups) for plan, groups in zip((plan_a, plan_b), inside)]
+        rows.append({"ops": len(block), "first op": min(block, key=index.get),
+                     f"{plan_a.method} groups": " ".join(f"G{i}" for i, _ in inside[0]),
+                     f"{plan_b.method} groups": " ".join(f"G{i}" for i, _ in inside[1]),
+                     f"{plan_a.method} bytes": cost[0], f"{plan_b.method} bytes": cost[1],
+                     "difference": cost[1] - cost[0]})
+    return pd.DataFrame(rows)

@@ -21,7 +21,7 @@ def energy_frame(energies: dict) -> pd.DataFrame:
 def energy_bars(energies: dict) -> hv.Bars:
     """Stacked energy bars (DRAM / buffer / PE array / RF / MAC) per method."""
     return hv.Bars(energy_frame(energies), kdims=["method", "component"], vdims=["uJ"]).opts(
-        stacked=True, cmap=COLOURS, tools=["hover"], responsive=True, min_height=320, ylabel="energy (µJ)",
+        stacked=True, cmap=COLOURS, tools=["hover"], responsive=True, height=320, ylabel="energy (µJ)",
         title="Energy per inference", legend_position="right")
 
 
@@ -29,7 +29,7 @@ def latency_bars(energies: dict) -> hv.Bars:
     """Latency per method (the larger of compute and DRAM time, summed over fused groups)."""
     lat = energy_frame(energies).drop_duplicates("method")
     return hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
-        color="#555555", tools=["hover"], responsive=True, min_height=320, ylabel="latency (ms)", title="Latency")
+        color="#555555", tools=["hover"], responsive=True, height=320, ylabel="latency (ms)", title="Latency")
 
 
 def stacked_columns(energies: dict) -> dict[str, list]:

@@ -24,5 +24,5 @@ def sweep_view(rows: pd.DataFrame) -> hv.HoloMap:
     curves = data.to(hv.Curve, "buffer_kb", "dram_mb", groupby=["network", "accelerator", "batch", "method"])
     return curves.overlay("method").opts(
         hv.opts.Curve(logx=True, tools=["hover"], xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)",
-                      responsive=True, min_height=380),
+                      responsive=True, height=380),
         hv.opts.NdOverlay(legend_position="top_right"))

@@ -39,4 +39,4 @@ def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
              f"peak {alloc.peak_bytes / 1024:,.1f} KB of {budget_bytes / 1024:,.1f} KB")
     return (boxes * spill_pts * back_pts * budget).opts(
         hv.opts.Overlay(title=title, xlabel="timestep (op in schedule order)", ylabel="address (KB)",
-                        responsive=True, min_height=420, legend_position="top_right", show_legend=True))
+                        responsive=True, height=420, legend_position="top_right", show_legend=True))
