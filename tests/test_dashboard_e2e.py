@@ -105,6 +105,19 @@ REGIONS = """() => {
 }"""
 
 
+# How many outlines the browser draws thickly (compare mode's differing groups).
+THICK_OUTLINES = """() => {
+  let thick = 0;
+  for (const doc of Bokeh.documents)
+    for (const model of doc.all_models)
+      if (model.name === "dag-regions") {
+        const widths = model.data instanceof Map ? model.data.get("line_width") : model.data.line_width;
+        thick += Array.from(widths).filter(w => w > 2).length;
+      }
+  return thick || null;
+}"""
+
+
 def _dram_mb(page) -> float | None:
     """The best plan's DRAM traffic from the headline, or None while the headline re-renders."""
     from playwright.sync_api import Error
@@ -141,6 +154,10 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     groups = int(re.search(r"(\d+) fused groups", heading).group(1))
     assert page.evaluate(REGIONS) == [f"G{i}" for i in range(groups)]
     page.get_by_text(f"G{groups - 1}", exact=True).first.wait_for(timeout=10_000)
+    # compare mode: dnnvm's plan drawn too, the groups optimus does not have outlined thickly
+    page.locator("select").filter(has_text="dnnvm").first.select_option("dnnvm")
+    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for(timeout=30_000)
+    assert page.wait_for_function(THICK_OUTLINES, timeout=30_000).json_value() > 0
 
     handle = page.locator(".noUi-handle").first
     box = handle.bounding_box()
