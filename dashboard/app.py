@@ -15,6 +15,7 @@ from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
 from dashboard.tabs.fusion import FusionTab
+from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import sweep_tab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
@@ -93,12 +94,13 @@ def main_area(session: Session) -> pn.Column:
     # from its CDN; the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    fusion = pn.Column(FusionTab(session).panel(), ComparePanel(session).panel(), sizing_mode="stretch_width")
-    tabs.extend([("Fusion", fusion),
-                 ("What-if curve", curve_tab(session, active, 1)),
-                 ("Memory timeline", timeline_tab(session, active, 2)),
-                 ("Tables", tables_tab(session, active, 3)),
-                 ("Sweep", sweep_tab(session.upload_dir))])
+    views = {"Fusion": pn.Column(FusionTab(session).panel(), ComparePanel(session).panel(),
+                                 sizing_mode="stretch_width"),
+             "What-if curve": curve_tab(session, active, 1),
+             "Memory timeline": timeline_tab(session, active, 2),
+             "Tables": tables_tab(session, active, 3),
+             "Sweep": sweep_tab(session.upload_dir)}
+    tabs.extend([(name, pn.Column(guide(name), view, sizing_mode="stretch_width")) for name, view in views.items()])
     return pn.Column(session.status, tabs, sizing_mode="stretch_width")
 
 
