@@ -25,7 +25,13 @@ from dashboard.views.energy import energy_bars, latency_bars, latency_columns, s
 RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
-                    "x_oracle": "× Oracle", "gap": "proven gap"}
+                    "x_oracle": "× Oracle", "x_limit": "× limit", "gap": "proven gap"}
+SUMMARY_NOTE = ("*× Oracle*: the plan's DRAM traffic over the Oracle's (every tensor and weight crossing once, "
+                "a floor no plan reaches below). *status*: `optimal` is a proven optimum, `restricted` the best "
+                "plan the method's own rules allow (one pass, or the on-line variant's pruning), `unfused` every op "
+                "alone, `beam` a search "
+                "cut short past its limits (NAS cells). *proven gap*: how far above a proven lower bound a beam's "
+                "plan may be; `-` where there is none to give.")
 LEGEND_CSS = """
 table.legend { border-collapse: collapse; font-size: 12px; }
 table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
@@ -37,6 +43,11 @@ table.methods { border-collapse: collapse; font-size: 13px; }
 table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: right; }
 table.methods th:first-child, table.methods td:first-child { text-align: left; }
 """
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1 ("1 group", "60 groups")."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
@@ -53,7 +64,7 @@ def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
     text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {used_kb:,.0f} KB buffer{note}\n\n"
             f"{len(g.ops)} ops, {g.macs / 1e9:.2f} GMACs, {g.params / 1e6:.2f} M parameters. "
             f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}) "
-            f"{best.dram_bytes / 1e6:,.2f} MB in {len(best.groups)} groups.")
+            f"{best.dram_bytes / 1e6:,.2f} MB in {counted(len(best.groups), 'group')}.")
     if pending:
         text += f"\n\n**{' and '.join(pending)} still searching**: shown so far are the one-pass methods."
     return text
@@ -67,7 +78,8 @@ def shown_plan(rep):
 def groups_title(rep) -> str:
     """The DAG's title when it shows fused groups: how many, and by which method."""
     plan = shown_plan(rep)
-    return f"{rep.graph.name}: {len(plan.groups)} groups fused by {plan.method} (click an op for its loop nest)"
+    return (f"{rep.graph.name}: {counted(len(plan.groups), 'group')} fused by {plan.method} "
+            "(click an op for its loop nest)")
 
 
 @lru_cache(maxsize=64)
@@ -123,7 +135,7 @@ def dag_data(rep, overlay=None, title: str = "") -> DagData:
     costs = [c.dram_bytes for c in plan.costs]
     nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, costs, overlay)
     regions = outline_table(rep.graph, plan.groups, costs, overlay)
-    heading = f"{plan.method}'s {len(plan.groups)} fused groups" if overlay is None else "parts / modules"
+    heading = f"{plan.method}'s {counted(len(plan.groups), 'fused group')}" if overlay is None else "parts / modules"
     return DagData({col: nodes[col].tolist() for col in RECOLOURED}, region_columns(regions),
                    legend_html(regions, heading), title or groups_title(rep))
 
@@ -312,5 +324,6 @@ class FusionTab:
         colour_by = pn.widgets.RadioButtonGroup.from_param(self.session.state.param.colour_by)
         return pn.Column(pn.Row(self.headline, self.busy), colour_by,
                          pn.Row(self.dag.pane, pn.Column(self.dag.legend, self.detail.panel)), self.table,
+                         pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),
                          pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")

@@ -25,6 +25,7 @@ GREY = "#cccccc"
 BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
 GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
+MAX_HEIGHT = 1300  # the DAG plot's pixels
 
 
 @dataclass(frozen=True)
@@ -270,12 +271,15 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     regions = outline_table(graph, groups, group_bytes, overlay)
     regions.loc[regions["region"].isin(list(highlight)), "line_width"] = 6.0  # e.g. groups another plan lacks
     lay = dag_layout(graph)
+    # the first view shows the network's top at a readable scale, at most MAX_HEIGHT pixels high (the browser
+    # repaints the whole canvas per plan: a 3,000-pixel one took twice as long); drag to pan down
     scale = min(1.0, 1100.0 / max(lay.width, 1.0))
-    height = int(min(3200, max(420, (lay.height + 80) * scale)))
+    height = int(min(MAX_HEIGHT, max(420, (lay.height + 80) * scale)))
     xs, ys = nodes["x"].to_numpy(), nodes["y"].to_numpy()
+    top = float(ys.max()) + BOX_H * 1.5
     fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
                  x_range=(float(xs.min()) - BOX_W, float(xs.max()) + BOX_W),
-                 y_range=(float(ys.min()) - BOX_H, float(ys.max()) + BOX_H * 1.5),
+                 y_range=(max(float(ys.min()) - BOX_H, top - height / scale), top),
                  min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
                  tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
     fig.axis.visible = False
