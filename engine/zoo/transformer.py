@@ -38,10 +38,21 @@ def key_transpose(net: Net, k: str, name: str) -> str:
 
 
 def attend(net: Net, q: str, kt: str, v: str, name: str) -> str:
-    """Scores Q K^T (N, h, L, S), softmax, context P V (N, h, L, dh), heads merged back to (N, L, h*dh)."""
+    """Scores Q K^T (N, h, L, S), softmax, context P V (N, h, L, dh), heads merged back to (N, L, h*dh).
+
+    Grouped-query attention (K and V with fewer heads, kv, than Q): Q is viewed as (N, kv, h/kv * L, dh),
+    the query heads of a group stacked along the rows, so each matmul is batched over the kv heads
+    and reads every key once; the context is viewed back as (N, h, L, dh). MACs are those of h heads.
+    """
+    n, heads, length, dh = net.shape(q)
+    kv = net.shape(kt)[1]
+    if kv != heads:
+        net.reshape(q, f"{name}.q_groups", (n, kv, heads // kv * length, dh))
     probs = net.unary(net.matmul(q, kt, f"{name}.scores"), f"{name}.softmax", "Softmax", OpKind.SOFTMAX)
-    ctx = net.transpose(net.matmul(probs, v, f"{name}.context"), f"{name}.merge_heads", (0, 2, 1, 3))
-    n, length, heads, dh = net.shape(ctx)
+    ctx = net.matmul(probs, v, f"{name}.context")
+    if kv != heads:
+        net.reshape(ctx, f"{name}.ungroup", (n, heads, length, dh))
+    ctx = net.transpose(ctx, f"{name}.merge_heads", (0, 2, 1, 3))
     return net.reshape(ctx, f"{name}.merge_view", (n, length, heads * dh))
 
 
