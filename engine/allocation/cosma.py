@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
 from engine.allocation import atbound
-from engine.allocation.bound import relaxed_bound, spill_bound
+from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.packing import pack
@@ -152,10 +152,11 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
 
 def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:
     """(The better of `lb` and the bound of the relaxation without addresses, its plan's order or None), in a
-    tenth of the share; skipped for problems over RELAX_MAX_STEPS tensor-steps."""
+    tenth of the share; over RELAX_MAX_STEPS tensor-steps, the relaxation stage by stage (`staged_bound`, in
+    a fifth of the share: an LLM's 32 layers are one attention and one MLP stage to solve)."""
     life = analyse(prob)
     if sum(w.last - w.first + 1 for w in life.tensors.values()) > RELAX_MAX_STEPS:
-        return lb, None
+        return max(lb, staged_bound(prob, life, solver=solver, time_limit_s=_seconds(until, share / 5))), None
     relaxed, best = relaxed_bound(prob, solver=solver, time_limit_s=_seconds(until, share / 10), life=life)
     return max(lb, relaxed), best
 
