@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pulp
 
@@ -82,6 +83,13 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs",
     plan of that stage alone in which the tensors it brings in load free once and tensors
     read later may leave free: a relaxation of the stage, so the better of its `spill_bound`
     and `relaxed_bound` is at most that part's cost, and their sum is at most the whole's.
+    A tensor that waits across stages it is not used in (an LLM's residual stream across
+    attention) is on chip there or comes back later at the cost of its size: each such gap is
+    given to the first stage of more than one op inside it, as a tensor resident at its start
+    that later stages read (off chip, it is charged its retrieval, which no stage counts
+    otherwise). DRAM holds it there, so its spill is free, except in the first gap given to a
+    stage of a tensor made on chip: no stage before can have charged a way off chip, so the
+    spill it needs is charged there, once.
     Stages equal up to tensor names (the layers of one model) are bounded once. The order
     runs each stage in the order of its relaxation's plan (a good order to place, as for
     `relaxed_bound`). (0, None) when the problem has a fixed order or starts with tensors on chip.
@@ -95,6 +103,19 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs",
     stage_of = {op: k for k, ops in enumerate(stages) for op in ops}
     made = {a: stage_of[op] for a, op in p.producer.items()}
     read_in = {a: stage_of[readers[-1]] for a, readers in p.consumers.items()}  # the stage of its last reader
+    waits: dict[int, list[str]] = {}  # stage -> tensors waiting across it, each gap given to one stage
+    unsaved: set[str] = set()  # waits DRAM cannot hold yet: made on chip and never charged a way off before
+    for a in p.tensors:
+        used = sorted({*(stage_of[r] for r in p.consumers.get(a, ())), *((made[a],) if a in made else ())})
+        used += [len(stages)] if a in p.keep else []
+        first = a in made and a not in p.free_spill and a not in p.carry.host
+        for lo, hi in zip(used, used[1:]):
+            k = next((k for k in range(lo + 1, hi) if len(stages[k]) > 1), None)
+            if k is not None:
+                waits.setdefault(k, []).append(a)
+                if first:
+                    unsaved.add(a)
+                first = False
     shapes: dict[tuple, Problem] = {}  # a stage's shape (ops' tensors by first appearance, sizes, flags) -> a stage
     keys = []
     for k, ops in enumerate(stages):
@@ -102,15 +123,18 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs",
         brought = {a for a in touched if made.get(a, -1) < k} | (p.carry.fresh & touched.keys())
         leaves = {a for a in touched if read_in.get(a, -1) > k or a in p.keep} | (p.free_spill & touched.keys())
         host = brought | (p.carry.host & touched.keys())
+        wait = waits.get(k, [])
         local = {a: i for i, a in enumerate(touched)}
         key = (tuple((tuple(local[a] for a in p.reads[op]), tuple(local[a] for a in p.writes[op])) for op in ops),
-               tuple(p.size[a] for a in touched), *(frozenset(local[a] for a in s) for s in (brought, leaves, host)))
+               tuple(p.size[a] for a in touched), *(frozenset(local[a] for a in s) for s in (brought, leaves, host)),
+               tuple(sorted((p.size[a], a in unsaved) for a in wait)))
         keys.append(key)
+        saved = {a for a in wait if a not in unsaved}
         shapes.setdefault(key, Problem(ops, p.reads, p.writes, p.size, frozenset(leaves),
-                                       Carry(p.carry.resident, frozenset(host), frozenset(brought)), frozenset(),
-                                       p.budget))
+                                       Carry(MappingProxyType(dict.fromkeys(wait, 0)), frozenset(host | saved),
+                                             frozenset(brought)), frozenset(wait), p.budget))
     # a lone op's tensors fit any budget the problem admits: its stage costs nothing
-    known = {key: 0 for key, stage in shapes.items() if len(stage.ops) == 1}  # shape -> the stage's bound in bytes
+    known = {key: 0 for key, stage in shapes.items() if len(stage.ops) == 1 and not stage.keep}  # shape -> bytes
     ranks = {key: tuple(range(len(stage.ops))) for key, stage in shapes.items()}  # shape -> its plan's op positions
     todo = [(key, stage) for key, stage in shapes.items() if key not in known]
     for j, (key, stage) in enumerate(todo):

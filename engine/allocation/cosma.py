@@ -153,11 +153,11 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
 def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:
     """(The better of `lb` and the bound of the relaxation without addresses, its plan's order or None), in a
     tenth of the share; over RELAX_MAX_STEPS tensor-steps, the relaxation stage by stage (`staged_bound`, in
-    a third of the share: an LLM's 32 layers are one attention and one MLP stage to solve), whose order
+    half the share: an LLM's 32 layers are one attention and one MLP stage to solve), whose order
     joins its stages' relaxed plans."""
     life = analyse(prob)
     if sum(w.last - w.first + 1 for w in life.tensors.values()) > RELAX_MAX_STEPS:
-        staged, order = staged_bound(prob, life, solver=solver, time_limit_s=_seconds(until, share / 3))
+        staged, order = staged_bound(prob, life, solver=solver, time_limit_s=_seconds(until, share / 2))
         return max(lb, staged), order
     relaxed, best = relaxed_bound(prob, solver=solver, time_limit_s=_seconds(until, share / 10), life=life)
     return max(lb, relaxed), best
