@@ -134,10 +134,12 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs",
                                        Carry(MappingProxyType(dict.fromkeys(wait, 0)), frozenset(host | saved),
                                              frozenset(brought)), frozenset(wait), p.budget))
     # a lone op's tensors fit any budget the problem admits: its stage costs nothing
-    known = {key: 0 for key, stage in shapes.items() if len(stage.ops) == 1 and not stage.keep}  # shape -> bytes
+    known = dict.fromkeys(shapes, 0)  # shape -> the stage's bound in bytes (0 until bounded: still a bound)
     ranks = {key: tuple(range(len(stage.ops))) for key, stage in shapes.items()}  # shape -> its plan's op positions
-    todo = [(key, stage) for key, stage in shapes.items() if key not in known]
+    todo = [(key, stage) for key, stage in shapes.items() if len(stage.ops) > 1 or stage.keep]
     for j, (key, stage) in enumerate(todo):
+        if time.perf_counter() >= deadline:
+            break  # the stages left keep 0
         left = max(deadline - time.perf_counter(), 0.0) / (len(todo) - j)
         units = spill_bound(stage, solver=solver, time_limit_s=max(left / 4, 0.01))
         relaxed, order = relaxed_bound(stage, solver=solver, time_limit_s=max(deadline - time.perf_counter(), 0.0)
