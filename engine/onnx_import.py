@@ -43,6 +43,7 @@ KIND_BY_TYPE = {
     "Softmax": OpKind.SOFTMAX, "LogSoftmax": OpKind.SOFTMAX,
     "LRN": OpKind.NORM, "LayerNormalization": OpKind.NORM, "InstanceNormalization": OpKind.NORM,
     "GroupNormalization": OpKind.NORM, "LpNormalization": OpKind.NORM, "BatchNormalization": OpKind.NORM,
+    "RMSNormalization": OpKind.NORM, "RotaryEmbedding": OpKind.ELTWISE,
 }
 COMPUTE_KINDS = (OpKind.CONV, OpKind.DWCONV, OpKind.MATMUL)
 # ONNX input slots that hold parameters, by op type (everything else is an activation or a constant)
