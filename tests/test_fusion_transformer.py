@@ -107,13 +107,25 @@ def test_fused_attention_streams_k_and_v_once_per_token_tile():
     big = group_cost(g, ops, _acc(64 * 1024))
     assert big.params_resident and big.row_steps == 1
     assert (big.fmap_in_bytes, big.param_bytes, big.fmap_out_bytes) == (256, 512, 256)
-    # 512 B (256 words): one query row's tiles (q 8 + scores 32 + probs 32 + context 8 words) leave no room
-    # for K and V (256 words): streamed once per token tile; tiles of r rows take 80 r words: 3 rows, 6 steps
+    # 512 B (256 words) leave no room for K and V (256 words) beside the tiles: streamed once per token tile.
+    # Scores and probabilities are held T_w = 4 keys wide (online softmax): a query row takes q 8 + scores
+    # 2 heads x 4 + probs 2 x (4 + max and sum) + context 8 = 36 words; 6 rows fit (216), so 3 steps
     small = group_cost(g, ops, _acc(512))
     assert not small.params_resident
-    assert (small.row_steps, small.subgroups, dict(small.tile_rows)) == (6, 6, {op: 3 for op in ops})
-    assert small.footprint_bytes == 80 * 3 * 2
-    assert small.dram_bytes == 256 + 256 + 512 * 6
+    assert (small.row_steps, small.subgroups, dict(small.tile_rows)) == (3, 3, {op: 6 for op in ops})
+    assert small.footprint_bytes == 36 * 6 * 2
+    assert small.dram_bytes == 256 + 256 + 512 * 3
+    assert small.streamed == ("k_t", "v_heads") and small.key_tiles == (("softmax", 4),)
+
+
+def test_scores_softmaxed_without_the_context_take_a_second_pass():
+    # {scores, softmax}: the row cannot be normalised before its last key tile, so the scores (2 x 16 x 16
+    # words, 1 KB) go out and come back (2 KB more) besides the probabilities written (1 KB)
+    g = attention_block(1, 16, 2, 4)
+    two = group_cost(g, ("scores", "softmax"), _acc(64 * 1024))
+    assert two.fmap_out_bytes == 1024 + 2 * 1024
+    three = group_cost(g, ("scores", "softmax", "context"), _acc(64 * 1024))
+    assert three.fmap_out_bytes == 256
 
 
 def test_a_group_that_makes_k_holds_it_whole():

@@ -86,6 +86,8 @@ class GroupCost:
     tile_rows: tuple[tuple[str, int], ...]
     isoa: tuple[str, ...] = ()  # ops that keep only T_c channels of their ofmap (Alg. 2)
     input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
+    streamed: tuple[str, ...] = ()  # K^T / V read as parameters are: resident, or once per sub-group (Eq. 3)
+    key_tiles: tuple[tuple[str, int], ...] = ()  # attention softmaxes run online: keys per tile (T_w)
 
 
 @dataclass(frozen=True)
@@ -430,9 +432,12 @@ def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_
     else:
         tiles = ((names[0], model.out_h[ops[0]]),)
     steps = best.row_steps * image_tiles(model, cap, best.batch_tile)
+    streamed = tuple(t for t in inputs if model.stream_elems[model.tindex[t]])
+    keys = tuple((model.names[i], model.key_width[i]) for i in ops
+                 if model.key_width[i] and (mask >> model.context_of.get(i, model.n)) & 1)
     return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
                      _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
-                     steps, tiles, isoa, best.passes)
+                     steps, tiles, isoa, best.passes, streamed, keys)
 
 
 def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") -> GroupCost | None:
