@@ -205,8 +205,7 @@ def transformer_table(networks, buffers_kb):
 
     *cold*: `fuse()` on a fresh model (wall s, shared machine); *re-search*: `fuse()` 1 KB below on the warm model,
     a slider move (wall s; the beams without their lower bound, which `bound_table` times)."""
-    print("
-| network | ops | buffer | none MB | optimus MB (groups) | Oracle MB | optimus / Oracle "
+    print("\n| network | ops | buffer | none MB | optimus MB (groups) | Oracle MB | optimus / Oracle "
           "| cold s | re-search s | groups evaluated |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     acc = engine.Accelerator.preset("optimus")

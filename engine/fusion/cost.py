@@ -11,9 +11,10 @@ ISOA decisions (Alg. 2) and a batch tile: a sub-group is a row band of t_n image
 A single op gets the cheaper of that tiled schedule and a layer-wise schedule that
 blocks output channels (re-reading its input once per block), so every op of a
 covered kind can run on any buffer that holds one input channel's rows. Ops outside
-the tile model (3-D convolutions, matmuls of two activations, reshape, softmax,
-norm, other) only run alone, at their compulsory traffic: inputs + outputs +
-parameters once ("unmodelled" in the record).
+the tile model (3-D convolutions, kind other, the reshapes and slices docs/fusion.md
+lists) only run alone, at their compulsory traffic: inputs + outputs + parameters
+once ("unmodelled" in the record). A streamed operand (K^T, V: `FusionModel._streams`)
+counts with the parameters.
 """
 
 from __future__ import annotations
