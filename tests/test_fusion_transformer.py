@@ -177,6 +177,13 @@ def test_compiled_search_matches_python_on_transformer_blocks(seed):
         assert compiled == python, f"{kb} KB"
 
 
+@pytest.mark.parametrize("name,kb", [("vit_b_16", 128), ("bert_base", 1024), ("gpt2", 8192)])
+def test_compiled_search_matches_python_on_zoo_transformers(name, kb):
+    python, compiled = _both(engine.zoo.build(name, 1), kb * 1024)
+    assert python[1] > 1000  # the search really grew groups
+    assert compiled == python
+
+
 def test_a_token_row_that_fits_no_buffer_names_the_op_and_its_bytes():
     # a softmax row over 512 keys needs all 512 scores of the row on chip (16-bit) beside one output: 1,026 B
     g = attention_block(1, 512, 1, 4, norm=False, residual=False)
