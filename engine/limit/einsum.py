@@ -5,7 +5,8 @@ Operational Intensity Bounds for Tensor Algorithms", ISCA 2024) runs every mappi
 Einsum on a two-level proxy (one buffer, one backing store) and keeps the Pareto points of
 (buffer needed, accesses). Here the Einsum is a convolution or matmul with spatial ranks
 (images, rows, columns: shared by input A and output B), reduced channels C (A and
-weights W) and output channels K (W and B), run as `groups` independent copies.
+weights W) and output channels K (W and B), run as `groups` independent copies (one at a time: a
+group rank indexes every tensor, so looping over it reloads nothing and holding two groups only costs room).
 
 A mapping is a tile of every rank and an order of the outer loops. A tensor is re-loaded
 once per iteration of each loop it does not index that sits outside its innermost indexed
@@ -83,7 +84,7 @@ def ski_slope(e: Einsum, word_bits: int, stream: int = 0) -> tuple[tuple[int, in
     for buf, cost in _candidates(e, stream):
         bufs.append(buf.ravel())
         traffic.append(cost.ravel())
-    buf = np.concatenate(bufs) * e.groups
+    buf = np.concatenate(bufs)  # one group at a time: the group rank indexes every tensor, so it reloads nothing
     cost = np.concatenate(traffic)
     nbytes = -(-buf * word_bits // 8)
     order = np.argsort(nbytes)

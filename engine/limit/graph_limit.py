@@ -52,18 +52,10 @@ class NetworkLimit:
     fused_bytes: int
     oracle_bytes: int
 
-    LAYERWISE_MEANING: ClassVar[str] = ("no plan that runs every op on its own moves less: each op at its "
+    layerwise_meaning: ClassVar[str] = ("no plan that runs every op on its own moves less: each op at its "
                                         "best tiling for this buffer (the Orojenesis ski-slope), summed")
-    FUSED_MEANING: ClassVar[str] = ("no plan of fused groups moves less: network inputs, outputs and weights "
+    fused_meaning: ClassVar[str] = ("no plan of fused groups moves less: network inputs, outputs and weights "
                                     "once, plus the weight reloads this buffer forces on each op")
-
-    @property
-    def layerwise_meaning(self) -> str:
-        return self.LAYERWISE_MEANING
-
-    @property
-    def fused_meaning(self) -> str:
-        return self.FUSED_MEANING
 
 
 def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:
