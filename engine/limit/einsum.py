@@ -61,10 +61,6 @@ class Einsum:
     w_bytes: int  # parameters read once
     b_bytes: int  # output written once
 
-    @property
-    def compulsory(self) -> int:
-        return self.a_bytes + self.w_bytes + self.b_bytes
-
 
 def gemm(m: int, k: int, n: int, word_bits: int = 16, *, batch: int = 1) -> Einsum:
     """The Einsum of B[m,n] = A[m,k] W[k,n] (times `batch` independent copies: a batched matmul)."""
@@ -78,13 +74,14 @@ def ski_slope(e: Einsum, word_bits: int, stream: int = 0) -> tuple[tuple[int, in
     """Pareto steps (buffer bytes, least traffic bytes): at S bytes the least traffic is the last step at <= S.
 
     Starts at the least buffer any mapping needs and ends at the compulsory traffic
-    (every tensor once). Memoised per Einsum: independent of the buffer asked for.
+    (every tensor once). Groups run one at a time, so the buffer is one group's. Memoised per
+    Einsum: independent of the buffer asked for.
     """
     bufs, traffic = [], []
     for buf, cost in _candidates(e, stream):
         bufs.append(buf.ravel())
         traffic.append(cost.ravel())
-    buf = np.concatenate(bufs)  # one group at a time: the group rank indexes every tensor, so it reloads nothing
+    buf = np.concatenate(bufs)
     cost = np.concatenate(traffic)
     nbytes = -(-buf * word_bits // 8)
     order = np.argsort(nbytes)
