@@ -62,7 +62,8 @@ def environment(python: str) -> Path:
 
 def accelforge_curve(exe: Path, n: int) -> tuple[float, list[tuple[int, int]]]:
     """(seconds, Pareto points in bits) of AccelForge's Snowcat ski-slope of an n x n x n GEMM."""
-    proc = subprocess.run([str(exe), "-c", WORKER, str(n), str(n)], capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run([str(exe), "-c", WORKER, str(n), str(n)], capture_output=True, text=True, timeout=1800,
+                          cwd=ENV)  # it draws mapping.svg into its working folder
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
     out = json.loads(line.removeprefix("RESULT "))
     return out["seconds"], [(round(b), round(a)) for b, a in out["points"]]
