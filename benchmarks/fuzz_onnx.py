@@ -92,6 +92,9 @@ def main(argv=None) -> int:
     counts = collections.Counter()
     by_mutation = collections.defaultdict(collections.Counter)
     bad = []
+    from engine.fusion.optimus import compile_ahead
+
+    compile_ahead()  # once here, not in every child
     started = time.time()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case" / "model.onnx"
@@ -101,6 +104,8 @@ def main(argv=None) -> int:
             outcome, detail = _forked(path, args.timeout, int(args.memory_gb * 1024**3))
             counts[outcome] += 1
             by_mutation[label.rsplit(":", 1)[1]][outcome] += 1
+            if sum(counts.values()) % 250 == 0:
+                print(f"{sum(counts.values())} cases: {dict(counts)}", file=sys.stderr, flush=True)
             if outcome not in ("ok", "engine_error"):
                 bad.append(f"{label}: {outcome} {detail}")
                 print(bad[-1], file=sys.stderr, flush=True)
