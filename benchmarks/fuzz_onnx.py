@@ -20,35 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import engine
-from tests.fuzz_cases import cases
-
-STEPS = ("load_network", "fuse", "evaluate", "allocate", "partition", "plan_modules")
-
-
-def run_case(path: Path) -> tuple[str, str]:
-    """(outcome, detail) of one file through every step: outcome is ok, engine_error or crash."""
-    step = STEPS[0]
-    try:
-        graph = engine.load_network(path)
-        acc = engine.Accelerator.preset("optimus").with_buffer(64 * 1024)
-        step = "fuse"
-        engine.fuse(graph, acc, method="optimus")
-        step = "evaluate"
-        engine.evaluate(graph, acc, methods=("dnnvm",))
-        step = "allocate"
-        engine.allocate(graph, engine.allocation.budgets(graph)[1], method="cosma", time_limit_s=1.0)
-        step = "partition"
-        engine.partition(graph, {"conv", "matmul", "eltwise"})
-        step = "plan_modules"
-        engine.plan_modules(graph, acc)
-    except engine.EngineError as err:
-        return "engine_error", f"{step}: {str(err)[:160]}"
-    except MemoryError:
-        return "memory", step
-    except Exception as err:  # the defect this fuzz looks for
-        return "crash", f"{step}: {type(err).__name__}: {str(err)[:160]}"
-    return "ok", ""
+from tests.fuzz_cases import cases, run_case
 
 
 def _forked(path: Path, timeout: float, memory_bytes: int) -> tuple[str, str]:

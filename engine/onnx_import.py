@@ -21,10 +21,9 @@ from onnx import numpy_helper
 
 from engine.errors import GraphError, ModelFileError, ShapeError
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
+from engine.loading import MAX_BATCH
 from engine.onnx_fold import FLOAT_TYPES, MAX_FOLD_ELEMENTS, fold, too_large
 from engine.onnx_read import read_model
-
-MAX_BATCH = 1 << 20  # a batch larger than this is a typo, and would overflow the byte counts downstream
 
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu",
@@ -200,7 +199,8 @@ class _Importer:
         dims = inp.type.tensor_type.shape.dim
         given = self.input_shapes.get(inp.name)
         if given is not None:
-            shape = _whole_dims(given, self.path, f"input_shapes['{inp.name}']")
+            shape = _whole_dims((given,) if isinstance(given, int) else given, self.path,
+                                f"input_shapes['{inp.name}']")
             if dims and len(shape) != len(dims):
                 raise ShapeError(self.path, f"input '{inp.name}' has rank {len(dims)}, input_shapes gives {shape}")
             return shape

@@ -14,8 +14,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import engine
 from engine.loading import onnx_light_models
 
+STEPS = ("load_network", "fuse", "evaluate", "allocate", "partition", "plan_modules")
 HUGE = (0, -1, -7, 2**31, 2**40, 2**62, 10**12)
 OP_TYPES = ("Conv", "MatMul", "Gemm", "Einsum", "Relu", "Add", "Reshape", "Expand", "Tile", "Range", "ConstantOfShape",
             "Pad", "Resize", "Slice", "Gather", "Concat", "Split", "LRN", "BatchNormalization", "MaxPool", "If",
@@ -273,3 +275,28 @@ MUTATIONS = {"flip": _flip, "truncate": _truncate, "dangling": _dangling, "cycle
              "duplicate": _duplicate, "initializer_size": _initializer_size, "shape_bomb": _shape_bomb,
              "external": _external, "metadata": _metadata, "opset": _opset, "identity_chain": _identity_chain,
              "fan_out": _fan_out, "empty": _empty}
+
+
+def run_case(path: Path) -> tuple[str, str]:
+    """(outcome, detail) of one file through every step: outcome is ok, engine_error or crash."""
+    step = STEPS[0]
+    try:
+        graph = engine.load_network(path)
+        acc = engine.Accelerator.preset("optimus").with_buffer(64 * 1024)
+        step = "fuse"
+        engine.fuse(graph, acc, method="optimus")
+        step = "evaluate"
+        engine.evaluate(graph, acc, methods=("dnnvm",))
+        step = "allocate"
+        engine.allocate(graph, engine.allocation.budgets(graph)[1], method="cosma", time_limit_s=1.0)
+        step = "partition"
+        engine.partition(graph, {"conv", "matmul", "eltwise"})
+        step = "plan_modules"
+        engine.plan_modules(graph, acc)
+    except engine.EngineError as err:
+        return "engine_error", f"{step}: {str(err)[:160]}"
+    except MemoryError:
+        return "memory", step
+    except Exception as err:  # the defect this fuzz looks for
+        return "crash", f"{step}: {type(err).__name__}: {str(err)[:160]}"
+    return "ok", ""
