@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,12 +20,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from engine.errors import GraphError, ModelFileError, ShapeError
+from engine.errors import GraphError, ModelFileError, PartialImportWarning, ShapeError
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
 from engine.loading import MAX_BATCH
 from engine.onnx_fold import FLOAT_TYPES, MAX_FOLD_ELEMENTS, fold, too_large
 from engine.onnx_read import read_model
 
+# ops whose output shapes can depend on input values (detection post-processing): a part of the graph that
+# starts at one of them with no static shape is left out, with a PartialImportWarning
+DATA_DEPENDENT = {"NonZero", "NonMaxSuppression", "TopK", "If", "Loop", "Scan", "Unique", "Compress", "Resize",
+                  "Upsample", "RoiAlign", "Reshape", "Expand", "Tile", "Range", "ConstantOfShape", "Slice", "Gather",
+                  "GatherND", "GatherElements", "ScatterND", "Squeeze", "Unsqueeze", "Split", "Pad", "OneHot"}
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu",
                "Selu", "Softplus", "Softsign", "Gelu", "Erf", "Mish", "ThresholdedRelu", "Celu", "Swish"}
@@ -124,8 +130,32 @@ class _Importer:
         self.shapes, self.values, self.sources = facts.shapes, facts.values, facts.sources
         self.computed = facts.computed
         live = [(name, node) for name, node in nodes if name not in facts.folded]
+        live = self._drop_data_dependent(live)
         drafts = self._merge(live)
         return self._finish(drafts)
+
+    def _drop_data_dependent(self, nodes) -> list:
+        """`nodes` without the part whose shapes depend on data (detection post-processing), with a warning.
+
+        Only a part that starts at DATA_DEPENDENT ops is left out; a shapeless output anywhere else stays an
+        error naming the node, so a network is never cut short silently.
+        """
+        dropped, origins = set(), []
+        for name, node in nodes:
+            acts = [t for t in node.input if t and t not in self.sources]
+            outs = [t for t in node.output if t]
+            if any(t in dropped for t in acts):
+                dropped.update(outs)
+            elif any(t not in self.shapes for t in outs) and node.op_type in DATA_DEPENDENT:
+                dropped.update(outs)
+                origins.append(f"{node.op_type} '{name}'")
+        if not origins:
+            return nodes
+        kept = [(name, node) for name, node in nodes if not any(t in dropped for t in node.output if t)]
+        warnings.warn(PartialImportWarning(
+            f"{self.path}: left out {len(nodes) - len(kept)} nodes whose shapes depend on the data, from "
+            f"{', '.join(origins[:5])}{' ...' if len(origins) > 5 else ''}"), stacklevel=4)
+        return kept
 
     def _meta_list(self, key: str) -> set[str] | None:
         """A metadata entry holding a JSON list of tensor names, or None when absent."""

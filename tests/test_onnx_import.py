@@ -337,3 +337,19 @@ def test_exporter_shape_patterns_fold_whatever_the_op(tmp_path):
         side += 2 * 2 * (side % 2)  # odd: one row to reach the even size, one more for the remainder, each side
     assert g.tensors["y"].shape == (2, 1 + side * side, 4)
     assert sum(op.source_type == "Pad" for op in g.ops) == 12
+
+
+def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
+    """Detection heads end in NonZero/TopK/NMS: the static backbone imports, the rest is named in a warning."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["scores"], name="head", pads=[1, 1, 1, 1]),
+             helper.make_node("NonZero", ["scores"], ["keep"], name="keep"),
+             helper.make_node("Transpose", ["keep"], ["keep_t"], name="keep_t"),
+             helper.make_node("GatherND", ["scores", "keep_t"], ["boxes"], name="gather_boxes")]
+    with pytest.warns(engine.PartialImportWarning, match="left out 3 nodes .*NonZero 'keep'"):
+        g = load_onnx_model(tmp_path, _model(nodes, [x], [boxes, scores], [w]))
+    assert [op.name for op in g.ops] == ["head"] and g.outputs == ("scores",)
+    assert g.macs == 4 * 8 * 8 * 27
