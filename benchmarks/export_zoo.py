@@ -9,7 +9,8 @@ Two steps, two environments (torch is not a project dependency):
 Models are built from their configs with random weights (nothing is downloaded) and exported with
 `torch.onnx.export(..., dynamo=False)` (the TorchScript exporter, opset 17, dynamic batch axis), the files
 users have. PyTorch's count is `torch.utils.flop_counter.FlopCounterMode` on the same input, halved
-(it counts 2 FLOPs per multiply-accumulate of every matmul, conv and attention product).
+(it counts 2 FLOPs per multiply-accumulate of every matmul and conv; attention is run in its math form so its
+two matmuls count as well).
 """
 
 from __future__ import annotations
@@ -71,9 +72,12 @@ def export(folder: Path) -> None:
 
 
 def _torch_macs(model, args) -> int:
+    """PyTorch's count; attention runs as its math form so its two matmuls are counted too (the fused CPU
+    kernel is not in the counter's table)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(*args)
     return counter.get_total_flops() // 2
 

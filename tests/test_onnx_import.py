@@ -149,6 +149,9 @@ def test_dynamic_batch_defaults_to_one_and_other_dims_must_be_bound(tmp_path):
     assert load_onnx(path, batch=3).macs == 3 * load_onnx(path).macs
     g = load_onnx(path, input_shapes={"x": (2, 3, 8, 8)})
     assert g.tensors["x"].shape == (2, 3, 8, 8)
+    static = tmp_path / "static.onnx"
+    onnx.save(conv_bn_relu_model(), static)  # a declared shape passed again gives the same graph
+    assert load_onnx(static, input_shapes={"x": (1, 3, 8, 8)}) == load_onnx(static)
     with pytest.raises(engine.ShapeError, match="neither a graph input nor a symbolic dim"):
         load_onnx(path, input_shapes={"nope": (1, 3, 8, 8)})
     x = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
