@@ -33,13 +33,18 @@ DATA_DEPENDENT = {"NonZero", "NonMaxSuppression", "TopK", "If", "Loop", "Scan", 
                   "GatherND", "GatherElements", "ScatterND", "Squeeze", "Unsqueeze", "Split", "Pad", "OneHot"}
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu",
-               "Selu", "Softplus", "Softsign", "Gelu", "Erf", "Mish", "ThresholdedRelu", "Celu", "Swish"}
+               "Selu", "Softplus", "Softsign", "Gelu", "Erf", "Mish", "ThresholdedRelu", "Celu", "Swish",
+               # one-input element-wise math of written-out norms and activations (RMSNorm's Sqrt, GELU's pieces)
+               "Sqrt", "Reciprocal", "Exp", "Log", "Neg", "Abs", "Cast", "Floor", "Ceil", "Round", "Sin", "Cos",
+               "Sign", "Not"}
 AFFINE = {"BatchNormalization", "Mul", "Add", "Sub", "Div"}  # with one constant operand
-ELTWISE = {"Add", "Sum", "Mul", "Sub", "Div", "Max", "Min", "Mean", "Pow"}
+ELTWISE = {"Add", "Sum", "Mul", "Sub", "Div", "Max", "Min", "Mean", "Pow", "Where", "Equal", "Greater", "Less",
+           "GreaterOrEqual", "LessOrEqual", "And", "Or", "Mod"}
 POOLS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 KIND_BY_TYPE = {
     "Concat": OpKind.CONCAT, "Split": OpKind.SPLIT, "Slice": OpKind.SPLIT,
     "Transpose": OpKind.RESHAPE, "DepthToSpace": OpKind.RESHAPE, "SpaceToDepth": OpKind.RESHAPE,
+    "Expand": OpKind.RESHAPE, "Tile": OpKind.RESHAPE,
     "Softmax": OpKind.SOFTMAX, "LogSoftmax": OpKind.SOFTMAX,
     "LRN": OpKind.NORM, "LayerNormalization": OpKind.NORM, "InstanceNormalization": OpKind.NORM,
     "GroupNormalization": OpKind.NORM, "LpNormalization": OpKind.NORM, "BatchNormalization": OpKind.NORM,
