@@ -154,6 +154,7 @@ class _Importer:
             elif any(t not in self.shapes for t in outs) and node.op_type in DATA_DEPENDENT:
                 dropped.update(outs)
                 origins.append(f"{node.op_type} '{name}'")
+        self.left_out = origins
         if not origins:
             return nodes
         kept = [(name, node) for name, node in nodes if not any(t in dropped for t in node.output if t)]
@@ -566,6 +567,9 @@ class _Importer:
                           merged=tuple(merged)))
         for t in net_inputs:
             tensors.setdefault(t, Tensor(t, act_shape(t, None)))
+        if not ops and self.left_out:
+            raise ShapeError(self.path, f"nothing to model once the part whose shapes depend on the data is left "
+                                        f"out (from {', '.join(self.left_out[:5])}); give static input shapes")
         if not ops:
             kinds = sorted({node.op_type for node in g.node})
             raise ModelFileError(self.path, f"no op to model: every node ({', '.join(kinds)}) only reshapes, or "
