@@ -40,8 +40,8 @@ HF = {  # model class -> config keyword arguments (small sizes: the patterns, no
     "GPT2Model": dict(n_embd=256, n_layer=4, n_head=4), "LlamaModel": {**SMALL, "num_key_value_heads": 2},
     "MistralModel": {**SMALL, "num_key_value_heads": 2}, "Qwen2Model": {**SMALL, "num_key_value_heads": 2},
     "PhiModel": SMALL, "ViTModel": SMALL, "MobileBertModel": dict(num_hidden_layers=4),
-    "XLMRobertaModel": SMALL, "OPTModel": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, ffn_dim=1024,
-                                                 word_embed_proj_dim=256),
+    "XLMRobertaModel": SMALL,
+    "OPTModel": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, ffn_dim=1024, word_embed_proj_dim=256),
 }
 SEQUENCE = 128
 
@@ -64,9 +64,11 @@ def export(folder: Path) -> None:
                 torch.onnx.export(model, args, file, dynamo=False, opset_version=17, input_names=names,
                                   dynamic_axes={n: {0: "batch"} for n in names}, do_constant_folding=True)
             records.append({"file": file.name, "family": family, "model": name, "torch_macs": macs,
-                            "inputs": {n: list(a.shape) for n, a in zip(names, args)}, "seconds": time.time() - started})
+                            "inputs": {n: list(a.shape) for n, a in zip(names, args)},
+                            "seconds": time.time() - started})
         except Exception as err:  # an exporter failure is recorded, not fatal: the rate counts only exported files
-            records.append({"file": None, "family": family, "model": name, "error": f"{type(err).__name__}: {err}"[:300]})
+            records.append({"file": None, "family": family, "model": name,
+                            "error": f"{type(err).__name__}: {err}"[:300]})
         print(records[-1], file=sys.stderr, flush=True)
         (folder / "zoo.json").write_text(json.dumps(records, indent=1))
 

@@ -260,7 +260,8 @@ class _Importer:
             example = ", ".join(f"'{u}': 128" for u in unbound if not u.startswith("dim "))
             raise ShapeError(self.path, f"input '{inp.name}' has a dynamic or missing shape {shown}: bind "
                                         f"{', '.join(unbound)} with a static shape, e.g. input_shapes="
-                                        f"{{'{inp.name}': (1, 3, 224, 224)}}" + (f" or {{{example}}}" if example else ""))
+                                        f"{{'{inp.name}': (1, 3, 224, 224)}}"
+                                        + (f" or {{{example}}}" if example else ""))
         return tuple(shape)
 
     # ---- constants -------------------------------------------------------
@@ -463,7 +464,8 @@ class _Importer:
             return OpKind.ELTWISE, {}
         if op_type == "LRN":  # the window across channels is its kernel (Yang's LRN layer reads it)
             if int(a.get("size", 0)) < 1:
-                raise ModelFileError(self.path, f"LRN needs a positive 'size' attribute, got {a.get('size')}", node=name)
+                raise ModelFileError(self.path, f"LRN needs a positive 'size' attribute, got {a.get('size')}",
+                                     node=name)
             return OpKind.NORM, {"kernel": (int(a["size"]),)}
         return KIND_BY_TYPE.get(op_type, OpKind.OTHER), {}
 
@@ -471,7 +473,8 @@ class _Importer:
         """Input and weight shapes of a Conv/ConvTranspose, checked against each other, kernel_shape and group."""
         op = node.op_type
         if len(node.input) < 2 or not node.input[0] or not node.input[1]:
-            raise ModelFileError(self.path, f"{op} needs an input and a weight, got {len(node.input)} inputs", node=name)
+            raise ModelFileError(self.path, f"{op} needs an input and a weight, got {len(node.input)} inputs",
+                                 node=name)
         x, w = self._shape(node.input[0], name), self._shape(node.input[1], name)
         group = a.get("group", 1)
         if len(w) < 3 or len(x) != len(w):

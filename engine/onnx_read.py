@@ -20,9 +20,12 @@ MAX_TENSOR_ELEMENTS = 1 << 40  # a tensor declared larger than this (a TB of byt
 MAX_SUBGRAPH_DEPTH = 16  # nesting of If/Loop bodies read before a file is called hostile
 FIELD_OF_TYPE = {  # data_type -> the typed TensorProto field that may hold its values instead of raw_data
     onnx.TensorProto.FLOAT: "float_data", onnx.TensorProto.DOUBLE: "double_data", onnx.TensorProto.INT64: "int64_data",
-    onnx.TensorProto.UINT64: "uint64_data", onnx.TensorProto.STRING: "string_data",
+    onnx.TensorProto.UINT64: "uint64_data", onnx.TensorProto.UINT32: "uint64_data",
+    onnx.TensorProto.STRING: "string_data",
     onnx.TensorProto.COMPLEX64: "float_data", onnx.TensorProto.COMPLEX128: "double_data",
 }
+SUB_BYTE = {getattr(onnx.TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),
+                                                         ("UINT2", 2)) if hasattr(onnx.TensorProto, n)}
 
 
 def read_model(path: Path) -> onnx.ModelProto:
@@ -98,18 +101,15 @@ def check_tensor(tensor, owner: str, path: Path, folder: Path) -> None:
 
 
 def _bits(data_type: int) -> int | None:
-    """Bits per element of a numeric ONNX type, None for strings."""
+    """Bits per element of a numeric ONNX type, None for strings and types numpy cannot hold."""
+    if data_type in SUB_BYTE:
+        return SUB_BYTE[data_type]
     if data_type == onnx.TensorProto.STRING:
         return None
     try:
-        return onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize * 8 if data_type not in _SUB_BYTE else \
-            _SUB_BYTE[data_type]
+        return onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize * 8
     except (KeyError, TypeError, ValueError):
         return None
-
-
-_SUB_BYTE = {getattr(onnx.TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4),
-                                                          ("INT2", 2), ("UINT2", 2)) if hasattr(onnx.TensorProto, n)}
 
 
 def _check_location(tensor, owner: str, path: Path, folder: Path) -> None:

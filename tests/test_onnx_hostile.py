@@ -136,7 +136,8 @@ def _short_initializer():
     (lambda m: onnx.helper.set_model_props(m, {"engine.weights": "{"}), "metadata 'engine.weights'"),
     (lambda m: onnx.helper.set_model_props(m, {"engine.batch": "-3"}), "metadata 'engine.batch'"),
     (lambda m: onnx.helper.set_model_props(m, {"engine.buffers": "[1]"}), "metadata 'engine.buffers'"),
-    (lambda m: m.graph.initializer.append(TensorProto(name="bad", data_type=0, dims=[2], int64_data=[1, 2])), "undefined or unknown data type"),
+    (lambda m: m.graph.initializer.append(TensorProto(name="bad", data_type=0, dims=[2], int64_data=[1, 2])),
+     "undefined or unknown data type"),
     (lambda m: m.graph.initializer.append(_short_initializer()), "holds 16 bytes of data for dims \\[8\\]"),
     (lambda m: m.graph.input[0].type.tensor_type.shape.dim[2].__setattr__("dim_value", 2**62), "too large"),
 ])
