@@ -9,6 +9,7 @@ initializers of the wrong size, huge declared shapes, shape bombs, external data
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import onnx
@@ -281,7 +282,9 @@ def run_case(path: Path) -> tuple[str, str]:
     """(outcome, detail) of one file through every step: outcome is ok, engine_error or crash."""
     step = STEPS[0]
     try:
-        graph = engine.load_network(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", engine.PartialImportWarning)  # a partial import is a success here
+            graph = engine.load_network(path)
         acc = engine.Accelerator.preset("optimus").with_buffer(64 * 1024)
         step = "fuse"
         engine.fuse(graph, acc, method="optimus")
