@@ -5,6 +5,7 @@ Two steps, two environments (torch is not a project dependency):
     python3.11 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch timm transformers torchvision onnx
     /tmp/torchenv/bin/python benchmarks/export_zoo.py export /tmp/zoo      # ONNX files + PyTorch's MACs (zoo.json)
     .venv/bin/python benchmarks/export_zoo.py measure /tmp/zoo             # the engine's import rate against them
+    .venv/bin/python benchmarks/export_zoo.py strip /tmp/zoo tests/data/exports FILE...   # weight-free copies
 
 Models are built from their configs with random weights (nothing is downloaded) and exported with
 `torch.onnx.export(..., dynamo=False)` (the TorchScript exporter, opset 17, dynamic batch axis), the files
@@ -178,6 +179,27 @@ def measure(folder: Path) -> list[dict]:
     return rows
 
 
+def strip(folder: Path, names: list[str], target: Path) -> None:
+    """Weight-free copies of the exports `names` in `target`: weights become external data that is never written
+    (the engine reads only their dims), plus zoo.json with PyTorch's MACs. For tests/data/exports."""
+    import onnx
+
+    target.mkdir(parents=True, exist_ok=True)
+    records = [r for r in json.loads((folder / "zoo.json").read_text()) if r.get("file") in names]
+    for rec in records:
+        model = onnx.load(folder / rec["file"])
+        for init in model.graph.initializer:
+            if init.data_type == onnx.TensorProto.FLOAT and len(init.raw_data) > 64:
+                init.ClearField("raw_data")
+                init.data_location = onnx.TensorProto.EXTERNAL
+                init.external_data.add(key="location", value="weights.bin")
+        onnx.save(model, target / rec["file"])
+    (target / "zoo.json").write_text(json.dumps(records, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     step, where = sys.argv[1], Path(sys.argv[2])
-    export(where) if step == "export" else measure(where)
+    if step == "strip":
+        strip(where, sys.argv[4:], Path(sys.argv[3]))
+    else:
+        export(where) if step == "export" else measure(where)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fuzz_cases import cases, run_case
+from tests.fuzz_cases import base_models, cases, run_case
 
 
 def _forked(path: Path, timeout: float, memory_bytes: int) -> tuple[str, str]:
@@ -71,6 +71,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case" / "model.onnx"
         path.parent.mkdir()
+        for model in base_models():  # every lazily loaded module and compiled function, before the children fork
+            path.write_bytes(model.SerializeToString())
+            run_case(path)
         for label, data in cases(args.seed, args.cases):
             path.write_bytes(data)
             outcome, detail = _forked(path, args.timeout, int(args.memory_gb * 1024**3))
