@@ -47,14 +47,18 @@ HF = {  # model class -> config keyword arguments (small sizes: the patterns, no
 SEQUENCE = 128
 
 
-def export(folder: Path) -> None:
-    """Export every model to `folder` and write zoo.json: file, family, PyTorch MACs, input shape (or the error)."""
+def export(folder: Path, only=()) -> None:
+    """Export every model (or those named in `only`) to `folder` and write zoo.json: file, family, PyTorch MACs,
+    input shape (or the error)."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    records = []
+    old = json.loads((folder / "zoo.json").read_text()) if only and (folder / "zoo.json").exists() else []
+    records = [r for r in old if r["model"] not in only]
     for family, name, build in _builders():
+        if only and name not in only:
+            continue
         file = folder / f"{family}_{name.replace('.', '_')}.onnx"
         started = time.time()
         try:
@@ -62,6 +66,7 @@ def export(folder: Path) -> None:
             model.eval()
             with torch.no_grad():
                 macs = _torch_macs(model, args)
+            with torch.enable_grad():  # keeps torch's fused inference kernels (native MHA) out of the trace
                 torch.onnx.export(model, args, file, dynamo=False, opset_version=17, input_names=names,
                                   dynamic_axes={n: {0: "batch"} for n in names}, do_constant_folding=True)
             records.append({"file": file.name, "family": family, "model": name, "torch_macs": macs,
@@ -202,4 +207,4 @@ if __name__ == "__main__":
     if step == "strip":
         strip(where, sys.argv[4:], Path(sys.argv[3]))
     else:
-        export(where) if step == "export" else measure(where)
+        export(where, sys.argv[3:]) if step == "export" else measure(where)

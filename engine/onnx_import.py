@@ -447,7 +447,7 @@ class _Importer:
         if op_type == "Einsum":
             return (OpKind.MATMUL if len(node.input) == 2 else OpKind.OTHER), {}
         if op_type in POOLS:
-            x = self._shape(inputs[0], name)
+            x = self._shape(node.input[0], name)  # the node's own view, before any folded reshape
             if len(x) < 3:
                 raise ModelFileError(self.path, f"{op_type} needs an input of rank 3 or more, got {list(x)}", node=name)
             if op_type.startswith("Global"):
