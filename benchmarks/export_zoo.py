@@ -4,7 +4,7 @@ Two steps, two environments (torch is not a project dependency):
 
     python3.11 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch timm transformers torchvision onnx
     /tmp/torchenv/bin/python benchmarks/export_zoo.py export /tmp/zoo      # ONNX files + PyTorch's MACs (zoo.json)
-    .venv/bin/python benchmarks/export_zoo.py measure /tmp/zoo             # the engine's import rate against them
+    .venv/bin/python benchmarks/export_zoo.py measure /tmp/zoo [MORE...]   # the engine's import rate against them
     .venv/bin/python benchmarks/export_zoo.py strip /tmp/zoo tests/data/exports FILE...   # weight-free copies
 
 Models are built from their configs with random weights (nothing is downloaded) and exported with
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 TIMM = ["resnet18", "resnet50", "mobilenetv3_small_100", "mobilenetv2_100", "efficientnet_b0", "tf_efficientnet_b0",
@@ -160,18 +161,23 @@ def _flatten(out):
             yield from _flatten(v)
 
 
-def measure(folder: Path) -> list[dict]:
+def measure(folders: list[Path]) -> list[dict]:
     """Import every exported file; each row: model, PyTorch's and the engine's MACs, or the error."""
     import engine
 
     rows = []
-    for rec in json.loads((folder / "zoo.json").read_text()):
+    exported = [(folder, rec) for folder in folders for rec in json.loads((folder / "zoo.json").read_text())]
+    for folder, rec in exported:
         if not rec.get("file"):
             continue
         row = {"family": rec["family"], "model": rec["model"], "torch_macs": rec["torch_macs"]}
         started = time.time()
         try:
-            g = engine.load_network(folder / rec["file"])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", engine.PartialImportWarning)
+                g = engine.load_network(folder / rec["file"])
+            if caught:
+                row["left_out"] = str(caught[0].message).partition(": ")[2][:200]
             row["engine_macs"] = g.macs
             row["ok"] = abs(g.macs - rec["torch_macs"]) <= 0.01 * rec["torch_macs"]
         except engine.EngineError as err:
@@ -207,4 +213,4 @@ if __name__ == "__main__":
     if step == "strip":
         strip(where, sys.argv[4:], Path(sys.argv[3]))
     else:
-        export(where, sys.argv[3:]) if step == "export" else measure(where)
+        export(where, sys.argv[3:]) if step == "export" else measure([Path(p) for p in sys.argv[2:]])
