@@ -65,9 +65,8 @@ def export(folder: Path, only=()) -> None:
         try:
             model, args, names = build()
             model.eval()
-            with torch.no_grad():
+            with torch.enable_grad():  # keeps torch's fused inference kernels (native MHA) out of count and trace
                 macs = _torch_macs(model, args)
-            with torch.enable_grad():  # keeps torch's fused inference kernels (native MHA) out of the trace
                 torch.onnx.export(model, args, file, dynamo=False, opset_version=17, input_names=names,
                                   dynamic_axes={n: {0: "batch"} for n in names}, do_constant_folding=True)
             records.append({"file": file.name, "family": family, "model": name, "torch_macs": macs,
