@@ -40,6 +40,14 @@ class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
             super()._update_value(event)
 
 
+class Fast(pn.theme.Fast):
+    """Panel's Fast design without its web font, which the browser would fetch from outside the machine:
+    everything the page needs is served by the dashboard's own server, so it works offline. (Named as
+    Panel's: Panel finds a design's own files by its class name.)"""
+
+    _resources = {**pn.theme.Fast._resources, "font": {}}
+
+
 def sidebar(session: Session) -> list:
     """The sidebar's widgets: network, accelerator, methods and allocation choices."""
     s = session.state
@@ -102,7 +110,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
-                                            busy_indicator=None)
+                                            busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     template.sidebar.extend(sidebar(session))
     template.main.append(main_area(session))
     return template

@@ -6,6 +6,8 @@ server session, at once elsewhere). The tabs only read the session's state and r
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +17,6 @@ import param
 
 import engine
 from dashboard.request import ReportRequest
-from engine.fusion import optimus
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
 from engine.explore import evaluate
@@ -26,12 +27,6 @@ FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
                  "methods", "access_model", "upload_name")
-
-
-# The page keeps the Python search for now: with the compiled one a report can arrive within the spinner's
-# 0.15 s, and then a dragged slider's released size is sometimes never shown (tests/test_dashboard_e2e.py,
-# GoogLeNet dragged from 64 KB to 2 MB). Same plans either way; the next step is to fix that race.
-optimus.COMPILED = False
 
 
 @lru_cache(maxsize=16)
@@ -64,7 +59,11 @@ class Session(param.Parameterized):
         self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
         self.param.watch(self._show_status, "error")
-        self._request()
+        if self._served():  # the first report once the browser has the page: see `_request`
+            pn.state.onload(self._request)
+            pn.state.curdoc.on_session_destroyed(self._closed)
+        else:
+            self._request()
 
     def graph(self) -> engine.Graph:
         s = self.state
@@ -126,12 +125,28 @@ class Session(param.Parameterized):
         self.latest_ticket += 1
         return ReportRequest(self, self.latest_ticket)
 
+    @staticmethod
+    def _served() -> bool:
+        """Whether this session lives in a Bokeh server (a browser page), not a notebook or a test."""
+        return pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+
     def _request(self, *_):
-        """A state change: recompute off the UI thread in a server session, at once elsewhere."""
-        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        """A state change: recompute off the UI thread in a server session, at once elsewhere.
+
+        The first request waits for the page to load (`pn.state.onload`): Panel drops the changes made
+        under `pn.io.hold` after the browser fetched the document but before it reported the page ready,
+        so a report published then (a new DAG figure) never reached the browser, and every later patch
+        of that figure failed there ("reference ... isn't known").
+        """
+        if self._served():
             pn.state.execute(self.new_request().run)
         else:
             self.refresh()
+
+    def _closed(self, _context):
+        """The page was closed: its background work stops at the next step, and its uploads are deleted."""
+        self.latest_ticket += 1  # every running request is superseded: prefetch and quick reports stop
+        shutil.rmtree(self.upload_dir, ignore_errors=True)
 
     def _show_status(self, event):
         self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
@@ -140,17 +155,24 @@ class Session(param.Parameterized):
         """An uploaded .onnx file: imported once here, so a bad file is named in the page and nothing changes."""
         if data is None:
             return
-        if len(data) > MAX_UPLOAD_BYTES:
-            self.error = f"{filename}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
-            return
         safe = Path(filename).name or "model.onnx"
-        (self.upload_dir / safe).write_bytes(data)
+        if not data:
+            self.error = f"{safe}: the file is empty; choose an .onnx model file"
+            return
+        if len(data) > MAX_UPLOAD_BYTES:
+            self.error = f"{safe}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
+            return
+        # each upload in a folder named by its content: the graph cache is keyed by path, so a changed file
+        # under the same name is a new path, and the same file uploaded again is found in the cache
+        name = f"{hashlib.sha256(data).hexdigest()[:16]}/{safe}"
+        (self.upload_dir / name).parent.mkdir(exist_ok=True)
+        (self.upload_dir / name).write_bytes(data)
         try:
-            load_graph(self.state.network, self.state.batch, str(self.upload_dir / safe))
+            load_graph(self.state.network, self.state.batch, str(self.upload_dir / name))
         except engine.ModelFileError as err:  # name the user's file, not our temporary copy
             self.error = f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}"
             return
         except Exception as err:
             self.error = error_text(err)
             return
-        self.state.upload_name = safe
+        self.state.upload_name = name

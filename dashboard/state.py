@@ -35,7 +35,7 @@ class ExplorerState(param.Parameterized):
     """The user's network, accelerator and method choices; the page and the URL both mirror it."""
 
     network = param.Selector(default="resnet50", objects=network_names(), doc="Built-in network or ONNX light model")
-    upload_name = param.String(default="", doc="Name of an uploaded .onnx file, when one is in use")
+    upload_name = param.String(default="", doc="An uploaded .onnx file in use, as 'content hash/file name'")
     batch = param.Integer(default=1, bounds=(1, 64), doc="Batch size")
     preset = param.Selector(default="optimus", objects=list(engine.Accelerator.presets()), doc="Accelerator preset")
     buffer_kb = param.Selector(default=128, objects=BUFFER_STEPS_KB, doc="Global buffer size (KB)")

@@ -1,6 +1,8 @@
 """Dashboard state -> Report -> views, without a browser."""
 
 import holoviews as hv
+import numpy as np
+import pandas as pd
 import panel as pn
 import pytest
 
@@ -50,9 +52,9 @@ def test_buffer_change_gives_a_new_report(session):
     assert big.plans["optimus"].dram_bytes < small.plans["optimus"].dram_bytes
     assert big.plans["optimus"].dram_bytes >= big.oracle_bytes
     dag = dag_element(big)
-    assert isinstance(dag, hv.Graph)
-    groups = {g for g in dag.nodes.data["group"]}
+    groups = set(dag.select_one({"name": "dag-ops"}).data["group"])
     assert len(groups) == len(big.plans["optimus"].groups)
+    assert len(dag.select_one({"name": "dag-regions"}).data["region"]) == len(groups)  # one outline per group
 
 
 def test_bad_values_show_a_message_not_a_traceback(session):
@@ -73,6 +75,22 @@ def test_bad_upload_shows_the_importer_message(session):
     assert session.state.upload_name == ""
 
 
+def test_an_upload_is_keyed_by_its_content_not_its_name(session):
+    from engine.loading import onnx_light_models
+
+    light = onnx_light_models()
+    session.on_upload((light / "light_resnet50.onnx").read_bytes(), "model.onnx")
+    first = session.report.graph
+    session.on_upload((light / "light_inception_v1.onnx").read_bytes(), "model.onnx")  # changed, same name
+    assert not session.status.visible and len(session.report.graph.ops) != len(first.ops)
+    second = session.state.upload_name
+    session.on_upload(b"garbage" * 100, "model.onnx")  # a broken file under that name is named, not ignored
+    assert session.status.visible and "model.onnx" in session.status.object
+    assert session.state.upload_name == second
+    session.on_upload(b"", "empty.onnx")
+    assert "empty.onnx: the file is empty" in session.status.object
+
+
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
@@ -82,14 +100,18 @@ def test_whole_page_builds():
 
 def test_dag_overlays_colour_by_part_and_module():
     s = Session(ExplorerState(network="googlenet"))
-    by_group = dag_element(s.report).nodes.data
-    by_part = dag_element(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)).nodes.data
+    def ops(fig):
+        return pd.DataFrame(fig.select_one({"name": "dag-ops"}).data)
+
+    by_group = ops(dag_element(s.report))
+    by_part = ops(dag_element(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)))
     pools = by_part["kind"] == "pool"
     assert by_part.loc[pools, "overlay"].str.startswith("cpu part").all()
     assert by_part.loc[~pools, "overlay"].str.startswith("accelerator part").all()
-    by_module = dag_element(s.report, colour_by="module").nodes.data
-    assert by_module["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
-    assert by_group["overlay"].str.startswith("group").all()
+    modules = dag_element(s.report, colour_by="module")
+    assert ops(modules)["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
+    assert sum(r.startswith("inception") for r in modules.select_one({"name": "dag-regions"}).data["region"]) == 9
+    assert by_group["overlay"].str.match(r"G\d+$").all()
 
 
 def test_clicking_an_op_shows_its_loop_nest():
@@ -97,8 +119,8 @@ def test_clicking_an_op_shows_its_loop_nest():
     tab = FusionTab(s)
     assert tab.detail.head.object == CLICK_HINT and not tab.detail.levels.visible
     first = s.graph().ops[0].name
-    node = list(tab.dag._source.data["index_hover"]).index(first)
-    tab.dag._source.selected.indices = [node]  # what a click on the node sends back from the browser
+    node = list(tab.dag._ops.data["op"]).index(first)
+    tab.dag._ops.selected.indices = [node]  # what a click on the node sends back from the browser
     assert s.state.selected_op == first
     text = tab.detail.head.object + tab.detail.nest.object
     assert "for " in text and "MACs" in text
@@ -110,14 +132,17 @@ def test_clicking_an_op_shows_its_loop_nest():
 def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
-    figure, source = tab.dag.pane[0].object, tab.dag._source
+    figure, source = tab.dag.pane[0].object, tab.dag._ops
     groups_before = len(set(source.data["group"]))
     s.state.buffer_kb = 2048
-    assert tab.dag.pane[0].object is figure and tab.dag._source is source  # same plot: zoom and pan survive
+    assert tab.dag.pane[0].object is figure and tab.dag._ops is source  # same plot: zoom and pan survive
     groups_after = len(set(source.data["group"]))
     assert groups_after == len(s.report.plans["optimus"].groups) < groups_before
-    assert list(source.data["node_color"]) == list(source.data["colour"])
+    fresh = dag_element(s.report)  # what a fresh drawing of this report holds
+    for name in ("dag-ops", "dag-regions"):
+        assert dict(figure.select_one({"name": name}).data) == dict(fresh.select_one({"name": name}).data)
     assert f"{groups_after} groups fused by optimus" in figure.title.text
+    assert tab.dag.legend.object.count("<tr>") == groups_after + 1  # a legend row per group
     assert "2,048 KB buffer" in tab.headline.object
     assert f"<td>{min(p.dram_bytes for p in s.report.plans.values()):,}</td>" in tab.table.object
     s.state.network = "squeezenet1_0"  # another network: a new plot
@@ -305,7 +330,7 @@ def test_the_methods_table_and_the_view_data_follow_the_report():
     plan = s.report.plans["optimus"]
     nodes = node_table(s.report.graph, plan.groups, s.report.acc.word_bits, [c.dram_bytes for c in plan.costs])
     for col in RECOLOURED:
-        assert list(view.node_columns[col]) == list(nodes[col])
+        assert list(view.dag.node_columns[col]) == list(nodes[col])
     for method, p in s.report.plans.items():
         assert f"<td>{method}</td>\n      <td>{p.dram_bytes:,}</td>" in view.summary_html
 
@@ -333,8 +358,8 @@ def test_a_copied_url_reopens_the_same_view_and_bad_values_keep_their_defaults()
     assert {p: getattr(reopened, p) for p in URL_PARAMS} == {p: getattr(state, p) for p in URL_PARAMS}
 
 
-def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():
-    from dashboard.views.dag import edge_paths, layered_layout
+def test_skip_edges_are_routed_clear_of_the_ops_they_skip():
+    from dashboard.views.dag import BOX_H, BOX_W, edge_paths, layered_layout
 
     graph = engine.load_network("densenet121")
     pos = layered_layout(graph)
@@ -342,14 +367,49 @@ def test_skip_edges_are_drawn_as_arcs_clear_of_the_ops_they_skip():
     skips = 0
     for (u, v), path in zip(graph.dag.edges(), paths):
         assert tuple(path[0]) == pos[u] and tuple(path[-1]) == pos[v]  # each path joins its two ops
-        if pos[u][1] - pos[v][1] > 1:
+        assert all(b[1] < a[1] for a, b in zip(path, path[1:]))  # downwards, layer by layer
+        for x, y in path[1:-1]:  # the bends sit in slots of their own, off every op's box
             skips += 1
-            inside = path[1:-1]
-            ops_between = [p for p in pos.values() if pos[v][1] < p[1] < pos[u][1]]
-            gap = min(min(abs(px - x) + abs(py - y) for x, y in inside) for px, py in ops_between)
-            assert gap > 0.05  # no op sits on the arc
-    assert skips > 100  # DenseNet's dense concats
+            assert all(abs(px - x) >= BOX_W / 2 or abs(py - y) >= BOX_H / 2 for px, py in pos.values())
+    assert skips > 1000  # DenseNet's dense concats skip many layers
 
+
+def test_each_fused_group_is_one_outline_and_neighbouring_groups_differ_in_colour():
+    from dashboard.views.dag import BOX_H, BOX_W, layered_layout, outline_table
+
+    for name in ("resnet50", "googlenet", "vit_b_16"):
+        graph = engine.load_network(name)
+        plan = engine.fuse(graph, engine.Accelerator.preset("optimus"), method="optimus")
+        regions = outline_table(graph, plan.groups, [c.dram_bytes for c in plan.costs])
+        assert list(regions["region"]) == [f"G{i}" for i in range(len(plan.groups))]
+        assert list(regions["dram_bytes"]) == [c.dram_bytes for c in plan.costs]
+        pos = layered_layout(graph)
+        colour = dict(zip(regions["region"], regions["colour"]))
+        group_of = {op: f"G{i}" for i, grp in enumerate(plan.groups) for op in grp}
+        for u, v in graph.dag.edges():  # groups joined by an edge never share a colour
+            assert group_of[u] == group_of[v] or colour[group_of[u]] != colour[group_of[v]]
+        for row, grp in zip(regions.itertuples(), plan.groups):  # the outline holds every corner of its ops' boxes
+            hull = np.column_stack([row.xs, row.ys])
+            for op in grp:
+                x, y = pos[op]
+                for cx, cy in ((x - BOX_W / 2, y - BOX_H / 2), (x + BOX_W / 2, y + BOX_H / 2)):
+                    edges = np.roll(hull, -1, axis=0) - hull
+                    cross = edges[:, 0] * (cy - hull[:, 1]) - edges[:, 1] * (cx - hull[:, 0])
+                    assert (cross >= -1e-6).all()  # left of every counter-clockwise edge: inside
+
+
+def test_the_convex_hull_matches_brute_force():
+    from dashboard.views.dag import convex_hull
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        pts = rng.integers(0, 12, size=(15, 2)).astype(float)
+        hull = {tuple(p) for p in convex_hull(pts)}
+        for p in {tuple(p) for p in pts}:  # a point is a hull vertex iff it is not inside a triangle of others
+            others = [q for q in map(tuple, pts) if q != p]
+            extreme = any(np.dot(d, p) > max(np.dot(d, q) for q in others) + 1e-9
+                          for d in [(np.cos(a), np.sin(a)) for a in np.linspace(0, 2 * np.pi, 720, endpoint=False)])
+            assert (p in hull) == extreme
 
 def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
     import asyncio

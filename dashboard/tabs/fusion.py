@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import holoviews as hv
-import numpy as np
 import pandas as pd
 import panel as pn
 
 import engine
 from dashboard.state import KB
 from dashboard.tabs.common import error_text
-from dashboard.views.dag import dag_view, node_table
+from dashboard.views.dag import dag_figure, legend_html, node_table, outline_table, region_columns
 from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
 
 # node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
@@ -27,6 +26,12 @@ RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
                     "x_oracle": "× Oracle", "gap": "proven gap"}
+LEGEND_CSS = """
+table.legend { border-collapse: collapse; font-size: 12px; }
+table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+table.legend td.bytes, table.legend td:first-child { text-align: right; white-space: nowrap; }
+span.swatch { display: inline-block; width: 12px; height: 12px; border: 2px solid; border-radius: 3px; }
+"""
 TABLE_CSS = """
 table.methods { border-collapse: collapse; font-size: 13px; }
 table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: right; }
@@ -87,20 +92,40 @@ def dag_colouring(rep, colour_by: str = "fused group", cpu_kinds=()):
     return None, ""
 
 
-def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()) -> hv.Graph:
-    """The DAG of a report as a HoloViews graph, coloured by fused group, part or module."""
+def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()):
+    """The DAG of a report as a Bokeh figure, outlined and coloured by fused group, part or module."""
     plan = shown_plan(rep)
     overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
-    return dag_view(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay,
-                    title or groups_title(rep))
+    return dag_figure(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay,
+                      title or groups_title(rep))
+
+
+@dataclass(frozen=True)
+class DagData:
+    """What one plan (or part/module overlay) changes in a drawn DAG: box colours, outlines, legend, title."""
+
+    node_columns: dict  # RECOLOURED column -> values, one per op in graph order
+    region_columns: dict  # the outlines' data source, one row per region
+    legend_html: str
+    title: str
+
+
+def dag_data(rep, overlay=None, title: str = "") -> DagData:
+    """The DAG's per-plan data for the shown plan, coloured by fused group or by `overlay`."""
+    plan = shown_plan(rep)
+    costs = [c.dram_bytes for c in plan.costs]
+    nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, costs, overlay)
+    regions = outline_table(rep.graph, plan.groups, costs, overlay)
+    heading = f"{plan.method}'s {len(plan.groups)} fused groups" if overlay is None else "parts / modules"
+    return DagData({col: nodes[col].tolist() for col in RECOLOURED}, region_columns(regions),
+                   legend_html(regions, heading), title or groups_title(rep))
 
 
 @dataclass(frozen=True)
 class FusionViewData:
     """What a report changes in the drawn Fusion views, computed off the UI thread (the worker that made the report)."""
 
-    node_columns: dict  # RECOLOURED column -> values, one per op in graph order, for the fused-group colouring
-    dag_title: str
+    dag: DagData  # for the fused-group colouring
     summary_html: str
     energy_columns: dict
     latency_columns: dict
@@ -109,11 +134,9 @@ class FusionViewData:
 @lru_cache(maxsize=256)
 def fusion_view_data(rep) -> FusionViewData:
     """The data a report patches into the DAG, the method table and the bars (cached per report)."""
-    plan = shown_plan(rep)
-    nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs])
     energies = dict(rep.energy)
-    return FusionViewData({col: nodes[col].to_numpy() for col in RECOLOURED}, groups_title(rep),
-                          summary_html(rep.summary_frame()), stacked_columns(energies), latency_columns(energies))
+    return FusionViewData(dag_data(rep), summary_html(rep.summary_frame()), stacked_columns(energies),
+                          latency_columns(energies))
 
 
 def summary_html(summary: pd.DataFrame) -> str:
@@ -151,49 +174,41 @@ def layer_detail_parts(graph, acc, op_name: str) -> tuple[str, str, pd.DataFrame
 
 
 class DagPlot:
-    """The network's DAG, drawn once per network and colouring; later reports only patch its node data.
+    """The network's DAG, drawn once per network and colouring; later reports only patch its boxes' colours,
+    the outlines and the legend.
 
     Zoom, pan and the clicked op therefore survive every slider move.
     """
 
     def __init__(self, on_select):
         self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane, made when it is drawn
+        self.legend = pn.pane.HTML("", stylesheets=[LEGEND_CSS], width=330, max_height=900,
+                                   styles={"overflow-y": "auto"})
         self._on_select = on_select
         self._key = None
-        self._source = None
-        self._figure = None
-        self._order = None  # the drawn nodes' positions in graph order
+        self._ops = self._regions = self._figure = None
 
     def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)  # the hover lines differ with and without an overlay
         if key != self._key:
-            self._draw(dag_element(rep, colour_by, cpu_kinds), key, rep.graph)
-            return
-        if overlay is None:
-            view = fusion_view_data(rep)
-            columns, title = view.node_columns, view.dag_title
-        else:
-            plan = shown_plan(rep)
-            nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay)
-            columns = {col: nodes[col].to_numpy() for col in RECOLOURED}
-        patch = {col: values[self._order] for col, values in columns.items()}
-        patch["node_color"] = patch["colour"]
-        self._source.data.update(patch)
-        self._figure.title.text = title
+            self._draw(dag_element(rep, colour_by, cpu_kinds), key)
+        data = fusion_view_data(rep).dag if overlay is None else dag_data(rep, overlay, title)
+        self._ops.data.update(data.node_columns)
+        self._regions.data = dict(data.region_columns)
+        self._figure.title.text = data.title
+        self.legend.object = data.legend_html
 
-    def _draw(self, element: hv.Graph, key, graph):
-        figure = hv.render(element, backend="bokeh")
-        graph_renderer = next(r for r in figure.renderers if hasattr(r, "node_renderer"))
-        self._source = graph_renderer.node_renderer.data_source
-        self._source.selected.on_change("indices", self._clicked)
-        self._order = np.array([graph.position[op] for op in self._source.data["index_hover"]])
+    def _draw(self, figure, key):
+        self._ops = figure.select_one({"name": "dag-ops"})
+        self._regions = figure.select_one({"name": "dag-regions"})
+        self._ops.selected.on_change("indices", self._clicked)
         self._figure, self._key = figure, key
         self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]  # a new pane lays out afresh
 
     def _clicked(self, attr, old, new):
         if new:
-            self._on_select(str(self._source.data["index_hover"][new[0]]))
+            self._on_select(str(self._ops.data["op"][new[0]]))
 
 
 class BarsPlot:
@@ -289,6 +304,6 @@ class FusionTab:
     def panel(self) -> pn.Column:
         colour_by = pn.widgets.RadioButtonGroup.from_param(self.session.state.param.colour_by)
         return pn.Column(pn.Row(self.headline, self.busy), colour_by,
-                         pn.Row(self.dag.pane, self.detail.panel), self.table,
+                         pn.Row(self.dag.pane, pn.Column(self.dag.legend, self.detail.panel)), self.table,
                          pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")

@@ -1,108 +1,298 @@
-"""The network DAG in a layered top-to-bottom layout, nodes coloured by fused group."""
+"""The network DAG in a layered top-to-bottom layout, each fused group (or part, or module) a shaded outline.
+
+The layout is Sugiyama's (layers, crossing reduction, long edges routed through their own
+slots), computed by grandalf once per network; a new plan only recolours the op boxes and
+redraws the outlines around them.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
-import holoviews as hv
 import networkx as nx
 import numpy as np
 import pandas as pd
+from grandalf.graphs import Edge, Graph as LayoutGraph, Vertex
+from grandalf.layouts import SugiyamaLayout
 
 from engine.graph import Graph
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
+# Tableau's 10 with two more: distinct hues; the group colouring keeps neighbouring groups apart.
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
+           "#bab0ac", "#1f9e89", "#8f6ad9")
+GREY = "#cccccc"
+BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
+GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
+PAD = 7.0  # an outline's margin around its ops' boxes
+
+
+@dataclass(frozen=True)
+class DagLayout:
+    """Where each op's box sits (centre), and one polyline per DAG edge in `graph.dag.edges()` order."""
+
+    pos: dict
+    paths: tuple
+    width: float
+    height: float
+
+
+class _Box:
+    """What grandalf needs of a vertex's drawing: its size; it sets the centre `xy`."""
+
+    w, h = BOX_W, BOX_H
+    xy = (0.0, 0.0)
+
+
+class _Route:
+    """What grandalf needs of an edge's drawing: it sets the routed points."""
+
+    points = ()
+
+    def setpath(self, points):
+        self.points = tuple(points)
 
 
 @lru_cache(maxsize=32)
-def layered_layout(graph: Graph) -> dict[str, tuple[float, float]]:
-    """Op -> (x, y): one row per topological generation, top to bottom, unit spacing within a row.
-
-    Each row is ordered by the mean x of its producers (one barycentre sweep, as in
-    Sugiyama-style layouts), so branches sit beside each other and edges cross little.
-    """
-    pos: dict[str, tuple[float, float]] = {}
-    for depth, layer in enumerate(nx.topological_generations(graph.dag)):
-        def barycentre(node):
-            xs = [pos[p][0] for p in graph.dag.predecessors(node) if p in pos]
-            return (sum(xs) / len(xs) if xs else 0.0, graph.position[node])
-        row = sorted(layer, key=barycentre)
-        for i, node in enumerate(row):
-            pos[node] = (i - (len(row) - 1) / 2, -float(depth))
-    return pos
-
-
-@lru_cache(maxsize=32)
-def edge_paths(graph: Graph) -> tuple[np.ndarray, ...]:
-    """One polyline per DAG edge: straight to the next row, an arc for an edge that skips rows.
-
-    A skip edge (a residual add, DenseNet's concats) drawn straight would run over the ops
-    between its ends; the arc bows sideways by sqrt(rows skipped), so nested skips stay apart.
-    """
-    pos = layered_layout(graph)
-    t = np.linspace(0.0, 1.0, 16)[:, None]
+def dag_layout(graph: Graph) -> DagLayout:
+    """Sugiyama layout of the ops (grandalf), top to bottom; weakly connected pieces side by side."""
+    vertices = {op.name: Vertex(op.name) for op in graph.ops}
+    for v in vertices.values():
+        v.view = _Box()
+    edges = {}
+    for u, w in graph.dag.edges():
+        edges[u, w] = Edge(vertices[u], vertices[w])
+        edges[u, w].view = _Route()
+    layout_graph = LayoutGraph(list(vertices.values()), list(edges.values()))
+    offset = 0.0
+    for piece in layout_graph.C:
+        sugiyama = SugiyamaLayout(piece)
+        sugiyama.xspace, sugiyama.yspace = GAP_X, GAP_Y
+        sugiyama.init_all()
+        sugiyama.draw(3)
+        xs = [v.view.xy[0] for v in piece.sV]
+        shift = offset - min(xs) + BOX_W / 2
+        for v in piece.sV:
+            v.view.xy = (v.view.xy[0] + shift, v.view.xy[1])
+        for e in piece.sE:
+            e.view.points = tuple((x + shift, y) for x, y in e.view.points)
+        offset += max(xs) - min(xs) + BOX_W + 3 * GAP_X
+    pos = {name: (float(v.view.xy[0]), -float(v.view.xy[1])) for name, v in vertices.items()}  # y up, first op on top
     paths = []
-    for u, v in graph.dag.edges():
-        (x1, y1), (x2, y2) = pos[u], pos[v]
-        span = y1 - y2
-        if span <= 1:
-            paths.append(np.array([[x1, y1], [x2, y2]]))
-            continue
-        side = 1.0 if (x1 + x2) >= 0 else -1.0
-        control = np.array([(x1 + x2) / 2 + side * 0.8 * np.sqrt(span), (y1 + y2) / 2])
-        start, end = np.array([x1, y1]), np.array([x2, y2])
-        paths.append((1 - t) ** 2 * start + 2 * (1 - t) * t * control + t ** 2 * end)  # quadratic Bezier
-    return tuple(paths)
+    for (u, w), e in edges.items():
+        inner = [(float(x), -float(y)) for x, y in e.view.points[1:-1]]
+        paths.append(np.array([pos[u], *inner, pos[w]]))
+    ys = [p[1] for p in pos.values()]
+    return DagLayout(pos, tuple(paths), offset - 3 * GAP_X, max(ys) - min(ys) + BOX_H)
+
+
+def layered_layout(graph: Graph) -> dict[str, tuple[float, float]]:
+    """Op -> (x, y) of its box's centre (layout units; the first op on top)."""
+    return dag_layout(graph).pos
+
+
+def edge_paths(graph: Graph) -> tuple[np.ndarray, ...]:
+    """One polyline per DAG edge (in `graph.dag.edges()` order), through the slots Sugiyama kept for it in the
+    layers it skips, so a residual or a dense concat passes beside the ops between its ends, not over them."""
+    return dag_layout(graph).paths
+
+
+def convex_hull(points: np.ndarray) -> np.ndarray:
+    """The convex hull of 2-D points, counter-clockwise (Andrew's monotone chain)."""
+    pts = sorted(set(map(tuple, points)))
+    if len(pts) < 3:
+        return np.array(pts)
+
+    def half(seq):
+        out = []
+        for p in seq:
+            while len(out) >= 2 and ((out[-1][0] - out[-2][0]) * (p[1] - out[-2][1])
+                                     - (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0])) <= 0:
+                out.pop()
+            out.append(p)
+        return out
+
+    lower, upper = half(pts), half(reversed(pts))
+    return np.array(lower[:-1] + upper[:-1])
+
+
+def outline(pos: dict, ops) -> np.ndarray:
+    """The shaded shape around a set of ops: the convex hull of their boxes, with a margin."""
+    corners = [(x + dx * (BOX_W / 2 + PAD), y + dy * (BOX_H / 2 + PAD))
+               for x, y in (pos[op] for op in ops) for dx in (-1, 1) for dy in (-1, 1)]
+    return convex_hull(np.array(corners))
+
+
+def region_colours(graph: Graph, regions) -> list[str]:
+    """A colour per region (a tuple of ops) such that regions joined by an edge, or whose outlines' boxes
+    overlap, never share one (greedy colouring of that adjacency, largest degree first)."""
+    return list(_region_colours(graph, tuple(tuple(ops) for ops in regions)))
+
+
+@lru_cache(maxsize=256)
+def _region_colours(graph: Graph, regions: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    pos = layered_layout(graph)
+    region_of = {op: i for i, ops in enumerate(regions) for op in ops}
+    adjacency = nx.Graph()
+    adjacency.add_nodes_from(range(len(regions)))
+    adjacency.add_edges_from((region_of[u], region_of[v]) for u, v in graph.dag.edges()
+                             if u in region_of and v in region_of and region_of[u] != region_of[v])
+    boxes = []
+    for ops in regions:
+        xs, ys = [pos[op][0] for op in ops], [pos[op][1] for op in ops]
+        boxes.append((min(xs) - BOX_W / 2 - PAD, max(xs) + BOX_W / 2 + PAD,
+                      min(ys) - BOX_H / 2 - PAD, max(ys) + BOX_H / 2 + PAD))
+    order = sorted(range(len(regions)), key=lambda i: boxes[i][0])  # sweep along x
+    for k, i in enumerate(order):
+        for j in order[k + 1:]:
+            if boxes[j][0] > boxes[i][1]:
+                break
+            if boxes[i][2] < boxes[j][3] and boxes[j][2] < boxes[i][3]:
+                adjacency.add_edge(i, j)
+    colour = nx.greedy_color(adjacency, strategy="largest_first")
+    return tuple(PALETTE[colour[i] % len(PALETTE)] for i in range(len(regions)))
+
+
+def short_name(name: str, limit: int = 18) -> str:
+    """The last dotted parts of an op's name that fit in its box (`layer4.2.conv3` -> `4.2.conv3`)."""
+    parts = name.split(".")
+    text = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(text) > limit:
+            break
+        text = part + "." + text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def regions_of(groups, overlay=None) -> tuple[list[str], list[tuple[str, ...]]]:
+    """(label, ops) of each outlined region: the fused groups, or the parts/modules of `overlay` (op -> label)."""
+    if overlay is None:
+        return [f"G{i}" for i in range(len(groups))], [tuple(g) for g in groups]
+    members: dict[str, list[str]] = {}
+    for op, label in overlay.items():
+        if label:
+            members.setdefault(label, []).append(op)
+    return list(members), [tuple(ops) for ops in members.values()]
 
 
 def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None) -> pd.DataFrame:
     """One row per op (in graph order) with what the hover shows: shapes, MACs, bytes, group and its DRAM cost.
 
-    Nodes are coloured by fused group, or by `overlay` (op -> label, e.g. its CPU/accelerator
-    part or its module) when given; ops without a label are grey.
+    Boxes take their region's colour: the fused group's, or, with `overlay` (op -> label, e.g. its
+    CPU/accelerator part or its module), that label's; ops without a label are grey.
     """
     pos = layered_layout(graph)
     group_of = {op: i for i, grp in enumerate(groups) for op in grp}
-    labels = list(dict.fromkeys(v for v in (overlay or {}).values() if v))
+    labels, members = regions_of(groups, overlay)
+    colours = dict(zip(labels, region_colours(graph, members)))
     rows = []
     for op in graph.ops:
         g = group_of.get(op.name, -1)
-        label = (overlay or {}).get(op.name, "") if overlay is not None else (f"group {g}" if g >= 0 else "")
-        index = labels.index(label) if overlay is not None and label else g
+        label = (overlay or {}).get(op.name, "") if overlay is not None else (f"G{g}" if g >= 0 else "")
+        x, y = pos[op.name]
         rows.append({
-            "x": pos[op.name][0], "y": pos[op.name][1], "op": op.name, "kind": op.kind.value,
+            "x0": x - BOX_W / 2, "y0": y - BOX_H / 2, "x1": x + BOX_W / 2, "y1": y + BOX_H / 2,
+            "x": x, "y": y, "op": op.name, "kind": op.kind.value,
+            "label": f"{short_name(op.name)}\n{op.kind.value}",
             "inputs": ", ".join("x".join(map(str, graph.tensors[t].shape)) for t in op.inputs) or "-",
             "output": "x".join(map(str, graph.tensors[op.outputs[0]].shape)),
             "MACs": op.macs, "weight_bytes": graph.weight_bytes(op.name, word_bits),
             "group": g, "group_size": len(groups[g]) if g >= 0 else 1,
             "group_dram_bytes": group_bytes[g] if group_bytes is not None and g >= 0 else 0,
             "overlay": label or "-",
-            "colour": PALETTE[index % len(PALETTE)] if index >= 0 and (label or overlay is None) else "#cccccc",
+            "colour": colours.get(label, GREY),
             "merged": ", ".join(t for _, t in op.merged[1:]) or "-",
         })
     return pd.DataFrame(rows)
 
 
-def dag_view(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="") -> hv.Graph:
-    """HoloViews graph of the ops: colour = fused group (or overlay); hover = op details and its group's cost."""
+def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.DataFrame:
+    """One row per outlined region: its label, outline, colour, ops and (for fused groups) DRAM bytes."""
+    pos = layered_layout(graph)
+    labels, members = regions_of(groups, overlay)
+    colours = region_colours(graph, members)
+    rows = []
+    for i, (label, ops, colour) in enumerate(zip(labels, members, colours)):
+        shape = outline(pos, ops)
+        top = max(pos[op][1] for op in ops) + BOX_H / 2 + PAD
+        left = min(pos[op][0] for op in ops) - BOX_W / 2 - PAD
+        cost = group_bytes[i] if group_bytes is not None and overlay is None else None
+        rows.append({"xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
+                     "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
+                     "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top})
+    return pd.DataFrame(rows)
+
+
+def legend_html(regions: pd.DataFrame, heading: str) -> str:
+    """The regions as an HTML table: colour, label, ops and (fused groups) DRAM bytes, in execution order."""
+    import html
+
+    rows = []
+    for r in regions.itertuples():
+        cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
+        rows.append(f'<tr><td><span class="swatch" style="background:{r.colour}40;border-color:{r.colour}">'
+                    f'</span> <b>{html.escape(r.region)}</b></td><td>{r.n_ops} ops: {html.escape(r.ops)}</td>'
+                    f'<td class="bytes">{cost}</td></tr>')
+    return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
+            f"<th>DRAM</th></tr>{''.join(rows)}</table>")
+
+
+def region_columns(regions: pd.DataFrame) -> dict[str, list]:
+    """The outlines' data source columns (one row per region), for drawing or patching in place."""
+    return {col: list(regions[col]) for col in regions.columns}
+
+
+def node_columns(nodes: pd.DataFrame) -> dict[str, list]:
+    """The op boxes' data source columns (one row per op, graph order)."""
+    return {col: nodes[col].tolist() for col in nodes.columns}
+
+
+OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
+               ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
+               ("group", "G@{group} (@{group_size} ops), DRAM @{group_dram_bytes}{0,0} B"),
+               ("part / module", "@{overlay}")]
+REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
+
+
+def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title=""):
+    """The ops as labelled boxes in a layered layout, each region (fused group, or part/module of `overlay`)
+    a shaded outline tagged with its label; hover names an op, or a region's ops and DRAM bytes.
+
+    A Bokeh figure, not a HoloViews element: HoloViews spends seconds turning a few hundred paths and
+    polygons into glyphs, Bokeh milliseconds. Its three data sources are named "dag-regions",
+    "dag-edges" and "dag-ops" (`DagPlot` patches the first and last per plan).
+    """
+    from bokeh.models import ColumnDataSource, HoverTool, TapTool
+    from bokeh.plotting import figure
+
     nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
-    edges = pd.DataFrame(list(graph.dag.edges()), columns=["source", "target"])
-    vdims = ["kind", "inputs", "output", "MACs", "weight_bytes", "group", "group_size", "group_dram_bytes",
-             "overlay", "colour", "merged"]
-    hv_nodes = hv.Nodes(nodes, kdims=["x", "y", "op"], vdims=vdims)
-    # @{name} keeps Bokeh from reading "@group_size" as the column "group" followed by "_size"
-    tooltips = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
-                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
-                ("group", "@{group} (@{group_size} ops)"), ("group DRAM (B)", "@{group_dram_bytes}{0,0}")]
-    if overlay is not None:
-        tooltips.append(("part / module", "@{overlay}"))
-    height = max(500, min(3200, 22 * nodes["y"].nunique()))  # readable rows, even for DenseNet
-    paths = edge_paths(graph)
-    xs = np.concatenate([nodes["x"].to_numpy(), *(p[:, 0] for p in paths)]) if paths else nodes["x"].to_numpy()
-    return hv.Graph((edges, hv_nodes, list(paths))).opts(
-        xlim=(float(xs.min()) - 0.6, float(xs.max()) + 0.6), ylim=(float(nodes["y"].min()) - 0.8, 0.8),
-        node_color="colour", node_size=9, edge_line_width=0.6, edge_alpha=0.5, tools=["hover", "tap"],
-        inspection_policy="nodes", hover_tooltips=tooltips, xaxis=None, yaxis=None, responsive=True,
-        min_height=int(height), active_tools=["wheel_zoom"],
-        title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)")
+    regions = outline_table(graph, groups, group_bytes, overlay)
+    lay = dag_layout(graph)
+    scale = min(1.0, 1100.0 / max(lay.width, 1.0))
+    height = int(min(3200, max(420, (lay.height + 80) * scale)))
+    xs, ys = nodes["x"].to_numpy(), nodes["y"].to_numpy()
+    fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
+                 x_range=(float(xs.min()) - BOX_W, float(xs.max()) + BOX_W),
+                 y_range=(float(ys.min()) - BOX_H, float(ys.max()) + BOX_H * 1.5),
+                 min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
+                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
+    fig.axis.visible = False
+    fig.grid.visible = False
+    region_src = ColumnDataSource(region_columns(regions), name="dag-regions")
+    edge_src = ColumnDataSource({"xs": [p[:, 0] for p in lay.paths], "ys": [p[:, 1] for p in lay.paths]},
+                                name="dag-edges")
+    op_src = ColumnDataSource(node_columns(nodes), name="dag-ops")
+    shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
+                         line_width=2)
+    fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
+             text_color="colour", text_baseline="bottom")
+    fig.multi_line("xs", "ys", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
+    boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
+                     line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
+                     selection_line_color="black", selection_line_width=3, selection_fill_color="colour")
+    fig.text("x", "y", text="label", source=op_src, text_font_size="7pt", text_align="center",
+             text_baseline="middle", text_color="#111111", text_line_height=1.1)
+    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1]),
+                  HoverTool(renderers=[shapes], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
+    return fig
+
