@@ -8,7 +8,7 @@ Heavy parts load on first use, so `import engine` stays fast.
 from importlib import import_module
 
 from engine.accelerator import Accelerator, MemoryLevel
-from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, ShapeError,
+from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, PartialImportWarning, ShapeError,
                            UnknownNameError)
 from engine.graph import Graph, Op, OpKind, Tensor
 # Imported eagerly: the function shares its module's name, and a lazy import would let the
@@ -31,7 +31,7 @@ _LAZY = {
 }
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
-           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", "partition",
+           "AcceleratorError", "GraphError", "ModelFileError", "PartialImportWarning", "ShapeError", "UnknownNameError", "partition",
            "sweep", *_LAZY]
 
 
