@@ -13,18 +13,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The fusion search's compiled code (engine/fusion/core.py): Numba compiles it once (about a minute) and caches
-# it beside the source; after that this loads it in about a second. (The dashboard keeps the Python search for
-# now: dashboard/session.py says why.)
+# The fusion search's compiled code (engine/fusion/core.py): Numba compiles it once (about two minutes) and caches
+# it beside the source; after that this loads it in about a second. serve and test do it first, so that no
+# page load or test waits on the compiler.
 compiled: $(STAMP)
-	@echo "loading the compiled fusion search (the first time: compiling it, about a minute)"
+	@echo "loading the compiled fusion search (the first time after install: compiling it, about two minutes)"
 	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
 
-serve: $(STAMP)
+serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
-test: $(STAMP) browser
+test: compiled browser
 	$(BIN)/python -m pytest
 
 # The end-to-end tests drive Debian's chromium; install it where missing and we may (root with apt-get).

@@ -43,7 +43,7 @@ class ReportRequest:
         done, _ = await asyncio.wait({full}, timeout=BUSY_AFTER_S)
         if not done:  # a spinner only for waits one notices: toggling it re-lays out the page
             if self.current:  # (a superseded request must not leave it spinning)
-                self.session.busy = True
+                await self.publish(busy=True)
             done, _ = await asyncio.wait({full}, timeout=PARTIAL_AFTER_S - BUSY_AFTER_S)
         if not done:
             await self._show_one_pass_methods(full)

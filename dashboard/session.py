@@ -15,7 +15,6 @@ import param
 
 import engine
 from dashboard.request import ReportRequest
-from engine.fusion import optimus
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
 from engine.explore import evaluate
@@ -26,12 +25,6 @@ FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
                  "methods", "access_model", "upload_name")
-
-
-# The page keeps the Python search for now: with the compiled one a report can arrive within the spinner's
-# 0.15 s, and then a dragged slider's released size is sometimes never shown (tests/test_dashboard_e2e.py,
-# GoogLeNet dragged from 64 KB to 2 MB). Same plans either way; the next step is to fix that race.
-optimus.COMPILED = False
 
 
 @lru_cache(maxsize=16)
@@ -64,7 +57,10 @@ class Session(param.Parameterized):
         self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
         self.param.watch(self._show_status, "error")
-        self._request()
+        if self._served():  # the first report once the browser has the page: see `_request`
+            pn.state.onload(self._request)
+        else:
+            self._request()
 
     def graph(self) -> engine.Graph:
         s = self.state
@@ -126,9 +122,20 @@ class Session(param.Parameterized):
         self.latest_ticket += 1
         return ReportRequest(self, self.latest_ticket)
 
+    @staticmethod
+    def _served() -> bool:
+        """Whether this session lives in a Bokeh server (a browser page), not a notebook or a test."""
+        return pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+
     def _request(self, *_):
-        """A state change: recompute off the UI thread in a server session, at once elsewhere."""
-        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        """A state change: recompute off the UI thread in a server session, at once elsewhere.
+
+        The first request waits for the page to load (`pn.state.onload`): Panel drops the changes made
+        under `pn.io.hold` after the browser fetched the document but before it reported the page ready,
+        so a report published then (a new DAG figure) never reached the browser, and every later patch
+        of that figure failed there ("reference ... isn't known").
+        """
+        if self._served():
             pn.state.execute(self.new_request().run)
         else:
             self.refresh()

@@ -28,7 +28,6 @@ from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
 
 INF = float("inf")
-COMPILED = True  # searches run in engine.fusion.core unless a caller says otherwise (the dashboard does, for now)
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,10 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False
 
 def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
                  limits: Limits = Limits(), bound_only: bool = False, start: int = 0, within: int | None = None,
-                 compiled: bool | None = None) -> tuple[list[int], int, bool, float]:
+                 compiled: bool = True) -> tuple[list[int], int, bool, float]:
     """`ideal_chain`, plus the chain's total (inf when there is none).
 
-    `compiled` (default: the module's COMPILED) runs the search in `engine.fusion.core` (the same
+    `compiled` (the default) runs the search in `engine.fusion.core` (the same
     down-sets and groups in the same order, so the same result); False, or a group the compiled
     ISOA program cannot hold (more than 63 members that may be chunked open at once), runs the
     Python loop below, the reference the tests compare it with.
@@ -81,7 +80,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """
     n = model.n
     ops = (1 << n) - 1 if within is None else within
-    if COMPILED if compiled is None else compiled:
+    if compiled:
         found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only)
         if found is not None:
             return found
