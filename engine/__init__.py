@@ -37,7 +37,7 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
 _SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx_import",
-               "onnx_export", "loading"}
+               "onnx_export", "loading", "limit"}
 
 
 def __getattr__(name):
