@@ -129,4 +129,4 @@ def window_model(model: FusionModel, lo: int, hi: int) -> FusionModel:
     names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
     sub = Graph.build(f"{graph.name}[{lo}:{hi}]", ops, [graph.tensors[t] for t in sorted(names)], tuple(border),
                       tuple(t for t in graph.outputs if t in made), graph.batch)
-    return FusionModel(sub, model.tp, model.word_bits, free=free)
+    return FusionModel(sub, model.tp, model.word_bits, free=free, views=model.views)

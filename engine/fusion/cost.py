@@ -297,7 +297,7 @@ class _Lone:
         c_out = sum(g.channels for g in out_geo)
         fin, fout, p_elems, _ = model.io(1 << i)
         ins = tuple((model.tgeo[j].h, model.tgeo[j].w, model.tbytes[j], rh, rw)
-                    for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+                    for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
         return cls(model.out_h[i], max(g.w for g in out_geo), c_out, max(1, c_out // model.graph.ops[i].groups),
                    model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins)
 
@@ -368,7 +368,7 @@ def runs_alone(model: FusionModel, i: int, cap: Capacity) -> bool:
 def smallest_buffer_bytes(model: FusionModel, i: int) -> int:
     """Fewest buffer bytes op i needs to run alone: one row, column, image and output channel."""
     ins = sum(_need(rh, 1, model.tgeo[j].h) * _need(rw, 1, model.tgeo[j].w)
-              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
     return _bytes(ins + len(model.outs[i]), model.word_bits)
 
 
