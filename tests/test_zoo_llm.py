@@ -137,3 +137,13 @@ def test_bad_token_counts_name_the_parameter(name, message):
 def test_a_length_on_the_wrong_network_is_an_unknown_name(name):
     with pytest.raises(engine.UnknownNameError, match="llama3_8b_decode_kv<N>"):
         zoo.build(name)
+
+
+def test_decode_is_weight_and_cache_bound_while_prefill_falls_with_the_buffer():
+    # decode reads every weight and the whole cache for one token: its plan stays near the Oracle (parameters +
+    # cache) at any buffer; prefill's activations find room on chip as the buffer grows
+    decode, prefill = zoo.build("llama3_8b_decode"), zoo.build("llama3_8b_prefill")
+    small, large = (engine.Accelerator.preset("optimus").with_buffer(kb * KB) for kb in (128, 8192))
+    for acc in (small, large):
+        assert oracle_bytes(decode, acc) <= fuse(decode, acc).dram_bytes <= 1.1 * oracle_bytes(decode, acc)
+    assert fuse(prefill, large).dram_bytes < 0.5 * fuse(prefill, small).dram_bytes

@@ -71,8 +71,9 @@ def relaxed_bound(problem: Problem, *, solver: str = "highs", time_limit_s: floa
     return max(math.ceil(stats.bound - 1e-6), 0), order
 
 
-def staged_bound(problem: Problem, life, *, solver: str = "highs", time_limit_s: float = 5.0) -> int:
-    """A lower bound on Eq. 12 in units for a free schedule that runs in forced stages: the sum of the stages' bounds.
+def staged_bound(problem: Problem, life, *, solver: str = "highs",
+                 time_limit_s: float = 5.0) -> tuple[int, tuple[str, ...] | None]:
+    """(A lower bound on Eq. 12 in units, an order) for a free schedule in forced stages: the sum of the stages' bounds.
 
     An op whose window is one step (`life.ops`: every op before it is an ancestor, every op
     after a descendant) runs at that step in every order, so every order is a concatenation
@@ -81,12 +82,13 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs", time_limit_s:
     plan of that stage alone in which the tensors it brings in load free once and tensors
     read later may leave free: a relaxation of the stage, so the better of its `spill_bound`
     and `relaxed_bound` is at most that part's cost, and their sum is at most the whole's.
-    Stages equal up to tensor names (the layers of one model) are bounded once. 0 when the
-    problem has a fixed order or starts with tensors on chip.
+    Stages equal up to tensor names (the layers of one model) are bounded once. The order
+    runs each stage in the order of its relaxation's plan (a good order to place, as for
+    `relaxed_bound`). (0, None) when the problem has a fixed order or starts with tensors on chip.
     """
     p = problem
     if p.order is not None or p.carry.resident:
-        return 0
+        return 0, None
     deadline = time.perf_counter() + time_limit_s
     ends = [i + 1 for i, op in enumerate(p.ops) if life.ops[op] == (i, i)]
     stages = [p.ops[lo:hi] for lo, hi in zip([0, *ends], [*ends, len(p.ops)]) if hi > lo]
@@ -109,15 +111,18 @@ def staged_bound(problem: Problem, life, *, solver: str = "highs", time_limit_s:
                                        p.budget))
     # a lone op's tensors fit any budget the problem admits: its stage costs nothing
     known = {key: 0 for key, stage in shapes.items() if len(stage.ops) == 1}  # shape -> the stage's bound in bytes
+    ranks = {key: tuple(range(len(stage.ops))) for key, stage in shapes.items()}  # shape -> its plan's op positions
     todo = [(key, stage) for key, stage in shapes.items() if key not in known]
     for j, (key, stage) in enumerate(todo):
         left = max(deadline - time.perf_counter(), 0.0) / (len(todo) - j)
         units = spill_bound(stage, solver=solver, time_limit_s=max(left / 4, 0.01))
-        relaxed = relaxed_bound(stage, solver=solver, time_limit_s=max(deadline - time.perf_counter(), 0.0)
-                                / (len(todo) - j))[0]
+        relaxed, order = relaxed_bound(stage, solver=solver, time_limit_s=max(deadline - time.perf_counter(), 0.0)
+                                       / (len(todo) - j))
         known[key] = max(units, relaxed) * stage.unit
-    total = sum(known[key] for key in keys)
-    return total // p.unit
+        if order is not None:
+            ranks[key] = tuple(stage.ops.index(op) for op in order)
+    order = tuple(ops[i] for ops, key in zip(stages, keys) for i in ranks[key])
+    return sum(known[key] for key in keys) // p.unit, order
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ _MERGE_AT = 16  # as `model._MERGE_AT`
 (OUT_H, FLOOR, FULL_ROW, SAVE_ROW, INPLACE, COVERED, GROW_OUT, WHOLE_ROW, SUCC_PTR, SUCC_IDX, PRED_PTR, PRED_IDX,
  LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
  F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
- SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE, IN_SELEMS, IN_STREAM) = range(51)
+ SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE, IN_SELEMS, IN_STREAM, SM_QK, SM_BYTES,
+ AV_SM) = range(54)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
@@ -33,7 +34,7 @@ _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow
            "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
            "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w",
            "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule", "in_selems",
-           "in_stream")
+           "in_stream", "sm_qk", "sm_bytes", "av_sm")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -80,6 +81,10 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["rd_ptr"], columns["rd_idx"] = csr([model.members(m) for m in model.consumer_mask])
     columns["t_bytes"], columns["t_producer"] = model.tbytes, model.producer
     columns["t_returned"] = [int(v) for v in model.is_graph_output]
+    # attention softmaxes (`FusionModel._attention`): the scores' producer and the second pass's bytes; per
+    # context matmul, its softmax
+    columns["sm_qk"], columns["sm_bytes"] = [q for q, _ in model.spill_on], [b for _, b in model.spill_on]
+    columns["av_sm"] = model.spill_off
     columns["own_wbytes"], columns["shares_w"] = model.own_weight_bytes, [int(v) for v in model.shares_weights]
     # the layer-wise schedule of a lone op (`cost._Lone`): output width and channels, channels per convolution
     # group, and per input its rows, columns and rules as 3 items each (mode, kernel, stride)
@@ -283,6 +288,12 @@ def _add(t, at, st, dep, log, top, work, d, x, online, steps=0):
                 whole += t[at[IN_HELD] + e]
         _set(st, log, top, READERS, j, st[READERS, j] + 1)
     params = dep[PARAMS, p_] + streamed
+    qk = t[at[SM_QK] + x]
+    if qk >= 0 and st[IN_GROUP, qk]:
+        fout += t[at[SM_BYTES] + x]  # scores out and back: the context matmul is not (yet) in the group
+    s = t[at[AV_SM] + x]
+    if s >= 0 and st[IN_GROUP, s] and t[at[SM_QK] + s] >= 0 and st[IN_GROUP, t[at[SM_QK] + s]]:
+        fout -= t[at[SM_BYTES] + s]  # the softmax runs online beside the context matmul
     for e in range(t[at[W_PTR] + x], t[at[W_PTR] + x + 1]):
         w = t[at[W_IDX] + e]
         if st[WCOUNT, w] == 0:

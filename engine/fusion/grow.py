@@ -100,6 +100,12 @@ def extend(model: FusionModel, part: Partial, x: int) -> Partial:
                 fin += nbytes
                 whole += held
     params = model.io(mask)[2] if model.shares_weights[x] else part.params + model.own_weight_elems[x] + streamed
+    qk, spill = model.spill_on[x]
+    if qk in members:
+        fout += spill  # scores written out and read back: the context matmul is not (yet) in the group
+    s = model.spill_off[x]
+    if s in members and model.spill_on[s][0] in members:
+        fout -= model.spill_on[s][1]  # the softmax runs online beside the context matmul
     preds = model.pred[x] & mask
     chunked, kept, save = part.chunked, part.kept, model.save_row[x]
     if model.inplace[x]:

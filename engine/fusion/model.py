@@ -72,10 +72,11 @@ class FusionModel:
     """Cost-model tables of one graph on one PE array and word width; caches footprints by group mask."""
 
     def __init__(self, graph: Graph, tp: Throughput, word_bits: int, *, free: Mapping[str, int] | None = None,
-                 views: Mapping[str, tuple[int, ...]] | None = None):
+                 views: Mapping[str, tuple[int, ...]] | None = None, online: frozenset[str] | None = None):
         # `free` (the windows of engine.fusion.bound): tensor -> elements per row a group holds of it when it
         # reads it, at no DRAM traffic; a weight named there weighs nothing. `views`: the shapes the tile model
-        # reads (`tensor_views`), when a window's graph cannot tell
+        # reads (`tensor_views`), and `online` the attention softmaxes (`_attention`; their second pass not
+        # charged), when a window's graph cannot tell
         free = free or {}
         self.graph, self.tp, self.word_bits = graph, tp, word_bits
         ops = graph.ops
@@ -87,6 +88,7 @@ class FusionModel:
         self.tindex = {t: j for j, t in enumerate(tnames)}
         self.tnames = tuple(tnames)
         self.views = tensor_views(graph) if views is None else views
+        self._online = online
         self.tgeo = tuple(tensor_geo(self.shape(t), word_bits) for t in tnames)
         self.tbytes = tuple(0 if t in free else graph.tensors[t].nbytes(word_bits) for t in tnames)
         # elements per row of tensor j held on chip when a group reads it from outside (its row unless `free`)
@@ -173,6 +175,7 @@ class FusionModel:
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
         self._streams(ops)
+        self._attention(ops)
         # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
         # returned by the network, whole-image elements held when read from outside, elements loaded when
         # streamed), bytes of the outputs anyone reads, and the op's whole-image ofmap elements under ISOA
@@ -241,6 +244,64 @@ class FusionModel:
         if size_in == out_size or size_in == 1:
             return SAME, 1, 1
         return WHOLE, size_in, 1
+
+    def _attention(self, ops) -> None:
+        """Key tiles of attention (FlashAttention's online softmax): scores and probabilities held T_w keys wide.
+
+        A softmax whose scores only it reads and whose probabilities only a matmul of two activations reads (as
+        its first operand) is an attention softmax. Its tiles, and its scores' producer's, hold T_w keys of every
+        head (plus the running max and sum of each head for the softmax); the context accumulates over key
+        tiles, so it reads probabilities from outside T_w keys wide too. A group that makes the scores and
+        softmaxes them without the context matmul cannot normalise a row before its last key: it writes the
+        scores out and reads them back for a second pass (`spill`: twice the scores' bytes).
+        """
+        self.spill_on = [(-1, 0)] * self.n  # attention softmax -> (its scores' producer, bytes of the spill)
+        self.spill_off = [-1] * self.n  # context matmul -> its attention softmax
+        online = []  # names of the attention softmaxes
+        self.key_width = [0] * self.n  # attention softmax -> keys per tile
+        self.context_of = {}  # attention softmax -> its context matmul
+        for i, op in enumerate(ops):
+            if op.kind != OpKind.SOFTMAX or not self.covered[i] or len(self.ins[i]) != 1 or len(self.outs[i]) != 1:
+                continue
+            sc, pr = self.ins[i][0], self.outs[i][0]
+            readers = self.consumer_mask[pr]
+            av = readers.bit_length() - 1
+            if self._online is not None:  # a window of engine.fusion.bound: as the whole graph says
+                if op.name not in self._online:
+                    continue
+            elif self.consumer_mask[sc] != 1 << i or readers.bit_count() != 1 or self.is_graph_output[pr] or not (
+                    self.covered[av] and _act_matmul(ops[av]) and ops[av].inputs[0] == self.tnames[pr]):
+                continue
+            online.append(op.name)
+            geo = self.tgeo[pr]
+            width = min(geo.w, max(1, self.tp.t_w))  # keys per tile
+            self.key_width[i] = width
+            heads, part = geo.channels, min(self.tp.t_c, geo.channels)
+            self.full_row[i], self.save_row[i] = heads * (width + 2), (heads - part) * (width + 2)
+            qk = self.producer[sc]
+            if qk >= 0 and self.covered[qk] and not self.inplace[qk] and not self.is_graph_output[sc]:
+                self.full_row[qk], self.save_row[qk] = heads * width, (heads - part) * width
+                self.spill_on[i] = (qk, 0 if self._online is not None else 2 * self.tbytes[sc])
+            if readers:
+                self.spill_off[av] = i
+                self.context_of[i] = av
+            held = list(self.held)
+            held[pr] = heads * width
+            self.held = tuple(held)
+        self.online = frozenset(online)
+
+    def spill(self, mask: int) -> int:
+        """Bytes of the second softmax pass of the attention softmaxes a group makes the scores of but whose
+        context it does not compute (`_attention`)."""
+        total = 0
+        for i in self.members(mask):
+            qk, nbytes = self.spill_on[i]
+            if qk >= 0 and (mask >> qk) & 1:
+                total += nbytes
+            s = self.spill_off[i]
+            if s >= 0 and (mask >> s) & 1 and self.spill_on[s][0] >= 0 and (mask >> self.spill_on[s][0]) & 1:
+                total -= self.spill_on[s][1]
+        return total
 
     def _streams(self, ops) -> None:
         """Which tensors are streamed (see the module docstring): read only as the second operand of a matmul of
@@ -314,7 +375,7 @@ class FusionModel:
 
     def io(self, mask: int) -> tuple[int, int, int, int]:
         """(fmap-in bytes, fmap-out bytes, parameter elements, largest row count) of a group; a streamed tensor
-        made outside counts with the parameters."""
+        made outside counts with the parameters, a softmax's second pass (`spill`) with the fmap-out bytes."""
         hit = self._io.get(mask)
         if hit is not None:
             return hit
@@ -337,7 +398,7 @@ class FusionModel:
         for j in made:
             if self.is_graph_output[j] or self.consumer_mask[j] & ~mask:
                 fout += self.tbytes[j]
-        hit = (fin, fout, sum(self.weight_elems[w] for w in wset) + streamed, kbig)
+        hit = (fin, fout + self.spill(mask), sum(self.weight_elems[w] for w in wset) + streamed, kbig)
         self._io[mask] = hit
         return hit
 

@@ -56,28 +56,27 @@ def bert_base(net: Net, seq: int = 128) -> None:
 
 
 # ---- GPT-2 and the GPT-3 block ---------------------------------------------------------
-def _gpt_block(net: Net, x: str, name: str, heads: int, ff: int, proj: tuple[str, ...]) -> str:
-    """A pre-norm GPT block: LayerNorm, attention (packed or separate projections), residual, LayerNorm, GELU MLP.
+def _gpt_block(net: Net, x: str, name: str, heads: int, ff: int, *, packed: bool, mlp: tuple[str, str]) -> str:
+    """A pre-norm GPT block: ln_1, attention, residual, ln_2, GELU MLP (`mlp` names its two layers), residual.
 
-    `proj` names the modules: (ln_1, attention, ln_2, fc, fc_out) with attention's projections
-    packed as one `attn.c_attn` (GPT-2) or, when the name holds "{}", separate q/k/v projections.
+    Attention projects Q/K/V packed in one `attn.c_attn` and projects out with `attn.c_proj` (GPT-2), or
+    separately with `attn.q_proj`/`k_proj`/`v_proj` and `attn.out_proj` (the GPT-3 block's Einsums).
     """
-    ln_1, attn, ln_2, fc, fc_out = proj
     d = net.shape(x)[-1]
-    h = net.layer_norm(x, f"{name}.{ln_1}")
-    if "{}" in attn:
-        q, k, v = (net.linear(h, f"{name}.{attn.format(p)}", d) for p in ("q_proj", "k_proj", "v_proj"))
-        q, kt, v = (split_heads(net, q, f"{name}.q_heads", heads), split_heads(net, k, f"{name}.k_heads", heads, key=True),
-                    split_heads(net, v, f"{name}.v_heads", heads))
-        out = f"{name}.{attn.format('out_proj')}"
+    h = net.layer_norm(x, f"{name}.ln_1")
+    if packed:
+        q, k, v = packed_heads(net, net.linear(h, f"{name}.attn.c_attn", 3 * d), f"{name}.attn.heads", heads, 3)
+        kt, out = key_transpose(net, k, f"{name}.attn.k_transpose"), f"{name}.attn.c_proj"
     else:
-        qkv = net.linear(h, f"{name}.{attn}.c_attn", 3 * d)
-        q, k, v = packed_heads(net, qkv, f"{name}.{attn}.heads", heads, 3)
-        kt, out = key_transpose(net, k, f"{name}.{attn}.k_transpose"), f"{name}.{attn}.c_proj"
+        q, k, v = (net.linear(h, f"{name}.attn.{p}", d) for p in ("q_proj", "k_proj", "v_proj"))
+        q, kt, v = (split_heads(net, q, f"{name}.attn.q_heads", heads),
+                    split_heads(net, k, f"{name}.attn.k_heads", heads, key=True),
+                    split_heads(net, v, f"{name}.attn.v_heads", heads))
+        out = f"{name}.attn.out_proj"
     ctx = attend(net, q, kt, v, f"{name}.attn")
     x = net.eltwise((net.linear(ctx, out, d), x), f"{name}.add_1")
-    y = net.linear(net.linear(net.layer_norm(x, f"{name}.{ln_2}"), f"{name}.{fc}", ff, act="Gelu"), f"{name}.{fc_out}", d)
-    return net.eltwise((y, x), f"{name}.add_2")
+    y = net.linear(net.layer_norm(x, f"{name}.ln_2"), f"{name}.{mlp[0]}", ff, act="Gelu")
+    return net.eltwise((net.linear(y, f"{name}.{mlp[1]}", d), x), f"{name}.add_2")
 
 
 def gpt2(net: Net, seq: int = 1024) -> None:
@@ -92,7 +91,7 @@ def gpt2(net: Net, seq: int = 1024) -> None:
     ids, positions = net.input((seq,), "input_ids"), net.input((seq,), "position_ids")
     x = net.eltwise((net.embedding(ids, "wte", 50257, d), net.embedding(positions, "wpe", 1024, d)), "embed_add")
     for i in range(12):
-        x = _gpt_block(net, x, f"h.{i}", 12, 4 * d, ("ln_1", "attn", "ln_2", "mlp.c_fc", "mlp.c_proj"))
+        x = _gpt_block(net, x, f"h.{i}", 12, 4 * d, packed=True, mlp=("mlp.c_fc", "mlp.c_proj"))
     net.layer_norm(x, "ln_f")
 
 
@@ -106,7 +105,7 @@ def gpt3_block(net: Net, seq: int = 2048) -> None:
     d = 4096
     check_length(net.name, "sequence length", seq, 2048)
     x = net.input((seq, d), "hidden_states")
-    _gpt_block(net, x, "block", 32, 4 * d, ("ln_1", "attn.{}", "ln_2", "mm_1", "mm_2"))
+    _gpt_block(net, x, "block", 32, 4 * d, packed=False, mlp=("mm_1", "mm_2"))
 
 
 # ---- Llama ---------------------------------------------------------------------------
@@ -141,8 +140,8 @@ def llama_decode(net: Net, kv: int = 2048, cfg: LlamaConfig = LLAMA3_8B) -> None
 def _llama(net: Net, ids: str, cfg: LlamaConfig, past: int) -> None:
     """Embedding, `cfg.layers` decoder layers (RMSNorm, GQA attention with RoPE, SwiGLU MLP), norm, last-token LM head.
 
-    With `past` > 0 each layer reads `past_key_values.{i}.key/value` (N, kv_heads, past, dh) and
-    writes the new token's slices `present.{i}.key/value` (N, kv_heads, 1, dh).
+    With `past` > 0 each layer reads `past_key_values.{i}.key/value` (N, kv_heads, past, dh), and the new
+    token's key (after RoPE) and value slices (N, kv_heads, 1, dh) are network outputs, written back.
     """
     d, dh = cfg.hidden, cfg.hidden // cfg.heads
     x = net.embedding(ids, "model.embed_tokens", cfg.vocab, d)
