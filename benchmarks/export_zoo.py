@@ -2,14 +2,14 @@
 
 Two steps, two environments (torch is not a project dependency):
 
-    python3.11 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch timm transformers torchvision onnx
-    /tmp/torchenv/bin/python benchmarks/export_zoo.py export /tmp/zoo      # ONNX files + PyTorch's MACs (zoo.json)
+    python3.11 -m venv /tmp/tv && /tmp/tv/bin/pip install torch==2.14.1 torchvision==0.29.1 timm transformers onnx
+    /tmp/tv/bin/python benchmarks/export_zoo.py export /tmp/zoo [MODEL...]  # ONNX files + PyTorch's MACs (zoo.json)
     .venv/bin/python benchmarks/export_zoo.py measure /tmp/zoo [MORE...]   # the engine's import rate against them
     .venv/bin/python benchmarks/export_zoo.py strip /tmp/zoo tests/data/exports FILE...   # weight-free copies
 
 Models are built from their configs with random weights (nothing is downloaded) and exported with
-`torch.onnx.export(..., dynamo=False)` (the TorchScript exporter, opset 17, dynamic batch axis), the files
-users have. PyTorch's count is `torch.utils.flop_counter.FlopCounterMode` on the same input, halved
+`torch.onnx.export(..., dynamo=False)` (the TorchScript exporter, opset 17, dynamic batch axis, grad enabled so
+torchvision's fused attention kernel stays out), the files users have. PyTorch's count is `torch.utils.flop_counter.FlopCounterMode` on the same input, halved
 (it counts 2 FLOPs per multiply-accumulate of every matmul and conv; attention is run in its math form so its
 two matmuls count as well).
 """

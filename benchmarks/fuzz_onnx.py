@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import engine
 from tests.fuzz_cases import base_models, cases, run_case
 
 
@@ -54,6 +55,20 @@ def _forked(path: Path, timeout: float, memory_bytes: int) -> tuple[str, str]:
     return outcome, detail
 
 
+def _warm_up(path: Path) -> None:
+    """Load every lazily imported module and compiled function before the children fork, so each case costs
+    only itself. Not allocate: a child forked after HiGHS has run can deadlock."""
+    acc = engine.Accelerator.preset("optimus").with_buffer(64 * 1024)
+    for model in base_models():
+        path.write_bytes(model.SerializeToString())
+        graph = engine.load_network(path)
+        engine.fuse(graph, acc, method="optimus")
+        engine.evaluate(graph, acc, methods=("dnnvm",))
+        engine.partition(graph, {"conv", "matmul", "eltwise"})
+        engine.plan_modules(graph, acc)
+        engine.allocation.budgets(graph)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=5000)
@@ -71,9 +86,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case" / "model.onnx"
         path.parent.mkdir()
-        for model in base_models():  # every lazily loaded module and compiled function, before the children fork
-            path.write_bytes(model.SerializeToString())
-            run_case(path)
+        _warm_up(path)
         for label, data in cases(args.seed, args.cases):
             path.write_bytes(data)
             outcome, detail = _forked(path, args.timeout, int(args.memory_gb * 1024**3))

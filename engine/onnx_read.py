@@ -47,10 +47,25 @@ def read_model(path: Path) -> onnx.ModelProto:
         raise ModelFileError(path, f"not an ONNX model, or the file is truncated ({err.__class__.__name__})") from None
     if not model.graph.node:
         raise ModelFileError(path, "not an ONNX model: the file parsed but holds no graph nodes")
+    _check_names(model, path)
     folder = path.resolve().parent
     for owner, tensor in _tensors(model.graph, path, 0):
         check_tensor(tensor, owner, path, folder)
     return _convert_opset(model, path)
+
+
+def _check_names(model: onnx.ModelProto, path: Path) -> None:
+    """Refuse names that are not UTF-8 text (protobuf hands them over as bytes; they cannot be compared)."""
+    g = model.graph
+    texts = [(f"node {i}", t) for i, n in enumerate(g.node) for t in (n.name, n.op_type, n.domain, *n.input,
+                                                                       *n.output, *(a.name for a in n.attribute))]
+    texts += [("a graph input, output or value_info", vi.name) for vi in (*g.input, *g.output, *g.value_info)]
+    texts += [("an initializer", t.name) for t in g.initializer]
+    texts += [("the metadata", t) for p in model.metadata_props for t in (p.key, p.value)]
+    texts += [("an opset import", imp.domain) for imp in model.opset_import]
+    bad = next(((where, t) for where, t in texts if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ModelFileError(path, f"{bad[0]} has a name that is not UTF-8 text: {bad[1][:40]!r}")
 
 
 def _tensors(graph, path: Path, depth: int):

@@ -28,3 +28,10 @@ def test_export_batch_scales_macs():
     one = engine.load_network(EXPORTS / record["file"])
     four = engine.load_network(EXPORTS / record["file"], batch=4)
     assert four.macs == 4 * one.macs == 4 * record["torch_macs"]
+
+
+def test_declared_input_shape_passed_again_and_a_longer_sequence():
+    record = next(r for r in RECORDS if r["model"] == "GPT2Model")
+    path = EXPORTS / record["file"]
+    assert engine.load_network(path, input_shapes={"input_ids": (1, 128)}).macs == record["torch_macs"]
+    assert engine.load_network(path, input_shapes={"input_ids": (1, 256)}).macs > 2 * record["torch_macs"]

@@ -203,3 +203,12 @@ def test_fuzz_only_engine_errors(tmp_path):
         assert outcome in ("ok", "engine_error"), (label, detail)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes["ok"] > 30 and outcomes["engine_error"] > 100  # both paths exercised
+
+
+def test_a_name_that_is_not_utf8_is_refused(tmp_path):
+    """Found by the fuzz run: a flipped byte in a node name made allocate compare str with bytes."""
+    data = conv_bn_relu_model().SerializeToString().replace(b"conv", b"con\xb1", 1)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    with pytest.raises(engine.ModelFileError, match="not UTF-8 text"):
+        engine.load_network(path)
