@@ -1,7 +1,9 @@
 """Operator-fusion benchmark: search speed beside Optimus Table 5, DRAM traffic beside Fig. 14/16.
 
 Run:  .venv/bin/python benchmarks/bench_fusion.py [--networks a,b] [--speed-networks a,b] [--buffers-kb 32,128]
-Prints markdown tables (the source of docs/fusion.md's figures): per network at
+                                                 [--transformers-only]
+Prints markdown tables (the source of docs/fusion.md's figures): transformer networks at batch 1 (none, optimus,
+the Oracle, cold and re-search times); then per network at
 128 KB, the groups evaluated and search time of optimus and online (the search alone, and
 the whole `fuse()` call cold and at a new buffer size), and the final
 group count beside the paper's (also under Eq. 3 as printed, `reloads="band"`); then DRAM bytes of every method and the Oracle
@@ -194,6 +196,37 @@ def energy_tables(networks, buffers_kb, batch):
               f" | {min(dram):.2f}-{max(dram):.2f}x | {each} |")
 
 
+TRANSFORMERS = ("vit_b_16", "transformer", "bert_base", "gpt2", "gpt3_6.7b_block", "llama3_8b_prefill",
+                "llama3_8b_decode")
+
+
+def transformer_table(networks, buffers_kb):
+    """Transformer blocks in the tile model (batch 1): none, optimus and the Oracle, with optimus's search times.
+
+    *cold*: `fuse()` on a fresh model (wall s, shared machine); *re-search*: `fuse()` 1 KB below on the warm model,
+    a slider move (wall s; the beams without their lower bound, which `bound_table` times)."""
+    print("\n| network | ops | buffer | none MB | optimus MB (groups) | Oracle MB | optimus / Oracle "
+          "| cold s | re-search s | groups evaluated |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    acc = engine.Accelerator.preset("optimus")
+    for name in networks:
+        g = zoo.build(name, 1)
+        for kb in buffers_kb:
+            big = acc.with_buffer(kb * KB)
+            model_for.cache_clear()
+            start = time.perf_counter()
+            plan = fuse(g, big, method="optimus", bound=False)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            fuse(g, acc.with_buffer((kb - 1) * KB), method="optimus", bound=False)
+            warm = time.perf_counter() - start
+            none, oracle = fuse(g, big, method="none").dram_bytes, oracle_bytes(g, big)
+            status = "" if plan.status == "optimal" else f" [{plan.status}]"
+            print(f"| {name} | {len(g.ops)} | {kb:,} KB | {none / 1e6:,.1f} | {plan.dram_bytes / 1e6:,.1f} "
+                  f"({len(plan.groups)}){status} | {oracle / 1e6:,.1f} | {plan.dram_bytes / oracle:.2f}x | {cold:.2f} "
+                  f"| {warm:.2f} | {plan.groups_evaluated:,} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--networks", default=",".join(n for n in DEFAULT_NETWORKS if n in zoo.names()))
@@ -203,8 +236,18 @@ def main():
     parser.add_argument("--energy-networks", default=",".join(n for n in ENERGY_NETWORKS if n in zoo.names()))
     parser.add_argument("--energy-buffers-kb", default="128,512")
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--transformer-networks", default=",".join(n for n in TRANSFORMERS if n in zoo.names()))
+    parser.add_argument("--transformer-buffers-kb", default="128,1024,8192")
+    parser.add_argument("--transformers-only", action="store_true", help="only the transformer table")
     args = parser.parse_args()
     networks = args.networks.split(",")
+    print("## Operator fusion on transformer blocks, batch 1, `optimus` preset\n")
+    print("Attention, FFN, norms and reshapes in the tile model (docs/fusion.md, \"Transformer blocks\"); "
+          "regenerate with `.venv/bin/python benchmarks/bench_fusion.py --transformers-only`:")
+    transformer_table(args.transformer_networks.split(","), [int(k) for k in args.transformer_buffers_kb.split(",")])
+    if args.transformers_only:
+        return
+    print()
     print(f"## Operator fusion (Optimus), batch {args.batch}, `optimus` preset\n")
     print("Search speed and final groups at 128 KB beside Optimus Table 5 (paper's figures in brackets; times are "
           "this machine's CPU ms. *Search*: the search alone, lone-op schedules included, on a built model with cold "

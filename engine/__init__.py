@@ -8,7 +8,7 @@ Heavy parts load on first use, so `import engine` stays fast.
 from importlib import import_module
 
 from engine.accelerator import Accelerator, MemoryLevel
-from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, ShapeError,
+from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, PartialImportWarning, ShapeError,
                            UnknownNameError)
 from engine.graph import Graph, Op, OpKind, Tensor
 # Imported eagerly: the function shares its module's name, and a lazy import would let the
@@ -31,13 +31,13 @@ _LAZY = {
 }
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
-           "AcceleratorError", "GraphError", "ModelFileError", "ShapeError", "UnknownNameError", "partition",
+           "AcceleratorError", "GraphError", "ModelFileError", "PartialImportWarning", "ShapeError", "UnknownNameError", "partition",
            "sweep", *_LAZY]
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
 _SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx_import",
-               "onnx_export", "loading"}
+               "onnx_export", "loading", "limit"}
 
 
 def __getattr__(name):

@@ -30,28 +30,57 @@ def info_table(graph, word_bits: int) -> str:
 
 
 def main(argv=None) -> int:
+    """Run the command `argv` names; any problem is one line on stderr and a non-zero exit, never a traceback."""
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="per-layer ops, MACs, parameters and activation bytes")
     info.add_argument("network", help="a zoo name or a path to an .onnx file")
     info.add_argument("--batch", type=int, default=None)
-    info.add_argument("--word-bits", type=int, default=16)
+    info.add_argument("--word-bits", type=_word_bits, default=16, help="bits per value, 1..64 (default 16)")
+    info.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                      help="static shape of an ONNX input (ids=1x128) or size of a symbolic dim (sequence=128); "
+                           "repeat for several")
     from engine.sweep import add_arguments, main as run_sweep
 
     add_arguments(sub.add_parser("sweep", help="DRAM traffic of every network x accelerator x buffer x method"))
     args = parser.parse_args(argv)
-    if args.command == "sweep":
-        return run_sweep(args)
-    from engine.loading import load_network
-
     try:
-        graph = load_network(args.network, batch=args.batch)
+        if args.command == "sweep":
+            return run_sweep(args)
+        from engine.loading import load_network
+
+        shapes = dict(_input_shape(text) for text in args.input_shape)
+        graph = load_network(args.network, batch=args.batch, input_shapes=shapes or None)
+        print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
+        print(info_table(graph, args.word_bits))
+        return 0
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
-    print(info_table(graph, args.word_bits))
-    return 0
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a defect of ours: still one line, naming it, so a user can report it
+        print(f"error: internal error ({type(err).__name__}: {str(err)[:200]}); please report it", file=sys.stderr)
+        return 3
+
+
+def _word_bits(text: str) -> int:
+    """A --word-bits value: a whole number of bits in 1..64."""
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"word bits must be a whole number in 1..64, got '{text}'")
+    return int(text)
+
+
+def _input_shape(text: str) -> tuple[str, object]:
+    """NAME=1x128 -> (NAME, (1, 128)); NAME=128 -> (NAME, 128), a symbolic dim's size."""
+    name, sep, dims = text.partition("=")
+    parts = dims.lower().split("x")
+    if not sep or not name or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise EngineError(f"--input-shape '{text}': write NAME=DIMS with positive whole dims, e.g. ids=1x128 or "
+                          f"sequence=128")
+    values = tuple(int(p) for p in parts)
+    return name, values if len(values) > 1 else values[0]
 
 
 if __name__ == "__main__":

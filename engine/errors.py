@@ -37,3 +37,7 @@ class UnknownNameError(EngineError):
     def __init__(self, what: str, name: str, valid):
         self.what, self.name, self.valid = what, name, tuple(sorted(valid))
         super().__init__(f"unknown {what} '{name}'; choose one of: {', '.join(self.valid)}")
+
+
+class PartialImportWarning(UserWarning):
+    """An ONNX file imported without its data-dependent part (detection post-processing); the text names it."""

@@ -38,6 +38,7 @@ class Report:
     partition: object | None = None
     modules: object | None = None
     errors: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # part -> message
+    limit: object | None = None  # engine.limit.NetworkLimit at the accelerator's buffer
 
     def groups_frame(self, method: str) -> pd.DataFrame:
         """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""
@@ -50,13 +51,18 @@ class Report:
         return pd.DataFrame(rows)
 
     def summary_frame(self) -> pd.DataFrame:
-        """One row per fusion method: DRAM bytes, groups, energy and latency, status and proven gap (None: unknown)."""
+        """One row per fusion method: DRAM bytes, groups, energy and latency, status and proven gap (None: unknown).
+
+        `x_limit` is the plan's DRAM bytes over the fused limit (engine.limit): how far any plan could still go.
+        """
         rows = []
+        fused = self.limit.fused_bytes if self.limit is not None else None
         for method, plan in self.plans.items():
             e = self.energy[method]
             rows.append({"method": method, "dram_bytes": plan.dram_bytes, "groups": len(plan.groups),
                          "energy_uJ": round(e.total_pj / 1e6, 1), "latency_ms": round(e.latency_s * 1e3, 3),
                          "x_oracle": round(plan.dram_bytes / self.oracle_bytes, 2) if self.oracle_bytes else None,
+                         "x_limit": round(plan.dram_bytes / fused, 2) if fused else None,
                          "status": plan.status, "gap": None if plan.gap is None else round(plan.gap, 3)})
         return pd.DataFrame(rows)
 
@@ -67,6 +73,8 @@ class Report:
                         "macs": self.graph.macs, "params": self.graph.params},
             "accelerator": self.acc.as_dict(),
             "oracle_bytes": self.oracle_bytes,
+            "limit": None if self.limit is None else {"layerwise_bytes": self.limit.layerwise_bytes,
+                                                      "fused_bytes": self.limit.fused_bytes},
             "fusion": {m: {"dram_bytes": p.dram_bytes, "groups": [list(g) for g in p.groups],
                            "energy_pj": self.energy[m].as_dict(), "latency_s": self.energy[m].latency_s}
                        for m, p in self.plans.items()},
@@ -120,8 +128,15 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             mods = plan_modules(graph, acc)
         except EngineError as err:
             errors["modules"] = str(err)
+    limit = None
+    try:
+        from engine.limit import network
+
+        limit = network(graph, acc)
+    except EngineError as err:
+        errors["limit"] = str(err)
     return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
-                  alloc, budget_bytes, part, mods, MappingProxyType(errors))
+                  alloc, budget_bytes, part, mods, MappingProxyType(errors), limit)
 
 
 def blocked_energy(graph: Graph, plan, acc: Accelerator):
@@ -181,17 +196,31 @@ def allocate_for_budget(graph: Graph, acc: Accelerator, method: str, budget, tim
     return allocate(graph, nbytes, method=method, time_limit_s=time_limit_s, word_bits=acc.word_bits), nbytes
 
 
-def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB) -> pd.DataFrame:
+LIMIT_ROWS = ("limit_layerwise", "limit_fused")  # curve rows of engine.limit's two bounds, when asked for
+
+
+def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB, *,
+                 limits: bool = False) -> pd.DataFrame:
     """DRAM bytes of every method and the Oracle at each buffer size: tidy (buffer_kb, method, dram_mb)."""
-    return pd.DataFrame([row for kb in buffers_kb for row in curve_rows(graph, acc, tuple(methods), kb)])
+    return pd.DataFrame([row for kb in buffers_kb for row in curve_rows(graph, acc, tuple(methods), kb, limits=limits)])
 
 
-def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_kb: int) -> tuple[dict, ...]:
-    """`buffer_curve`'s rows at one size: each method's DRAM MB, then the Oracle's (the dashboard draws each size as it comes)."""
+def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_kb: int, *,
+               limits: bool = False) -> tuple[dict, ...]:
+    """`buffer_curve`'s rows at one size: each method's DRAM MB, then the Oracle's (the dashboard draws each size as it comes).
+
+    `limits` adds the layer-by-layer and fused limits (engine.limit) as methods LIMIT_ROWS, after the Oracle.
+    """
     from engine.fusion import fuse, oracle_bytes
+    from engine.limit import network
 
     sized = acc.with_buffer(buffer_kb * KB)
     # the curve shows traffic only: no lower bound for a beam (seconds on NAS cells)
     rows = [{"buffer_kb": buffer_kb, "method": m, "dram_mb": fuse(graph, sized, method=m, bound=False).dram_bytes / 1e6}
             for m in methods]
-    return (*rows, {"buffer_kb": buffer_kb, "method": "oracle", "dram_mb": oracle_bytes(graph, acc) / 1e6})
+    rows.append({"buffer_kb": buffer_kb, "method": "oracle", "dram_mb": oracle_bytes(graph, acc) / 1e6})
+    if limits:
+        lim = network(graph, sized)
+        rows += [{"buffer_kb": buffer_kb, "method": name, "dram_mb": nbytes / 1e6}
+                 for name, nbytes in zip(LIMIT_ROWS, (lim.layerwise_bytes, lim.fused_bytes))]
+    return tuple(rows)

@@ -2,27 +2,50 @@
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import EngineError
 from engine.graph import Graph
 
+MAX_BATCH = 1 << 20  # a batch larger than this is a typo, and would overflow the byte counts downstream
+
 
 def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict | None = None) -> Graph:
     """Load a built-in network by name, or an .onnx file by path, at the given batch size.
 
-    A zoo network defaults to batch 1; a file keeps the batch it was saved with.
+    A zoo network defaults to batch 1; a file keeps the batch it was saved with. A file's graph is cached by
+    its content (not its name), so a file rewritten under the same name loads afresh.
     """
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise EngineError(f"batch must be a positive whole number, got {batch!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+        raise EngineError(f"batch must be a whole number in 1..{MAX_BATCH}, got {batch!r}")
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or text.endswith(".onnx") or "/" in text:
-        from engine.onnx_import import load_onnx
+        path = _locate(Path(text))
+        try:
+            shapes = tuple(sorted((str(k), v if isinstance(v, int) else tuple(v))
+                                  for k, v in dict(input_shapes or {}).items()))
+            hash(shapes)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        except (OSError, ValueError, TypeError):  # an unreadable name, or shapes that cannot key a cache
+            digest = ""
+        if not digest:
+            from engine.onnx_import import load_onnx
 
-        return load_onnx(_locate(Path(text)), batch=batch, input_shapes=input_shapes)
+            return load_onnx(path, batch=batch, input_shapes=input_shapes)
+        return _load_file(str(path.absolute()), digest, batch, shapes)
     from engine import zoo
 
     return zoo.build(text, batch=batch or 1)
+
+
+@lru_cache(maxsize=32)
+def _load_file(path: str, digest: str, batch: int | None, shapes: tuple) -> Graph:
+    """The graph of the file at `path` whose content hashes to `digest` (graphs are immutable: safe to share)."""
+    from engine.onnx_import import load_onnx
+
+    return load_onnx(Path(path), batch=batch, input_shapes=dict(shapes))
 
 
 def onnx_light_models() -> Path:
@@ -34,6 +57,9 @@ def onnx_light_models() -> Path:
 
 def _locate(path: Path) -> Path:
     """`path` itself, or, for a bare file name that does not exist here, the onnx package's light model of that name."""
-    if not path.exists() and path.parent == Path(".") and (onnx_light_models() / path.name).is_file():
-        return onnx_light_models() / path.name
+    try:
+        if not path.exists() and path.parent == Path(".") and (onnx_light_models() / path.name).is_file():
+            return onnx_light_models() / path.name
+    except (OSError, ValueError):  # a NUL or an over-long name: the importer names the problem
+        pass
     return path

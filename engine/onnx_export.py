@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from engine.graph import Graph, Op, OpKind
 OPSET = 17
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
 WEIGHTS_PER_FOLD = {"BatchNormalization": 2, "Mul": 1, "Add": 1, "Sub": 1, "Div": 1, "PRelu": 1}
-NEWER_OPS = {"Gelu": 20, "Swish": 24}  # op type -> first default-domain opset that has it
+NEWER_OPS = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "Swish": 24}  # op type -> first opset with it
 
 
 def save_onnx(graph: Graph, path) -> Path:
@@ -55,7 +56,7 @@ class _Writer:
     def model(self) -> onnx.ModelProto:
         g = self.g
         weights = [t for t in g.tensor_list if t.is_weight]
-        inputs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, g.tensors[t].shape) for t in g.inputs]
+        inputs = [helper.make_tensor_value_info(t, self._input_type(t), g.tensors[t].shape) for t in g.inputs]
         inputs += [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, t.shape) for t in weights]
         inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in self.buffers]
         outputs = [helper.make_tensor_value_info(self.read_as.get(t, t), TensorProto.FLOAT,
@@ -67,6 +68,11 @@ class _Writer:
                                        "engine.weights": json.dumps([t.name for t in weights]),
                                        "engine.buffers": json.dumps([n for n, _ in self.buffers])})
         return model
+
+    def _input_type(self, t: str) -> int:
+        """INT64 for token ids (a network input only embeddings read, as Gather indices), FLOAT otherwise."""
+        readers = [self.g.op(r) for r in self.g.consumers(t)]
+        return TensorProto.INT64 if readers and all(r.source_type == "Gather" for r in readers) else TensorProto.FLOAT
 
     def _const(self, name: str, values, dtype=np.int64) -> str:
         self.constants.append(numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
@@ -190,8 +196,16 @@ class _Writer:
             attrs = {"perm": _perm(in_shapes[0], out_shapes[0])}
         elif op_type == "Softmax":
             attrs = {"axis": -1}
-        elif op_type == "LayerNormalization":
+        elif op_type in ("LayerNormalization", "RMSNormalization"):
             attrs = {"axis": -1}
+        elif op_type == "Gather":  # an embedding: the table is the data, the activation holds the indices
+            ins, own = [*own, *ins], []
+            attrs = {"axis": 0}
+        elif op_type == "RotaryEmbedding":  # cos/sin of each position: buffers computed from positions, not parameters
+            n, _, length, dh = in_shapes[0]
+            caches = [f"{name}.cos_cache", f"{name}.sin_cache"]
+            self.buffers += [(c, (n, length, dh // 2)) for c in caches]
+            ins = [*ins, *caches]
         elif op_type == "BatchNormalization":
             stats = [f"{name}.running_mean", f"{name}.running_var"]
             self.buffers += [(s, g.tensors[own[0]].shape) for s in stats]
@@ -280,19 +294,15 @@ def _transposed_source(have, out) -> tuple[int, ...]:
 
 
 def _compatible(a, b) -> bool:
-    """True when one shape splits the other's axes in order (a reshape that only splits or merges axes)."""
+    """True when a reshape between the shapes only splits and merges adjacent axes (both refine one shape).
+
+    That holds when the running products of both, merged and sorted, each divide the next: e.g.
+    (N, 8, 4L, dh) and (N, 32, L, dh) (grouped-query heads) share the refinement (N, 8, 4, L, dh).
+    """
     if math.prod(a) != math.prod(b):
         return False
-    fine, coarse = (a, b) if len(a) >= len(b) else (b, a)
-    i = 0
-    for d in coarse:
-        size = 1
-        while size < d and i < len(fine):
-            size *= fine[i]
-            i += 1
-        if size != d:
-            return False
-    return all(d == 1 for d in fine[i:])
+    cuts = sorted(set(itertools.accumulate(a, operator.mul)) | set(itertools.accumulate(b, operator.mul)))
+    return all(hi % lo == 0 for lo, hi in zip(cuts, cuts[1:]))
 
 
 def _complete(have, lead, n_rest: int) -> tuple[int, ...]:

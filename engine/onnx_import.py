@@ -11,38 +11,44 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
-from onnx import numpy_helper, shape_inference
+from onnx import numpy_helper
 
-from engine.errors import ModelFileError, ShapeError
+from engine.errors import GraphError, ModelFileError, PartialImportWarning, ShapeError
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
+from engine.loading import MAX_BATCH
+from engine.onnx_fold import FLOAT_TYPES, MAX_FOLD_ELEMENTS, fold, too_large
+from engine.onnx_read import read_model
 
-MIN_OPSET = 9
-MAX_FOLD_ROUNDS = 4  # inference, then folding of integer shape arithmetic, repeated while it helps
-MAX_FOLD_ELEMENTS = 4096  # integer tensors larger than this are data, not shape arithmetic
-FOLDABLE_INT_OPS = {"Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Add", "Sub", "Mul", "Div",
-                    "Reshape", "ConstantOfShape", "Range", "Expand", "Neg", "Min", "Max", "Equal", "Where",
-                    "ReduceProd", "Transpose", "Identity"}
-MAX_FILE_BYTES = 2 * 1024**3
-
+# ops whose output shapes can depend on input values (detection post-processing): a part of the graph that
+# starts at one of them with no static shape is left out, with a PartialImportWarning
+DATA_DEPENDENT = {"NonZero", "NonMaxSuppression", "TopK", "If", "Loop", "Scan", "Unique", "Compress", "Resize",
+                  "Upsample", "RoiAlign", "Reshape", "Expand", "Tile", "Range", "ConstantOfShape", "Slice", "Gather",
+                  "GatherND", "GatherElements", "ScatterND", "Squeeze", "Unsqueeze", "Split", "Pad", "OneHot"}
 PASSTHROUGH = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity"}
 ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu",
-               "Selu", "Softplus", "Softsign", "Gelu", "Erf", "Mish", "ThresholdedRelu", "Celu", "Swish"}
+               "Selu", "Softplus", "Softsign", "Gelu", "Erf", "Mish", "ThresholdedRelu", "Celu", "Swish",
+               # one-input element-wise math of written-out norms and activations (RMSNorm's Sqrt, GELU's pieces)
+               "Sqrt", "Reciprocal", "Exp", "Log", "Neg", "Abs", "Cast", "Floor", "Ceil", "Round", "Sin", "Cos",
+               "Sign", "Not"}
 AFFINE = {"BatchNormalization", "Mul", "Add", "Sub", "Div"}  # with one constant operand
-ELTWISE = {"Add", "Sum", "Mul", "Sub", "Div", "Max", "Min", "Mean", "Pow"}
+ELTWISE = {"Add", "Sum", "Mul", "Sub", "Div", "Max", "Min", "Mean", "Pow", "Where", "Equal", "Greater", "Less",
+           "GreaterOrEqual", "LessOrEqual", "And", "Or", "Mod"}
 POOLS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 KIND_BY_TYPE = {
     "Concat": OpKind.CONCAT, "Split": OpKind.SPLIT, "Slice": OpKind.SPLIT,
     "Transpose": OpKind.RESHAPE, "DepthToSpace": OpKind.RESHAPE, "SpaceToDepth": OpKind.RESHAPE,
+    "Expand": OpKind.RESHAPE, "Tile": OpKind.RESHAPE,
     "Softmax": OpKind.SOFTMAX, "LogSoftmax": OpKind.SOFTMAX,
     "LRN": OpKind.NORM, "LayerNormalization": OpKind.NORM, "InstanceNormalization": OpKind.NORM,
     "GroupNormalization": OpKind.NORM, "LpNormalization": OpKind.NORM, "BatchNormalization": OpKind.NORM,
+    "RMSNormalization": OpKind.NORM, "RotaryEmbedding": OpKind.ELTWISE,
 }
 COMPUTE_KINDS = (OpKind.CONV, OpKind.DWCONV, OpKind.MATMUL)
 # ONNX input slots that hold parameters, by op type (everything else is an activation or a constant)
@@ -70,41 +76,31 @@ class _Draft:
 
 
 def load_onnx(path, *, batch: int | None = None, input_shapes: dict | None = None) -> Graph:
-    """Read an ONNX file into a Graph; `batch` rescales dim 0 of activations, `input_shapes` fixes dynamic inputs."""
+    """Read an ONNX file into a Graph; `batch` rescales dim 0 of activations, `input_shapes` fixes dynamic inputs.
+
+    `input_shapes` maps an input name to its full shape, or a symbolic dim's name (`"sequence"`) to its size.
+    """
     path = Path(path)
-    model = _read_model(path)
-    return _Importer(model, path, batch, dict(input_shapes or {})).run()
-
-
-def _read_model(path: Path) -> onnx.ModelProto:
-    if not path.is_file():
-        raise ModelFileError(path, "no such file")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise ModelFileError(path, f"file is larger than {MAX_FILE_BYTES // 1024**3} GB")
-    data = path.read_bytes()
-    if not data:
-        raise ModelFileError(path, "file is empty")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+        raise ShapeError(path, f"batch must be a whole number in 1..{MAX_BATCH}, got {batch!r}")
+    model = read_model(path)
     try:
-        model = onnx.load_model_from_string(data)
-    except (DecodeError, ValueError, RuntimeError) as err:
-        raise ModelFileError(path, f"not an ONNX model, or the file is truncated ({err.__class__.__name__})") from None
-    if not model.graph.node:
-        raise ModelFileError(path, "not an ONNX model: the file parsed but holds no graph nodes")
-    _check_external_data(model, path)
-    return model
+        return _Importer(model, path, batch, dict(input_shapes or {})).run()
+    except GraphError as err:  # the IR's own checks: name the file too
+        raise ModelFileError(path, str(err)) from None
+    except RecursionError:
+        raise ModelFileError(path, "the graph nests too deeply to import") from None
 
 
-def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
-    """Refuse external data that points outside the model's folder; its bytes are never read."""
-    folder = path.resolve().parent
-    for init in model.graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in init.external_data if e.key == "location"), "")
-        target = (folder / location).resolve()
-        if Path(location).is_absolute() or folder not in target.parents:
-            raise ModelFileError(path, f"external data '{location}' of initializer '{init.name}' lies outside the "
-                                       f"model's folder; refusing to follow it", node=None)
+def _whole_dims(value, path, what: str) -> tuple[int, ...]:
+    """`value` as a tuple of positive whole numbers, or a ShapeError naming `what`."""
+    try:
+        dims = tuple(value)
+    except TypeError:
+        dims = None
+    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise ShapeError(path, f"{what} must be positive whole numbers, got {value!r}")
+    return tuple(int(d) for d in dims)
 
 
 def _attr(node, name: str, default=None):
@@ -133,23 +129,56 @@ class _Importer:
 
     # ---- driver ----------------------------------------------------------
     def run(self) -> Graph:
-        self._check_opset()
         nodes = self._sorted_nodes()
-        self._fix_inputs()
-        self.shapes = self._infer_shapes()
-        self._find_constants(nodes)
-        drafts = self._merge(nodes)
+        shapes, types = self._bind_inputs()
+        sources, values = self._seed(nodes, shapes, types)
+        facts = fold(self.model, self.path, nodes, shapes, types, sources, values)
+        self.shapes, self.values, self.sources = facts.shapes, facts.values, facts.sources
+        self.computed = facts.computed
+        live = [(name, node) for name, node in nodes if name not in facts.folded]
+        live = self._drop_data_dependent(live)
+        drafts = self._merge(live)
         return self._finish(drafts)
 
-    def _check_opset(self) -> None:
-        latest = onnx.defs.onnx_opset_version()
-        for imp in self.model.opset_import:
-            if imp.domain in ("", "ai.onnx") and not MIN_OPSET <= imp.version <= latest:
-                raise ModelFileError(self.path, f"opset {imp.version} is not supported; use opset {MIN_OPSET}..{latest} "
-                                                f"(onnx.version_converter can convert the model)")
+    def _drop_data_dependent(self, nodes) -> list:
+        """`nodes` without the part whose shapes depend on data (detection post-processing), with a warning.
+
+        Only a part that starts at DATA_DEPENDENT ops is left out; a shapeless output anywhere else stays an
+        error naming the node, so a network is never cut short silently.
+        """
+        dropped, origins = set(), []
+        for name, node in nodes:
+            acts = [t for t in node.input if t and t not in self.sources]
+            outs = [t for t in node.output if t]
+            if any(t in dropped for t in acts):
+                dropped.update(outs)
+            elif any(t not in self.shapes for t in outs) and node.op_type in DATA_DEPENDENT:
+                dropped.update(outs)
+                origins.append(f"{node.op_type} '{name}'")
+        self.left_out = origins
+        if not origins:
+            return nodes
+        kept = [(name, node) for name, node in nodes if not any(t in dropped for t in node.output if t)]
+        warnings.warn(PartialImportWarning(
+            f"{self.path}: left out {len(nodes) - len(kept)} nodes whose shapes depend on the data, from "
+            f"{', '.join(origins[:5])}{' ...' if len(origins) > 5 else ''}"), stacklevel=4)
+        return kept
+
+    def _meta_list(self, key: str) -> set[str] | None:
+        """A metadata entry holding a JSON list of tensor names, or None when absent."""
+        if key not in self.meta:
+            return None
+        try:
+            value = json.loads(self.meta[key])
+        except ValueError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ModelFileError(self.path, f"metadata '{key}' must be a JSON list of tensor names, got "
+                                            f"{self.meta[key][:80]!r}")
+        return set(value)
 
     def _sorted_nodes(self) -> list:
-        """Nodes in a topological order, with unique names; a cycle is an error naming a node on it."""
+        """Nodes in a topological order, with unique names; a cycle, a twice-written or dangling tensor is an error."""
         g = self.model.graph
         names, seen = [], set()
         for i, node in enumerate(g.node):
@@ -158,6 +187,22 @@ class _Importer:
                 name += "_"
             seen.add(name)
             names.append(name)
+        available = {i.name for i in g.initializer} | {i.name for i in g.input}
+        writer = {}
+        for name, node in zip(names, g.node):
+            for out in node.output:
+                if out and (out in writer or out in available):
+                    raise ModelFileError(self.path, f"tensor '{out}' is written twice", node=name)
+                if out:
+                    writer[out] = name
+        for name, node in zip(names, g.node):
+            for t in node.input:
+                if t and t not in writer and t not in available:
+                    raise ModelFileError(self.path, f"{node.op_type} reads '{t}', which no node, input or "
+                                                    f"initializer provides", node=name)
+        for out in g.output:
+            if out.name not in writer and out.name not in available:
+                raise ModelFileError(self.path, f"graph output '{out.name}' is produced by no node")
         try:
             order = _topological(g.node)
         except nx.NetworkXUnfeasible as err:
@@ -166,135 +211,79 @@ class _Importer:
         return [(names[i], g.node[i]) for i in order]
 
     # ---- shapes ----------------------------------------------------------
-    def _fix_inputs(self) -> None:
-        """Apply `input_shapes` and demand static shapes on every activation input."""
+    def _bind_inputs(self) -> tuple[dict, dict]:
+        """Static shapes and element types of the graph inputs and initializers, `input_shapes` applied."""
         g = self.model.graph
         initialized = {i.name for i in g.initializer}
-        known = {i.name for i in g.input}
-        for name in self.input_shapes:
-            if name not in known:
-                raise ShapeError(self.path, f"input_shapes names '{name}', which is not a graph input "
-                                            f"(inputs: {', '.join(sorted(known - initialized))})")
-        for inp in g.input:
-            if inp.name in initialized:
-                continue
-            dims = inp.type.tensor_type.shape.dim
-            if inp.name in self.input_shapes:
-                shape = tuple(int(d) for d in self.input_shapes[inp.name])
-                if len(shape) != len(dims) and dims:
-                    raise ShapeError(self.path, f"input '{inp.name}' has rank {len(dims)}, input_shapes gives {shape}")
-                del inp.type.tensor_type.shape.dim[:]
-                for d in shape:
-                    inp.type.tensor_type.shape.dim.add().dim_value = d
-                continue
-            if not inp.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value <= 0
-                                                                 for d in dims):
-                shown = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
-                raise ShapeError(self.path, f"input '{inp.name}' has a dynamic or missing shape {shown}; pass a "
-                                            f"static one, e.g. input_shapes={{'{inp.name}': (1, 3, 224, 224)}}")
-
-    def _infer_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Static shapes of every tensor ONNX can infer, after folding integer shape arithmetic.
-
-        Exporters compute pads, slice bounds and reshape targets with small integer subgraphs
-        (Shape -> Gather -> Concat ...) that ONNX's inference does not evaluate; folding them into
-        initializers lets it finish. Float tensors (weights) are never folded.
-        """
-        if self.input_shapes:  # recorded shapes were for other input shapes: infer afresh
-            del self.model.graph.value_info[:]
-            for out in self.model.graph.output:
-                out.type.tensor_type.ClearField("shape")
-        for _ in range(MAX_FOLD_ROUNDS):
-            shapes = self._run_inference()
-            if not self._fold_integer_nodes(shapes):
-                return shapes
-        return shapes
-
-    def _run_inference(self) -> dict[str, tuple[int, ...]]:
-        try:
-            inferred = shape_inference.infer_shapes(self.model, check_type=False, strict_mode=True, data_prop=True)
-        except Exception as err:  # onnx raises several types; all mean the same to the user
-            raise ModelFileError(self.path, f"shape inference failed: {str(err).strip().splitlines()[-1]}") from None
-        shapes = {}
-        g = inferred.graph
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
-            t = vi.type.tensor_type
-            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-                shapes[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
+        inputs = [i for i in g.input if i.name not in initialized]
+        dim_names = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
+        for key, value in self.input_shapes.items():
+            if key not in {i.name for i in inputs} and key not in dim_names:
+                raise ShapeError(self.path, f"input_shapes names '{key}', which is neither a graph input nor a "
+                                            f"symbolic dim (inputs: {', '.join(i.name for i in inputs)}"
+                                            + (f"; dims: {', '.join(sorted(dim_names))}" if dim_names else "") + ")")
+        shapes, types = {}, {}
         for init in g.initializer:
-            shapes[init.name] = tuple(int(d) for d in init.dims)
-        return shapes
+            shapes[init.name], types[init.name] = tuple(int(d) for d in init.dims), init.data_type
+        for inp in inputs:
+            types[inp.name] = inp.type.tensor_type.elem_type
+            shapes[inp.name] = self._input_shape(inp)
+            too_large(self.path, f"input '{inp.name}'", shapes[inp.name])
+        return shapes, types
 
-    def _fold_integer_nodes(self, shapes) -> bool:
-        """Replace nodes that compute small integer tensors from constants by initializers; True if any was."""
-        from onnx.reference import ReferenceEvaluator
-
-        g = self.model.graph
-        known = {i.name: numpy_helper.to_array(i) for i in g.initializer
-                 if i.data_type == onnx.TensorProto.INT64 and i.data_location != onnx.TensorProto.EXTERNAL}
-        folded = []
-        for node in (g.node[i] for i in _topological(g.node)):
-            ins = [t for t in node.input if t]
-            if node.op_type == "Shape" and ins and ins[0] in shapes:
-                values = [np.array(shapes[ins[0]], dtype=np.int64)[slice(_attr(node, "start", 0), _attr(node, "end"))]]
-            elif node.op_type in ("Constant", *FOLDABLE_INT_OPS) and all(t in known for t in ins):
-                try:
-                    values = ReferenceEvaluator(node).run(None, {t: known[t] for t in ins})
-                except Exception:  # an op the reference runtime cannot run: leave it to inference
-                    continue
+    def _input_shape(self, inp) -> tuple[int, ...]:
+        """The static shape of graph input `inp`: given in input_shapes, declared, or bound by dim name."""
+        dims = inp.type.tensor_type.shape.dim
+        given = self.input_shapes.get(inp.name)
+        if given is not None:
+            shape = _whole_dims((given,) if isinstance(given, int) else given, self.path,
+                                f"input_shapes['{inp.name}']")
+            if dims and len(shape) != len(dims):
+                raise ShapeError(self.path, f"input '{inp.name}' has rank {len(dims)}, input_shapes gives {shape}")
+            return shape
+        if not inp.type.tensor_type.HasField("shape"):
+            raise ShapeError(self.path, f"input '{inp.name}' declares no shape; pass one, e.g. "
+                                        f"input_shapes={{'{inp.name}': (1, 3, 224, 224)}}")
+        shape, unbound = [], []
+        for axis, d in enumerate(dims):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                shape.append(int(d.dim_value))
+            elif d.dim_param and d.dim_param in self.input_shapes:
+                shape.append(_whole_dims([self.input_shapes[d.dim_param]], self.path,
+                                         f"input_shapes['{d.dim_param}']")[0])
+            elif axis == 0 and len(dims) > 1:
+                shape.append(1)  # a dynamic batch: 1, rescaled by `batch`
             else:
-                continue
-            values = [np.asarray(v) for v in values]
-            if any(v.dtype.kind not in "iu" or v.size > MAX_FOLD_ELEMENTS for v in values):
-                continue
-            known.update(zip(node.output, values))
-            folded.append((node, values))
-        if not folded:
-            return False
-        for node, values in folded:
-            g.node.remove(node)
-            g.initializer.extend(numpy_helper.from_array(v.astype(np.int64), out) for out, v in zip(node.output, values))
-        return True
-
-    def _shape(self, tensor: str, node: str | None = None) -> tuple[int, ...]:
-        if tensor not in self.shapes:
-            source = self._first_shapeless(tensor)
-            why = (f" (ONNX shape inference found none for the output of '{source.op_type}'"
-                   + (f" of domain '{source.domain}'" if source.domain else "")
-                   + f" node '{source.name}')") if source is not None else ""
-            raise ShapeError(self.path, f"the shape of tensor '{tensor}' cannot be inferred{why}; give static input "
-                                        f"shapes with input_shapes=, or record the tensor's shape in the model's "
-                                        f"value_info", node=node)
-        return self.shapes[tensor]
-
-    def _first_shapeless(self, tensor: str):
-        """The earliest node upstream of `tensor` whose inputs have shapes but whose output has none."""
-        writer = {out: n for n in self.model.graph.node for out in n.output}
-        node, seen = writer.get(tensor), set()
-        while node is not None and node.name not in seen:
-            seen.add(node.name)
-            upstream = next((writer[t] for t in node.input if t and t not in self.shapes and t in writer), None)
-            if upstream is None:
-                return node
-            node = upstream
-        return node
+                shape.append(None)
+                unbound.append(d.dim_param or f"dim {axis}")
+        if unbound:
+            shown = [s if s is not None else (d.dim_param or "?") for s, d in zip(shape, dims)]
+            example = ", ".join(f"'{u}': 128" for u in unbound if not u.startswith("dim "))
+            raise ShapeError(self.path, f"input '{inp.name}' has a dynamic or missing shape {shown}: bind "
+                                        f"{', '.join(unbound)} with a static shape, e.g. input_shapes="
+                                        f"{{'{inp.name}': (1, 3, 224, 224)}}"
+                                        + (f" or {{{example}}}" if example else ""))
+        return tuple(shape)
 
     # ---- constants -------------------------------------------------------
-    def _find_constants(self, nodes) -> None:
-        """Mark constant tensors; `sources` maps each to the parameter tensors it derives from."""
+    def _seed(self, nodes, shapes, types) -> tuple[dict, dict]:
+        """Weight lineage and values of initializers and of graph inputs that hold weights."""
         g = self.model.graph
-        buffers = set(json.loads(self.meta.get("engine.buffers", "[]")))
-        declared = self.meta.get("engine.weights")
-        declared = set(json.loads(declared)) if declared else None
-        self.values: dict[str, np.ndarray] = {}
-        self.sources: dict[str, frozenset[str]] = {}
+        buffers = self._meta_list("engine.buffers") or set()
+        declared = self._meta_list("engine.weights")
         self.buffers = set(buffers)
+        sources: dict[str, frozenset[str]] = {}
+        values: dict[str, np.ndarray] = {}
         for init in g.initializer:
-            float_like = init.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-                                            onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
-            self.sources[init.name] = frozenset([init.name]) if float_like else frozenset()
-            if not float_like and init.data_location != onnx.TensorProto.EXTERNAL:
-                self.values[init.name] = numpy_helper.to_array(init)
+            size = math.prod(init.dims)
+            weight = init.data_type in FLOAT_TYPES and size > 1
+            sources[init.name] = frozenset([init.name]) if weight else frozenset()
+            if size <= MAX_FOLD_ELEMENTS and init.data_location != onnx.TensorProto.EXTERNAL:
+                try:
+                    values[init.name] = numpy_helper.to_array(init)
+                except Exception as err:  # a tensor whose data does not decode
+                    raise ModelFileError(self.path, f"initializer '{init.name}' does not decode "
+                                                    f"({err.__class__.__name__})") from None
         initialized = {i.name for i in g.initializer}
         uses = {}
         for _, node in nodes:
@@ -304,47 +293,41 @@ class _Importer:
             if inp.name in initialized:
                 continue
             if inp.name in buffers:
-                self.sources[inp.name] = frozenset()
+                sources[inp.name] = frozenset()
             elif declared is not None:
                 if inp.name in declared:
-                    self.sources[inp.name] = frozenset([inp.name])
+                    sources[inp.name] = frozenset([inp.name])
             elif uses.get(inp.name) and all(self._weight_slot(op, slot, inp.name) for op, slot in uses[inp.name]):
-                self.sources[inp.name] = frozenset([inp.name])
-        for name, node in nodes:
-            ins = [t for t in node.input if t]
-            if node.op_type == "Constant":
-                self._constant_node(node)
-            elif node.op_type == "ConstantOfShape" and all(t in self.sources for t in ins):
-                out = node.output[0]
-                self.sources[out] = frozenset([out])
-                if ins and ins[0] in self.values:
-                    self.shapes[out] = tuple(int(v) for v in self.values[ins[0]])
-            elif node.op_type == "Shape" and ins and ins[0] in self.shapes:
-                self.sources[node.output[0]] = frozenset()
-                self.values[node.output[0]] = np.array(self.shapes[ins[0]], dtype=np.int64)
-            elif ins and all(t in self.sources for t in ins):
-                for out in node.output:
-                    self.sources[out] = frozenset().union(*(self.sources[t] for t in ins))
+                sources[inp.name] = frozenset([inp.name])
+        return sources, values
+
+    def _shape(self, tensor: str, node: str | None = None) -> tuple[int, ...]:
+        if tensor not in self.shapes:
+            source = self._first_shapeless(tensor)
+            why = (f" (ONNX shape inference found none for the output of '{source.op_type}'"
+                   + (f" of domain '{source.domain}'" if source.domain else "")
+                   + f" node '{source.name}')") if source is not None else ""
+            raise ShapeError(self.path, f"the shape of tensor '{tensor}' cannot be inferred{why}; record the "
+                                        f"tensor's shape in the model's value_info", node=node)
+        return self.shapes[tensor]
+
+    def _first_shapeless(self, tensor: str):
+        """The earliest node upstream of `tensor` whose inputs have shapes but whose output has none."""
+        writer = {out: n for n in self.model.graph.node for out in n.output}
+        node, seen = writer.get(tensor), set()
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            upstream = next((writer[t] for t in node.input if t and t not in self.shapes and t in writer), None)
+            if upstream is None:
+                return node
+            node = upstream
+        return node
 
     def _weight_slot(self, op_type: str, slot: int, tensor: str) -> bool:
         if slot in PARAM_SLOTS.get(op_type, ()) and not (op_type in ("Mul", "Add", "Sub", "Div", "MatMul")
                                                           and slot == 0):
             return True
         return slot in BUFFER_SLOTS.get(op_type, ())
-
-    def _constant_node(self, node) -> None:
-        out = node.output[0]
-        attr = next((a for a in node.attribute), None)
-        if attr is not None and attr.name == "value":
-            arr = numpy_helper.to_array(attr.t)
-            self.shapes[out] = tuple(int(d) for d in arr.shape)
-            if arr.dtype.kind == "f":
-                self.sources[out] = frozenset([out])
-            else:
-                self.sources[out] = frozenset()
-                self.values[out] = arr
-        else:
-            self.sources[out] = frozenset()
 
     def _param_inputs(self, node, slots) -> list[str]:
         """Parameter tensors behind the constant inputs of `node` at `slots`, excluding running statistics."""
@@ -373,7 +356,12 @@ class _Importer:
         pending: dict[str, list[tuple[str, str]]] = {}  # network-input tensor -> reshape nodes to attach
         for name, node in nodes:
             acts = [t for t in node.input if t and t not in self.sources]
-            if not acts or all(o in self.sources for o in node.output if o):
+            if name in self.computed:  # a matmul or conv over weights alone: an op with no activation input
+                draft = self._draft(name, node, [])
+                drafts.append(draft)
+                producer.update((out, draft) for out in draft.outputs)
+                continue
+            if not acts:
                 continue  # a constant computation
             src = self._resolve(acts[0])
             op_type = node.op_type
@@ -417,10 +405,16 @@ class _Importer:
 
     def _reader_count(self, tensor: str) -> int:
         """Readers of `tensor` through reshape-like nodes; a graph output counts as a reader."""
-        total = int(tensor in self.graph_outputs)
-        for reader in self.readers.get(tensor, []):
-            node = self.node_by_name[reader]
-            total += self._reader_count(node.output[0]) if node.op_type in PASSTHROUGH else 1
+        total, todo = 0, [tensor]
+        while todo:
+            t = todo.pop()
+            total += int(t in self.graph_outputs)
+            for reader in self.readers.get(t, []):
+                node = self.node_by_name[reader]
+                if node.op_type in PASSTHROUGH:
+                    todo.append(node.output[0])
+                else:
+                    total += 1
         return total
 
     @staticmethod
@@ -434,7 +428,9 @@ class _Importer:
         kind, attrs = self._classify(name, node, inputs)
         # parameters sit in known slots; any other op's float constants (a class token, a table) are its own
         slots = PARAM_SLOTS.get(op_type, set(range(len(node.input))))
-        if kind is OpKind.MATMUL and op_type == "MatMul":
+        if name in self.computed:
+            slots = set(range(len(node.input)))
+        elif kind is OpKind.MATMUL and op_type in ("MatMul", "Einsum"):
             slots = {i for i, t in enumerate(node.input) if t in self.sources}
         outputs = [o for o in node.output if o and (op_type != "Dropout")]
         return _Draft(name, op_type, kind, inputs, outputs, self._param_inputs(node, slots), attrs, affine=affine)
@@ -443,32 +439,68 @@ class _Importer:
         op_type = node.op_type
         a = {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
         if op_type in ("Conv", "ConvTranspose"):
-            w = self._shape(node.input[1], name)
-            x = self._shape(node.input[0], name)  # the node's own view, before any folded reshape
+            x, w = self._conv_shapes(name, node, a)
             group = int(a.get("group", 1))
             kind = OpKind.DWCONV if group > 1 and group == x[1] and op_type == "Conv" else OpKind.CONV
             return kind, self._spatial(name, node, a, tuple(w[2:]), x)
         if op_type in ("Gemm", "MatMul"):
             return OpKind.MATMUL, {"trans_a": int(a.get("transA", 0))}
+        if op_type == "Einsum":
+            return (OpKind.MATMUL if len(node.input) == 2 else OpKind.OTHER), {}
         if op_type in POOLS:
-            x = self._shape(inputs[0], name)
+            x = self._shape(node.input[0], name)  # the node's own view, before any folded reshape
+            if len(x) < 3:
+                raise ModelFileError(self.path, f"{op_type} needs an input of rank 3 or more, got {list(x)}", node=name)
             if op_type.startswith("Global"):
                 return OpKind.POOL, {"kernel": tuple(x[2:]), "stride": (1,) * (len(x) - 2),
                                      "padding": (0,) * (2 * (len(x) - 2)), "dilation": (1,) * (len(x) - 2)}
-            return OpKind.POOL, self._spatial(name, node, a, tuple(a["kernel_shape"]), x)
+            kernel = tuple(a.get("kernel_shape", ()))
+            if len(kernel) != len(x) - 2 or any(k < 1 for k in kernel):
+                raise ModelFileError(self.path, f"{op_type} kernel_shape {list(kernel)} does not fit input "
+                                                f"{list(x)}", node=name)
+            return OpKind.POOL, self._spatial(name, node, a, kernel, x)
         if op_type in ELTWISE or op_type in ACTIVATIONS or op_type in AFFINE:
             if op_type == "BatchNormalization":
                 return OpKind.NORM, {}
             return OpKind.ELTWISE, {}
         if op_type == "LRN":  # the window across channels is its kernel (Yang's LRN layer reads it)
+            if int(a.get("size", 0)) < 1:
+                raise ModelFileError(self.path, f"LRN needs a positive 'size' attribute, got {a.get('size')}",
+                                     node=name)
             return OpKind.NORM, {"kernel": (int(a["size"]),)}
         return KIND_BY_TYPE.get(op_type, OpKind.OTHER), {}
+
+    def _conv_shapes(self, name, node, a) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Input and weight shapes of a Conv/ConvTranspose, checked against each other, kernel_shape and group."""
+        op = node.op_type
+        if len(node.input) < 2 or not node.input[0] or not node.input[1]:
+            raise ModelFileError(self.path, f"{op} needs an input and a weight, got {len(node.input)} inputs",
+                                 node=name)
+        x, w = self._shape(node.input[0], name), self._shape(node.input[1], name)
+        group = a.get("group", 1)
+        if len(w) < 3 or len(x) != len(w):
+            raise ModelFileError(self.path, f"{op} weight {list(w)} does not fit input {list(x)} (ranks must match, "
+                                            f"3 or more)", node=name)
+        if not isinstance(group, int) or not 1 <= group <= x[1] or x[1] % group:
+            raise ModelFileError(self.path, f"{op} group {group} must divide the input's {x[1]} channels", node=name)
+        channels_in = w[0] if op == "ConvTranspose" else w[1] * group
+        if channels_in != x[1] or (op == "Conv" and w[0] % group):
+            raise ModelFileError(self.path, f"{op} weight {list(w)} with group {group} does not fit input "
+                                            f"{list(x)}", node=name)
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w[2:]):
+            raise ModelFileError(self.path, f"{op} kernel_shape {list(a['kernel_shape'])} differs from its weight's "
+                                            f"{list(w[2:])}", node=name)
+        return x, w
 
     def _spatial(self, name, node, a, kernel, x) -> dict:
         n = len(kernel)
         stride = tuple(a.get("strides", (1,) * n))
         dilation = tuple(a.get("dilations", (1,) * n))
         pads = tuple(a.get("pads", (0,) * (2 * n)))
+        if (len(stride) != n or len(dilation) != n or len(pads) != 2 * n or min(stride + dilation) < 1
+                or min(pads, default=0) < 0):
+            raise ModelFileError(self.path, f"{node.op_type} strides {list(stride)}, dilations {list(dilation)} or "
+                                            f"pads {list(pads)} do not fit a {n}-D kernel", node=name)
         auto = a.get("auto_pad", b"NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -510,9 +542,11 @@ class _Importer:
         initialized = {i.name for i in g.initializer}
         net_inputs = [i.name for i in g.input if i.name not in initialized and i.name not in self.sources]
         native = self.shapes[net_inputs[0]][0] if net_inputs and self.shapes.get(net_inputs[0]) else 1
-        batch = self.batch or int(self.meta.get("engine.batch", native))
-        if batch < 1:
-            raise ShapeError(self.path, f"batch must be a positive whole number, got {batch}")
+        recorded = self.meta.get("engine.batch", str(native))
+        if not recorded.isdigit() or not 1 <= int(recorded) <= MAX_BATCH:
+            raise ModelFileError(self.path, f"metadata 'engine.batch' must be a whole number in 1..{MAX_BATCH}, "
+                                            f"got {recorded[:40]!r}")
+        batch = self.batch or int(recorded)
 
         def act_shape(t: str, node: str | None) -> tuple[int, ...]:
             shape = self._shape(t, node)
@@ -537,23 +571,53 @@ class _Importer:
                           merged=tuple(merged)))
         for t in net_inputs:
             tensors.setdefault(t, Tensor(t, act_shape(t, None)))
-        outputs = tuple(dict.fromkeys(self._resolve(o.name) for o in g.output))
+        if not ops and self.left_out:
+            raise ShapeError(self.path, f"nothing to model once the part whose shapes depend on the data is left "
+                                        f"out (from {', '.join(self.left_out[:5])}); give static input shapes")
+        if not ops:
+            kinds = sorted({node.op_type for node in g.node})
+            raise ModelFileError(self.path, f"no op to model: every node ({', '.join(kinds)}) only reshapes, or "
+                                            f"computes constants")
+        produced = {t for op in ops for t in op.outputs}
+        outputs = tuple(dict.fromkeys(t for t in (self._resolve(o.name) for o in g.output) if t in produced))
+        if not outputs:
+            outputs = tuple(t for op in ops for t in op.outputs if not any(t in o.inputs for o in ops))
         name = self.meta.get("engine.name", self.path.stem)
         used_inputs = tuple(t for t in net_inputs if any(t in op.inputs for op in ops))
         return Graph.build(name, ops, tensors.values(), used_inputs, outputs, batch=batch)
 
     def _macs(self, d: _Draft, tensors: dict[str, Tensor]) -> int:
         out = tensors[d.outputs[0]].shape
+        node = self.node_by_name[d.name]
+        rescale = math.prod(out) / max(math.prod(self._shape(d.outputs[0])), 1)  # the batch, when it changed
         if d.kind in (OpKind.CONV, OpKind.DWCONV):
-            x = tensors[d.inputs[0]].shape
             if d.main_type == "ConvTranspose":
-                w = tensors[d.own_weights[0]].shape
-                return math.prod(x) * w[1] * math.prod(w[2:])
-            node = self.node_by_name[d.name]
+                x, w = self._shape(node.input[0], d.name), self._shape(node.input[1], d.name)
+                return round(math.prod(x) * rescale) * w[1] * math.prod(w[2:])
             per_group = self._shape(node.input[1], d.name)[1]  # C_in / groups, whatever reshapes came before
             return conv_macs(out, per_group * d.attrs["groups"], d.attrs["kernel"], d.attrs["groups"])
+        if d.kind is OpKind.MATMUL and d.main_type == "Einsum":
+            return round(self._einsum_macs(node, d.name) * rescale)
         if d.kind is OpKind.MATMUL:
-            a_shape = self._shape(self.node_by_name[d.name].input[0], d.name)
+            a_shape = self._shape(node.input[0], d.name)
             reduced = a_shape[0] if d.main_type == "Gemm" and d.attrs.get("trans_a") else a_shape[-1]
             return matmul_macs(out, reduced)
         return 0
+
+    def _einsum_macs(self, node, name: str) -> int:
+        """Multiply-accumulates of a two-operand Einsum: every output element sums over the contracted letters."""
+        raw = _attr(node, "equation", b"")
+        equation = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).replace(" ", "")
+        lhs, _, rhs = equation.partition("->")
+        terms = lhs.split(",")
+        sizes = {}
+        for term, t in zip(terms, node.input):
+            shape = self._shape(t, name)
+            head, dots, tail = term.partition("...")
+            if len(head) + len(tail) > len(shape) or (not dots and len(head) != len(shape)):
+                raise ModelFileError(self.path, f"Einsum term '{term}' does not fit input {list(shape)}", node=name)
+            for letter, size in [*zip(head, shape), *zip(tail, shape[len(shape) - len(tail):])]:
+                sizes[letter] = max(sizes.get(letter, 1), size)
+        kept = set(rhs) if "->" in equation else {c for c in sizes if lhs.count(c) == 1}
+        contracted = math.prod(size for letter, size in sizes.items() if letter not in kept)
+        return math.prod(self._shape(node.output[0], name)) * contracted

@@ -89,6 +89,8 @@ def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
     merged while a merge stays convex, so no two of them can be joined; each is
     then post-pruned into single-input, single-output parts (DLA paper, Sec. 3).
     """
+    if isinstance(word_bits, bool) or not isinstance(word_bits, int) or not 1 <= word_bits <= 64:
+        raise EngineError(f"word_bits must be a whole number in 1..64, got {word_bits!r}")
     on_acc = _predicate(supported)
     device = {op.name: ACCELERATOR if on_acc(op) else CPU for op in graph.ops}
     regions = _maximal_regions(graph, device)

@@ -260,7 +260,7 @@ def _runner(scheduler):
         return _run_local
     from distributed import Client
 
-    if isinstance(scheduler, (str, Client)):
+    if (isinstance(scheduler, str) and "://" in scheduler) or isinstance(scheduler, Client):
         return _run_distributed
     raise EngineError(f"scheduler must be one of {', '.join(LOCAL_SCHEDULERS)}, a dask.distributed address "
                       f"such as tcp://HOST:8786, or a distributed.Client; got {scheduler!r}")
@@ -337,6 +337,8 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     """Run the sweep the parsed `args` describe and print its table; 1 when some combination failed."""
     try:
+        if args.out and not Path(args.out).parent.is_dir():
+            raise EngineError(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
         grid = SweepGrid(networks=_items(args.networks), accelerators=_items(args.accelerators),
                          buffers_bytes=[parse_bytes(b) for b in _items(args.buffers)], methods=_items(args.methods),
                          batches=[_whole(b) for b in _items(args.batches)])

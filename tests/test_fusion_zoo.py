@@ -33,6 +33,12 @@ def test_optimus_is_best_and_oracle_is_a_floor(name, kb):
 
 
 NAS_CELLS = ("amoebanet_d", "darts", "nasnet_a_mobile", "pnasnet5_large")  # their searches end as beams
+# the rank-4 attention makes every head tensor fusable, and the six decoder layers all read the encoder's
+# memory: more than Limits.states down-sets of one size, so the search ends as a beam (at 128 KB it finds
+# the figure the exact search finds with states=10,000)
+# decoding one token, every group of a layer's tiny activations fits, and groups span layers: more than
+# Limits.groups per down-set (the beam reaches within 0.001 % of the Oracle: docs/fusion.md, "Transformer blocks")
+BEAMS = (*NAS_CELLS, "transformer", "llama3_8b_decode", "llama3_8b_decode_kv8191")
 
 
 @pytest.mark.parametrize("name", zoo.names())
@@ -46,7 +52,7 @@ def test_every_method_runs_on_every_zoo_network(name):
         assert sorted(op for grp in plan.groups for op in grp) == ops, method
         assert plan.dram_bytes == sum(c.dram_bytes for c in plan.costs) >= floor, method
     best = plans["optimus"]
-    assert best.status == ("beam" if name in NAS_CELLS else "optimal")
+    assert best.status == ("beam" if name in BEAMS else "optimal")
     rivals = ("none", "dnnvm", "efficient_s") + (() if name in NAS_CELLS else ("online",))
     assert all(best.dram_bytes <= plans[m].dram_bytes for m in rivals)
 

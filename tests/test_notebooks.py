@@ -34,7 +34,7 @@ def kernel_path(tmp_path_factory):
 
 def test_notebooks_exist():
     assert [p.name[:2] for p in NOTEBOOKS] == sorted({p.name[:2] for p in NOTEBOOKS})  # one per number
-    assert {p.name[:2] for p in NOTEBOOKS} == {"00", "01", "02", "03", "04", "05"}
+    assert {p.name[:2] for p in NOTEBOOKS} == {"00", "01", "02", "03", "04", "05", "06"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

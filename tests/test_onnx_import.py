@@ -93,13 +93,13 @@ def test_simple_ops_merge_and_are_recorded(tmp_path):
 def test_unmodelled_operator_stays_as_other(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
-    nodes = [helper.make_node("Round", ["x"], ["a"], name="round"),
+    nodes = [helper.make_node("Shrink", ["x"], ["a"], name="shrink"),
              helper.make_node("Hardmax", ["a"], ["y"], name="hardmax")]
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "other.onnx"
     onnx.save(model, path)
     g = load_onnx(path)
-    assert [(op.name, op.kind) for op in g.ops] == [("round", "other"), ("hardmax", "other")]
+    assert [(op.name, op.kind) for op in g.ops] == [("shrink", "other"), ("hardmax", "other")]
     assert g.tensors["a"].shape == (1, 4, 8, 8)
 
 
@@ -142,24 +142,52 @@ def test_cyclic_graph(tmp_path):
     assert err.value.node in {"first", "second"}
 
 
-def test_dynamic_shape_names_the_input_and_override_fixes_it(tmp_path):
+def test_dynamic_batch_defaults_to_one_and_other_dims_must_be_bound(tmp_path):
     path = tmp_path / "dyn.onnx"
     onnx.save(conv_bn_relu_model(dynamic=True), path)
-    with pytest.raises(engine.ShapeError, match="input 'x'.*input_shapes="):
-        load_onnx(path)
+    assert load_onnx(path).tensors["x"].shape == (1, 3, 8, 8)  # a symbolic leading dim is the batch
+    assert load_onnx(path, batch=3).macs == 3 * load_onnx(path).macs
     g = load_onnx(path, input_shapes={"x": (2, 3, 8, 8)})
     assert g.tensors["x"].shape == (2, 3, 8, 8)
-    with pytest.raises(engine.ShapeError, match="not a graph input"):
+    static = tmp_path / "static.onnx"
+    onnx.save(conv_bn_relu_model(), static)  # a declared shape passed again gives the same graph
+    assert load_onnx(static, input_shapes={"x": (1, 3, 8, 8)}) == load_onnx(static)
+    with pytest.raises(engine.ShapeError, match="neither a graph input nor a symbolic dim"):
         load_onnx(path, input_shapes={"nope": (1, 3, 8, 8)})
+    x = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
+    table = numpy_helper.from_array(np.zeros((100, 16), dtype=np.float32), "table")
+    w = numpy_helper.from_array(np.zeros((16, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("MatMul", ["e", "w"], ["y"], name="proj")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "tokens", [x], [y], initializer=[table, w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "tokens.onnx")
+    with pytest.raises(engine.ShapeError, match="input 'ids'.*bind sequence"):
+        load_onnx(tmp_path / "tokens.onnx")
+    g = load_onnx(tmp_path / "tokens.onnx", input_shapes={"sequence": 128})  # token ids: an integer input
+    assert g.tensors["e"].shape == (1, 128, 16)
+    assert g.op("proj").macs == 128 * 16 * 8
+    assert g.op("embed").weights == ("table",)
 
 
-def test_unsupported_opset(tmp_path):
+def test_old_opsets_are_converted_or_named(tmp_path):
+    reference = load_onnx_model(tmp_path, conv_bn_relu_model())
+    for version in (6, 7, 8):
+        model = conv_bn_relu_model()
+        model.opset_import[0].version = version
+        assert load_onnx_model(tmp_path, model).macs == reference.macs
     model = conv_bn_relu_model()
-    model.opset_import[0].version = 7
-    path = tmp_path / "old.onnx"
-    onnx.save(model, path)
-    with pytest.raises(engine.ModelFileError, match="opset 7"):
-        load_onnx(path)
+    model.opset_import[0].version = 1
+    with pytest.raises(engine.ModelFileError, match="opset 1 cannot be converted.*BatchNormalization, Conv"):
+        load_onnx_model(tmp_path, model)
+
+
+def load_onnx_model(tmp_path, model, **kwargs):
+    """Save `model` under tmp_path and import it."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return load_onnx(path, **kwargs)
 
 
 def test_external_data_outside_folder_is_refused(tmp_path):
@@ -222,3 +250,109 @@ def test_integer_shape_arithmetic_is_folded_so_shapes_resolve(tmp_path):
     assert [op.kind for op in g.ops] == ["other", "pool"]  # Pad is modelled by its tensors only
     assert g.tensors[g.ops[0].outputs[0]].shape == (1, 4, 10, 10)
     assert g.tensors["y"].shape == (1, 4, 8, 8)
+
+
+# ---- folding and counting ---------------------------------------------------------
+
+def _model(nodes, inputs, outputs, initializer=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializer))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_einsum_counts_its_macs_and_attention_matmuls_count(tmp_path):
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 16, 8])
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 4, 16, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((8, 32), dtype=np.float32), "w")
+    nodes = [helper.make_node("Einsum", ["q", "k"], ["s"], name="scores", equation="bhqd,bhkd->bhqk"),
+             helper.make_node("Einsum", ["q", "w"], ["p"], name="proj", equation="...d,de->...e"),
+             helper.make_node("MatMul", ["s", "p"], ["y"], name="mix")]
+    g = load_onnx_model(tmp_path, _model(nodes, [q, k], [y], [w]))
+    assert g.op("scores").macs == 4 * 16 * 16 * 8  # every (q, k) pair sums over d
+    assert g.op("proj").macs == 4 * 16 * 8 * 32
+    assert g.op("proj").weights == ("w",)
+    assert g.op("mix").macs == 4 * 16 * 32 * 16  # activation x activation
+    assert g.macs == 4 * 16 * 16 * 8 + 4 * 16 * 8 * 32 + 4 * 16 * 32 * 16
+
+
+def test_computation_from_weights_alone_is_an_op_whether_or_not_weights_are_stored(tmp_path):
+    """A positional-encoding conv reading only weights counts its MACs either way."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    table = np.ones((1, 8, 6, 6), dtype=np.float32)
+    kernel = np.ones((8, 1, 3, 3), dtype=np.float32)
+    nodes = [helper.make_node("Conv", ["table", "kernel"], ["pe"], name="pe_conv", group=8, pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["x", "pe"], ["y"], name="add")]
+    stored = load_onnx_model(tmp_path, _model(nodes, [x], [y], [numpy_helper.from_array(table, "table"),
+                                                                 numpy_helper.from_array(kernel, "kernel")]))
+    as_inputs = [x, helper.make_tensor_value_info("table", TensorProto.FLOAT, table.shape),
+                 helper.make_tensor_value_info("kernel", TensorProto.FLOAT, kernel.shape)]
+    unstored = load_onnx_model(tmp_path, _model(nodes, as_inputs, [y]))
+    assert stored.macs == unstored.macs == 8 * 6 * 6 * 9
+    assert stored.op("pe_conv").weights == ("table", "kernel")
+    assert stored.op("pe_conv").inputs == ()
+
+
+def test_exporter_shape_patterns_fold_whatever_the_op(tmp_path):
+    """ViT's class-token Expand (Shape, Equal, Where), Mod and Ceil over float sizes, and a 12-deep padding chain."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 9, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    const = {"zero": 0, "one": 1, "two": 2, "minus1": -1}
+    init = [numpy_helper.from_array(np.array([v], dtype=np.int64), n) for n, v in const.items()]
+    init += [numpy_helper.from_array(np.ones((1, 1, 4), dtype=np.float32), "cls"),
+             numpy_helper.from_array(np.array(2.0, dtype=np.float32), "twof")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["b"], name="batch"),
+             helper.make_node("Concat", ["b", "minus1", "minus1"], ["target"], name="target", axis=0),
+             helper.make_node("Equal", ["target", "minus1"], ["is_free"], name="eq"),
+             helper.make_node("ConstantOfShape", ["three"], ["ones3"], name="ones3",
+                              value=helper.make_tensor("v", TensorProto.INT64, [1], [1])),
+             helper.make_node("Where", ["is_free", "ones3", "target"], ["expand_to"], name="where"),
+             helper.make_node("Expand", ["cls", "expand_to"], ["tokens"], name="expand"),
+             helper.make_node("Constant", [], ["three"], name="three",
+                              value=helper.make_tensor("t", TensorProto.INT64, [1], [3]))]
+    current = "x"
+    for i in range(12):  # each layer pads its input up to an even size computed from its own shape
+        p = f"l{i}_"
+        nodes += [helper.make_node("Shape", [current], [p + "s"], name=p + "shape"),
+                  helper.make_node("Gather", [p + "s", "two"], [p + "h"], name=p + "h"),
+                  helper.make_node("Mod", [p + "h", "two"], [p + "odd"], name=p + "mod"),
+                  helper.make_node("Cast", [p + "h"], [p + "hf"], name=p + "cast", to=TensorProto.FLOAT),
+                  helper.make_node("Div", [p + "hf", "twof"], [p + "half"], name=p + "div"),
+                  helper.make_node("Ceil", [p + "half"], [p + "ceil"], name=p + "ceil"),
+                  helper.make_node("Cast", [p + "ceil"], [p + "ci"], name=p + "ci", to=TensorProto.INT64),
+                  helper.make_node("Mul", [p + "ci", "two"], [p + "even"], name=p + "even"),
+                  helper.make_node("Sub", [p + "even", p + "h"], [p + "extra"], name=p + "extra"),
+                  helper.make_node("Add", [p + "extra", p + "odd"], [p + "pad"], name=p + "pad_amount"),
+                  helper.make_node("Concat", ["zero", "zero", p + "pad", p + "pad"] * 2, [p + "pads"],
+                                   name=p + "pads", axis=0),
+                  helper.make_node("Pad", [current, p + "pads"], [p + "padded"], name=p + "pad"),
+                  helper.make_node("Relu", [p + "padded"], [p + "out"], name=p + "relu")]
+        current = p + "out"
+    init.append(numpy_helper.from_array(np.array([0, 4, -1], dtype=np.int64), "rows"))
+    nodes += [helper.make_node("Reshape", [current, "rows"], [p + "flat"], name="flat"),
+              helper.make_node("Transpose", [p + "flat"], ["seq"], name="to_tokens", perm=[0, 2, 1]),
+              helper.make_node("Concat", ["tokens", "seq"], ["y"], name="cat", axis=1)]
+    g = load_onnx_model(tmp_path, _model(nodes, [x], [y], init))
+    assert g.op("cat").weights == ("cls",)  # the class token, expanded to the batch by folded shape arithmetic
+    side = 9
+    for _ in range(12):
+        side += 2 * 2 * (side % 2)  # odd: one row to reach the even size, one more for the remainder, each side
+    assert g.tensors["y"].shape == (2, 1 + side * side, 4)
+    assert sum(op.source_type == "Pad" for op in g.ops) == 12
+
+
+def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
+    """Detection heads end in NonZero/TopK/NMS: the static backbone imports, the rest is named in a warning."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["scores"], name="head", pads=[1, 1, 1, 1]),
+             helper.make_node("NonZero", ["scores"], ["keep"], name="keep"),
+             helper.make_node("Transpose", ["keep"], ["keep_t"], name="keep_t"),
+             helper.make_node("GatherND", ["scores", "keep_t"], ["boxes"], name="gather_boxes")]
+    with pytest.warns(engine.PartialImportWarning, match="left out 3 nodes .*NonZero 'keep'"):
+        g = load_onnx_model(tmp_path, _model(nodes, [x], [boxes, scores], [w]))
+    assert [op.name for op in g.ops] == ["head"] and g.outputs == ("scores",)
+    assert g.macs == 4 * 8 * 8 * 27

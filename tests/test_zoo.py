@@ -46,7 +46,8 @@ ISSUE_NAMES = {"alexnet", "vgg16", "googlenet", "squeezenet1_0", "mobilenet_v1",
                "resnet1202", "inception_v3", "densenet121", "resnext50_32x4d", "r2plus1d_18", "s3d", "fcn_resnet50",
                "lraspp_mobilenet_v3_large", "deeplabv3_resnet50", "transformer", "vit_b_16", "vgg19", "mobilenet_v2",
                "mobilenet_v3_small", "shufflenet_v2_x1_0", "efficientnet_b0", "convnext_tiny", "nasnet_a_mobile",
-               "pnasnet5_large", "amoebanet_d", "darts"}
+               "pnasnet5_large", "amoebanet_d", "darts", "bert_base", "bert_base_512", "gpt2", "gpt3_6.7b_block",
+               "llama3_8b_prefill", "llama3_8b_decode"}  # issue 18 added the language models (tests/test_zoo_llm.py)
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION))

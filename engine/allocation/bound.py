@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pulp
 
 from engine.allocation import model, solve
 from engine.allocation.lifetimes import ancestors
-from engine.allocation.problem import Problem
+from engine.allocation.problem import Carry, Problem
 
 END = "<end>"  # the reader standing for later segments, after every op
 
@@ -71,6 +72,85 @@ def relaxed_bound(problem: Problem, *, solver: str = "highs", time_limit_s: floa
     return max(math.ceil(stats.bound - 1e-6), 0), order
 
 
+def staged_bound(problem: Problem, life, *, solver: str = "highs",
+                 time_limit_s: float = 5.0) -> tuple[int, tuple[str, ...] | None]:
+    """(A lower bound on Eq. 12 in units, an order) for a free schedule in forced stages: the sum of the stages' bounds.
+
+    An op whose window is one step (`life.ops`: every op before it is an ancestor, every op
+    after a descendant) runs at that step in every order, so every order is a concatenation
+    of orders of the stages these ops close (an LLM's layers, its attention and MLP halves).
+    A step's spills and retrievals belong to its stage, and a plan's part in one stage is a
+    plan of that stage alone in which the tensors it brings in load free once and tensors
+    read later may leave free: a relaxation of the stage, so the better of its `spill_bound`
+    and `relaxed_bound` is at most that part's cost, and their sum is at most the whole's.
+    A tensor that waits across stages it is not used in (an LLM's residual stream across
+    attention) is on chip there or comes back later at the cost of its size: each such gap is
+    given to the first stage of more than one op inside it, as a tensor resident at its start
+    that later stages read (off chip, it is charged its retrieval, which no stage counts
+    otherwise). DRAM holds it there, so its spill is free, except in the first gap given to a
+    stage of a tensor made on chip: no stage before can have charged a way off chip, so the
+    spill it needs is charged there, once.
+    Stages equal up to tensor names (the layers of one model) are bounded once. The order
+    runs each stage in the order of its relaxation's plan (a good order to place, as for
+    `relaxed_bound`). (0, None) when the problem has a fixed order or starts with tensors on chip.
+    """
+    p = problem
+    if p.order is not None or p.carry.resident:
+        return 0, None
+    deadline = time.perf_counter() + time_limit_s
+    ends = [i + 1 for i, op in enumerate(p.ops) if life.ops[op] == (i, i)]
+    stages = [p.ops[lo:hi] for lo, hi in zip([0, *ends], [*ends, len(p.ops)]) if hi > lo]
+    stage_of = {op: k for k, ops in enumerate(stages) for op in ops}
+    made = {a: stage_of[op] for a, op in p.producer.items()}
+    read_in = {a: stage_of[readers[-1]] for a, readers in p.consumers.items()}  # the stage of its last reader
+    waits: dict[int, list[str]] = {}  # stage -> tensors waiting across it, each gap given to one stage
+    unsaved: set[str] = set()  # waits DRAM cannot hold yet: made on chip and never charged a way off before
+    for a in p.tensors:
+        used = sorted({*(stage_of[r] for r in p.consumers.get(a, ())), *((made[a],) if a in made else ())})
+        used += [len(stages)] if a in p.keep else []
+        first = a in made and a not in p.free_spill and a not in p.carry.host
+        for lo, hi in zip(used, used[1:]):
+            k = next((k for k in range(lo + 1, hi) if len(stages[k]) > 1), None)
+            if k is not None:
+                waits.setdefault(k, []).append(a)
+                if first:
+                    unsaved.add(a)
+                first = False
+    shapes: dict[tuple, Problem] = {}  # a stage's shape (ops' tensors by first appearance, sizes, flags) -> a stage
+    keys = []
+    for k, ops in enumerate(stages):
+        touched = dict.fromkeys(a for op in ops for a in (*p.reads[op], *p.writes[op]))
+        brought = {a for a in touched if made.get(a, -1) < k} | (p.carry.fresh & touched.keys())
+        leaves = {a for a in touched if read_in.get(a, -1) > k or a in p.keep} | (p.free_spill & touched.keys())
+        host = brought | (p.carry.host & touched.keys())
+        wait = waits.get(k, [])
+        local = {a: i for i, a in enumerate(touched)}
+        key = (tuple((tuple(local[a] for a in p.reads[op]), tuple(local[a] for a in p.writes[op])) for op in ops),
+               tuple(p.size[a] for a in touched), *(frozenset(local[a] for a in s) for s in (brought, leaves, host)),
+               tuple(sorted((p.size[a], a in unsaved) for a in wait)))
+        keys.append(key)
+        saved = {a for a in wait if a not in unsaved}
+        shapes.setdefault(key, Problem(ops, p.reads, p.writes, p.size, frozenset(leaves),
+                                       Carry(MappingProxyType(dict.fromkeys(wait, 0)), frozenset(host | saved),
+                                             frozenset(brought)), frozenset(wait), p.budget))
+    # a lone op's tensors fit any budget the problem admits: its stage costs nothing
+    known = dict.fromkeys(shapes, 0)  # shape -> the stage's bound in bytes (0 until bounded: still a bound)
+    ranks = {key: tuple(range(len(stage.ops))) for key, stage in shapes.items()}  # shape -> its plan's op positions
+    todo = [(key, stage) for key, stage in shapes.items() if len(stage.ops) > 1 or stage.keep]
+    for j, (key, stage) in enumerate(todo):
+        if time.perf_counter() >= deadline:
+            break  # the stages left keep 0
+        left = max(deadline - time.perf_counter(), 0.0) / (len(todo) - j)
+        units = spill_bound(stage, solver=solver, time_limit_s=max(left / 4, 0.01))
+        relaxed, order = relaxed_bound(stage, solver=solver, time_limit_s=max(deadline - time.perf_counter(), 0.0)
+                                       / (len(todo) - j))
+        known[key] = max(units, relaxed) * stage.unit
+        if order is not None:
+            ranks[key] = tuple(stage.ops.index(op) for op in order)
+    order = tuple(ops[i] for ops, key in zip(stages, keys) for i in ranks[key])
+    return sum(known[key] for key in keys) // p.unit, order
+
+
 @dataclass(frozen=True)
 class Cover:
     """The covering ILP: `off[a, rest]` = tensor a off chip in the gap before its reads `rest` (its next read
@@ -107,36 +187,70 @@ def cover_model(problem: Problem) -> Cover | None:
 
 
 def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
-    """Per op whose step is over budget: (excess units, [(surely-live tensor, its reads still to come)])."""
-    unit, budget = p.unit, p.budget // p.unit
+    """Per op whose step is over budget: (excess units, [(surely-live tensor, its reads still to come)]).
+
+    A tensor is surely live at an op it does not touch when it has surely been on chip before
+    (`_started`) and is read after. Each tensor's set of such ops is computed once, as a bitset
+    over `p.ops` (an interval of positions in a fixed order; descendants of its start and
+    ancestors of its readers in a free one), so the work follows the live pairs, not ops x tensors.
+    """
+    unit, budget, n = p.unit, p.budget // p.unit, len(p.ops)
+    index = {op: i for i, op in enumerate(p.ops)}
+    every = (1 << n) - 1
+    reads = {a: p.consumers.get(a, ()) + ((END,) if a in p.keep else ()) for a in p.tensors}
     if p.order is not None:
         pos = {op: t for t, op in enumerate(p.order)}
-        before = lambda x, y: pos[x] < pos[y]  # noqa: E731
+        prefix = [0]  # prefix[t]: bits of the ops at positions before t
+        for op in p.order:
+            prefix.append(prefix[-1] | 1 << index[op])
+
+        def span(first: int, last: int) -> int:  # ops at positions first < t < last
+            return prefix[max(last, first + 1)] & ~prefix[first + 1]
+
+        def live_ops(a: str) -> int:
+            last = n if END in reads[a] else max((pos[r] for r in reads[a]), default=-1)
+            if a in p.carry.resident:
+                return span(-1, last)
+            first = pos[p.producer[a]] if a in p.producer else min((pos[r] for r in reads[a] if r != END), default=n)
+            return span(first, last)
+
+        def after(a: str, op: str) -> frozenset:
+            return frozenset(r for r in reads[a] if r == END or pos[op] < pos[r])
     else:
-        anc, index = ancestors(p), {op: i for i, op in enumerate(p.ops)}
-        before = lambda x, y: bool(anc[y] >> index[x] & 1)  # noqa: E731
-    reads = {a: p.consumers.get(a, ()) + ((END,) if a in p.keep else ()) for a in p.tensors}
-    out = []
+        anc = ancestors(p)
+        desc = dict.fromkeys(p.ops, 0)
+        for op in reversed(p.ops):  # topological order reversed: successors first
+            for q in p.preds[op]:
+                desc[q] |= desc[op] | 1 << index[op]
+
+        def live_ops(a: str) -> int:
+            later = every if END in reads[a] else _union(anc[r] for r in reads[a])
+            if a in p.carry.resident:
+                return later
+            starts = (p.producer[a],) if a in p.producer else reads[a]
+            return later & _union(desc[r] for r in starts if r != END)
+
+        def after(a: str, op: str) -> frozenset:
+            return frozenset()
+    touched = dict.fromkeys(p.tensors, 0)
     for op in p.ops:
-        mine = set(p.reads[op]) | set(p.writes[op])
-        load = sum(p.size[a] // unit for a in mine)
-        live = []
-        for a in p.tensors:
-            if a in mine:
-                continue
-            after = frozenset(r for r in reads[a] if r == END or before(op, r))
-            if after and _started(p, a, op, before):
-                load += p.size[a] // unit
-                live.append((a, after if p.order is not None else frozenset()))
-        if load > budget:
-            out.append((load - budget, live))
+        for a in (*p.reads[op], *p.writes[op]):
+            touched[a] |= 1 << index[op]
+    load = [sum(p.size[a] for a in {*p.reads[op], *p.writes[op]}) // unit for op in p.ops]
+    live: list[list[str]] = [[] for _ in p.ops]
+    for a in p.tensors:
+        bits = live_ops(a) & ~touched[a]
+        while bits:
+            low = bits & -bits
+            i = low.bit_length() - 1
+            live[i].append(a)
+            load[i] += p.size[a] // unit
+            bits ^= low
+    return [(load[i] - budget, [(a, after(a, op)) for a in live[i]]) for i, op in enumerate(p.ops) if load[i] > budget]
+
+
+def _union(masks) -> int:
+    out = 0
+    for m in masks:
+        out |= m
     return out
-
-
-def _started(p: Problem, a: str, op: str, before) -> bool:
-    """Tensor `a` has surely been on chip before `op` runs: carried on chip, made or read by an earlier op."""
-    if a in p.carry.resident:
-        return True
-    if a in p.producer:
-        return before(p.producer[a], op)
-    return any(before(r, op) for r in p.consumers.get(a, ()))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
 from engine.allocation import atbound
-from engine.allocation.bound import relaxed_bound, spill_bound
+from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.packing import pack
@@ -152,10 +152,13 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
 
 def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:
     """(The better of `lb` and the bound of the relaxation without addresses, its plan's order or None), in a
-    tenth of the share; skipped for problems over RELAX_MAX_STEPS tensor-steps."""
+    tenth of the share; over RELAX_MAX_STEPS tensor-steps, the relaxation stage by stage (`staged_bound`, in
+    half the share: an LLM's 32 layers are one attention and one MLP stage to solve), whose order
+    joins its stages' relaxed plans."""
     life = analyse(prob)
     if sum(w.last - w.first + 1 for w in life.tensors.values()) > RELAX_MAX_STEPS:
-        return lb, None
+        staged, order = staged_bound(prob, life, solver=solver, time_limit_s=_seconds(until, share / 2))
+        return max(lb, staged), order
     relaxed, best = relaxed_bound(prob, solver=solver, time_limit_s=_seconds(until, share / 10), life=life)
     return max(lb, relaxed), best
 
@@ -275,7 +278,7 @@ def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, 
            known: dict, *, whole: bool, include_params: bool, word_bits: int, solver: str) -> dict | None:
     """The cheapest MIP start found, trying costlier sources only while none is at the bound `lb`.
 
-    Sources: the best baseline and the plan built from that order's spill bound cover
+    Sources (past `until`, only the first that gives a plan): the best baseline and the plan built from that order's spill bound cover
     (`atbound.py`, in at most `cap` seconds, or taken from `known`), both in the model's
     order, or the MPMF order when the schedule is free; for a free
     schedule, `fixed_values`, the same problem solved in its given order (its variables
@@ -300,6 +303,8 @@ def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, 
                                               mpmf_order=None if prob.order else need_order(0.25)))
     best, cost = None, math.inf
     for source in sources:
+        if best is not None and time.perf_counter() >= until:
+            break  # out of time: the costlier sources would only overrun the limit
         found = source()
         if found is not None and objective_at(m, found) < cost:
             best, cost = found, objective_at(m, found)

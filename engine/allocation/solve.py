@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 import pulp
@@ -93,6 +96,7 @@ def solver_for(name: str, time_limit_s: float):
     if name == "highs":
         api = _HiGHSWithStart(msg=False, timeLimit=float(time_limit_s))
         if api.available():
+            _quiet_highs()
             return api
         cmd = pulp.HiGHS_CMD(msg=False, timeLimit=float(time_limit_s), warmStart=True)
         if cmd.available():
@@ -102,6 +106,23 @@ def solver_for(name: str, time_limit_s: float):
     if not cbc.available():
         raise EngineError("no ILP solver available: install highspy (pip install highspy) or CBC")
     return cbc
+
+
+@cache
+def _quiet_highs() -> None:
+    """Construct HiGHS once with stdout closed: its first instance prints a banner to the C-level stdout,
+    before any option can turn output off, and a library call must print nothing."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def run(lp: pulp.LpProblem, *, solver: str, time_limit_s: float, start: dict | None = None,

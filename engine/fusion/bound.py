@@ -69,7 +69,16 @@ def lower_bound(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> L
 
 
 def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]]:
-    """Consecutive op ranges of at most `budget` down-sets each, cut so that the fewest bytes cross the cuts in all."""
+    """Consecutive op ranges of at most `budget` down-sets each, cut so that the fewest bytes cross the cuts in all
+    (independent of the buffer: cached on the model, so a new buffer size does not place them again)."""
+    key = ("windows", budget)
+    if key not in model.cost_cache:
+        model.cost_cache[key] = _place(model, budget)
+    return list(model.cost_cache[key])
+
+
+def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
+    """`windows`, computed: a shortest path over cut positions."""
     n = model.n
     cross = [crossing(model, c) for c in range(n + 1)]
     best = [(0, 0)] + [(INF, 0)] * n  # cut position -> (bytes given away up to it, windows)
@@ -83,7 +92,7 @@ def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]
     while hi:
         cuts.append((back[hi], hi))
         hi = back[hi]
-    return cuts[::-1]
+    return tuple(cuts[::-1])
 
 
 def _ends(model: FusionModel, lo: int, budget: int) -> list[int]:
@@ -129,4 +138,5 @@ def window_model(model: FusionModel, lo: int, hi: int) -> FusionModel:
     names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
     sub = Graph.build(f"{graph.name}[{lo}:{hi}]", ops, [graph.tensors[t] for t in sorted(names)], tuple(border),
                       tuple(t for t in graph.outputs if t in made), graph.batch)
-    return FusionModel(sub, model.tp, model.word_bits, free=free)
+    return FusionModel(sub, model.tp, model.word_bits, free=free, views=model.views,
+                       online=model.online)

@@ -25,14 +25,16 @@ _MERGE_AT = 16  # as `model._MERGE_AT`
 (OUT_H, FLOOR, FULL_ROW, SAVE_ROW, INPLACE, COVERED, GROW_OUT, WHOLE_ROW, SUCC_PTR, SUCC_IDX, PRED_PTR, PRED_IDX,
  LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
  F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
- SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE) = range(49)
+ SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE, IN_SELEMS, IN_STREAM, SM_QK, SM_BYTES,
+ AV_SM) = range(54)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
            "w_ptr", "w_idx", "w_elems",
            "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
            "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w",
-           "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule")
+           "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule", "in_selems",
+           "in_stream", "sm_qk", "sm_bytes", "av_sm")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +68,10 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["in_ptr"], columns["in_t"] = csr([[j for j, *_ in x] for x in ins])
     columns["in_p"] = [p for x in ins for _, p, *_ in x]
     columns["in_bytes"] = [b for x in ins for _, _, b, *_ in x]
-    columns["in_ret"] = [int(r) for x in ins for *_, r, _ in x]
-    columns["in_held"] = [h for x in ins for *_, h in x]
+    columns["in_ret"] = [int(f[4]) for x in ins for f in x]
+    columns["in_held"] = [f[5] for x in ins for f in x]
+    columns["in_selems"] = [f[6] for x in ins for f in x]  # elements loaded as parameters when streamed
+    columns["in_stream"] = [int(model.stream[j]) for x in ins for j, *_ in x]
     columns["w_ptr"], columns["w_idx"] = csr([[windex[w] for w in dict.fromkeys(model.weights[i])] for i in range(n)])
     feeds = model.feeds
     columns["f_ptr"], columns["f_j"] = csr([[f[0] for f in x] for x in feeds])
@@ -77,6 +81,10 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["rd_ptr"], columns["rd_idx"] = csr([model.members(m) for m in model.consumer_mask])
     columns["t_bytes"], columns["t_producer"] = model.tbytes, model.producer
     columns["t_returned"] = [int(v) for v in model.is_graph_output]
+    # attention softmaxes (`FusionModel._attention`): the scores' producer and the second pass's bytes; per
+    # context matmul, its softmax
+    columns["sm_qk"], columns["sm_bytes"] = [q for q, _ in model.spill_on], [b for _, b in model.spill_on]
+    columns["av_sm"] = model.spill_off
     columns["own_wbytes"], columns["shares_w"] = model.own_weight_bytes, [int(v) for v in model.shares_weights]
     # the layer-wise schedule of a lone op (`cost._Lone`): output width and channels, channels per convolution
     # group, and per input its rows, columns and rules as 3 items each (mode, kernel, stride)
@@ -266,16 +274,26 @@ def _add(t, at, st, dep, log, top, work, d, x, online, steps=0):
     st[POS, x] = d - 1
     fin, fout = dep[FIN, p_], dep[FOUT, p_] + t[at[GROW_OUT] + x]
     whole = dep[WHOLE, p_] + t[at[WHOLE_ROW] + x]
+    streamed = 0
     for e in range(t[at[IN_PTR] + x], t[at[IN_PTR] + x + 1]):
         j, p = t[at[IN_T] + e], t[at[IN_P] + e]
         if p >= 0 and st[IN_GROUP, p]:
             if not t[at[IN_RET] + e] and st[READERS, j] + 1 == t[at[N_READERS] + j]:
                 fout -= t[at[IN_BYTES] + e]  # x was its last outside reader
         elif st[READERS, j] == 0:
-            fin += t[at[IN_BYTES] + e]
-            whole += t[at[IN_HELD] + e]
+            if t[at[IN_SELEMS] + e]:
+                streamed += t[at[IN_SELEMS] + e]  # loaded as parameters are
+            else:
+                fin += t[at[IN_BYTES] + e]
+                whole += t[at[IN_HELD] + e]
         _set(st, log, top, READERS, j, st[READERS, j] + 1)
-    params = dep[PARAMS, p_]
+    params = dep[PARAMS, p_] + streamed
+    qk = t[at[SM_QK] + x]
+    if qk >= 0 and st[IN_GROUP, qk]:
+        fout += t[at[SM_BYTES] + x]  # scores out and back: the context matmul is not (yet) in the group
+    s = t[at[AV_SM] + x]
+    if s >= 0 and st[IN_GROUP, s] and t[at[SM_QK] + s] >= 0 and st[IN_GROUP, t[at[SM_QK] + s]]:
+        fout -= t[at[SM_BYTES] + s]  # the softmax runs online beside the context matmul
     for e in range(t[at[W_PTR] + x], t[at[W_PTR] + x + 1]):
         w = t[at[W_IDX] + e]
         if st[WCOUNT, w] == 0:
@@ -1170,6 +1188,8 @@ def _need(t, at, rule, e, tile, size_in):
 def _per_channel(t, at, i, rows, cols):
     total = 0
     for e in range(t[at[IN_PTR] + i], t[at[IN_PTR] + i + 1]):
+        if t[at[IN_STREAM] + e]:
+            continue  # loaded with the parameters, no room
         h, w = t[at[IN_H] + e], t[at[IN_W] + e]
         total += _need(t, at, IN_RULE, e, rows, h) * _need(t, at, IN_WRULE, e, cols, w)
     return total
@@ -1202,6 +1222,8 @@ def _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles):
     steps, bands = -(-h_out // rows), -(-w_out // cols)
     total = fout + pbytes * steps * bands * tiles
     for e in range(t[at[IN_PTR] + i], t[at[IN_PTR] + i + 1]):
+        if t[at[IN_STREAM] + e]:
+            continue  # loaded with the parameters
         h, w, nbytes = t[at[IN_H] + e], t[at[IN_W] + e], t[at[IN_BYTES] + e]
         rows_read = max(h, steps * _need(t, at, IN_RULE, e, rows, h))
         cols_read = max(w, bands * _need(t, at, IN_WRULE, e, cols, w))

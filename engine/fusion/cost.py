@@ -11,9 +11,10 @@ ISOA decisions (Alg. 2) and a batch tile: a sub-group is a row band of t_n image
 A single op gets the cheaper of that tiled schedule and a layer-wise schedule that
 blocks output channels (re-reading its input once per block), so every op of a
 covered kind can run on any buffer that holds one input channel's rows. Ops outside
-the tile model (3-D convolutions, matmuls of two activations, reshape, softmax,
-norm, other) only run alone, at their compulsory traffic: inputs + outputs +
-parameters once ("unmodelled" in the record).
+the tile model (3-D convolutions, kind other, the reshapes and slices docs/fusion.md
+lists) only run alone, at their compulsory traffic: inputs + outputs + parameters
+once ("unmodelled" in the record). A streamed operand (K^T, V: `FusionModel._streams`)
+counts with the parameters.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class GroupCost:
     tile_rows: tuple[tuple[str, int], ...]
     isoa: tuple[str, ...] = ()  # ops that keep only T_c channels of their ofmap (Alg. 2)
     input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
+    streamed: tuple[str, ...] = ()  # K^T / V read as parameters are: resident, or once per sub-group (Eq. 3)
+    key_tiles: tuple[tuple[str, int], ...] = ()  # attention softmaxes run online: keys per tile (T_w)
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,7 @@ class _Lone:
         c_out = sum(g.channels for g in out_geo)
         fin, fout, p_elems, _ = model.io(1 << i)
         ins = tuple((model.tgeo[j].h, model.tgeo[j].w, model.tbytes[j], rh, rw)
-                    for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+                    for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
         return cls(model.out_h[i], max(g.w for g in out_geo), c_out, max(1, c_out // model.graph.ops[i].groups),
                    model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins)
 
@@ -368,7 +371,7 @@ def runs_alone(model: FusionModel, i: int, cap: Capacity) -> bool:
 def smallest_buffer_bytes(model: FusionModel, i: int) -> int:
     """Fewest buffer bytes op i needs to run alone: one row, column, image and output channel."""
     ins = sum(_need(rh, 1, model.tgeo[j].h) * _need(rw, 1, model.tgeo[j].w)
-              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]))
+              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
     return _bytes(ins + len(model.outs[i]), model.word_bits)
 
 
@@ -430,9 +433,12 @@ def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_
     else:
         tiles = ((names[0], model.out_h[ops[0]]),)
     steps = best.row_steps * image_tiles(model, cap, best.batch_tile)
+    streamed = tuple(t for t in inputs if model.stream_elems[model.tindex[t]])
+    keys = tuple((model.names[i], model.key_width[i]) for i in ops
+                 if model.key_width[i] and (mask >> model.context_of.get(i, model.n)) & 1)
     return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
                      _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
-                     steps, tiles, isoa, best.passes)
+                     steps, tiles, isoa, best.passes, streamed, keys)
 
 
 def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") -> GroupCost | None:

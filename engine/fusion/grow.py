@@ -88,14 +88,24 @@ def extend(model: FusionModel, part: Partial, x: int) -> Partial:
     demand = part.demand
     fin, fout, whole = part.fin, part.fout + model.grow_out[x], part.whole + model.whole_row[x]
     members = part.rows  # its keys are the members
-    for j, p, nbytes, readers, returned, held in model.grow_ins[x]:
+    streamed = 0
+    for j, p, nbytes, readers, returned, held, elems in model.grow_ins[x]:
         if p in members:
             if not returned and not readers & ~mask:
                 fout -= nbytes  # x was its last outside reader
         elif j not in demand:
-            fin += nbytes
-            whole += held
-    params = model.io(mask)[2] if model.shares_weights[x] else part.params + model.own_weight_elems[x]
+            if elems:
+                streamed += elems  # loaded as parameters are
+            else:
+                fin += nbytes
+                whole += held
+    params = model.io(mask)[2] if model.shares_weights[x] else part.params + model.own_weight_elems[x] + streamed
+    qk, spill = model.spill_on[x]
+    if qk in members:
+        fout += spill  # scores written out and read back: the context matmul is not (yet) in the group
+    s = model.spill_off[x]
+    if s in members and model.spill_on[s][0] in members:
+        fout -= model.spill_on[s][1]  # the softmax runs online beside the context matmul
     preds = model.pred[x] & mask
     chunked, kept, save = part.chunked, part.kept, model.save_row[x]
     if model.inplace[x]:

@@ -8,6 +8,14 @@ Bit i of a group mask is `graph.ops[i]`. All footprints are counted in elements.
 Tile geometry: an activation of rank 4 is (N, C, H, W), rank 3 is (N, L, D) read as
 H = L, W = 1, C = D, rank 2 is (N, C) with H = W = 1. A tile is a band of whole rows
 (t_w = O_w, the line-buffer form of Optimus Sec. 5.2) of every tensor in the group.
+Attention tensors (N, heads, L, d) are rank 4 with C = heads and H = L: a group of a
+transformer block runs in bands of tokens as a CNN group runs in bands of rows.
+
+A *streamed* tensor is the second operand of a matmul of two activations (K^T or V of
+attention), or the input of a reshape whose output is one: every token tile needs all
+of it, so a group that does not make it reads it as it reads parameters (Eq. 3:
+resident when it fits beside the tiles, else once per sub-group; no room while
+streamed). A group that makes it holds it whole (its producer's tile is every row).
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ WINDOW, SAME, WHOLE = 0, 1, 2  # how an op's input rows follow from its output r
 _MERGE_AT = 16  # ISOA states beyond which states telling every pending consumer the same are merged
 
 _TILED_KINDS = {OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT,
-                OpKind.MATMUL}
-_INPLACE_KINDS = {OpKind.CONCAT, OpKind.SPLIT}  # write into / read from slices of one buffer
+                OpKind.MATMUL, OpKind.SOFTMAX, OpKind.NORM, OpKind.RESHAPE}
+_INPLACE_KINDS = {OpKind.CONCAT, OpKind.SPLIT, OpKind.RESHAPE}  # write into / read from (views of) one buffer
+_ROWWISE_KINDS = {OpKind.SOFTMAX, OpKind.NORM}  # reduce along a token row: a tile needs whole rows, all columns
 _CHANNELWISE_KINDS = {OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT}
 
 
@@ -62,9 +71,12 @@ def tensor_geo(shape: tuple[int, ...], word_bits: int) -> TensorGeo | None:
 class FusionModel:
     """Cost-model tables of one graph on one PE array and word width; caches footprints by group mask."""
 
-    def __init__(self, graph: Graph, tp: Throughput, word_bits: int, *, free: Mapping[str, int] | None = None):
+    def __init__(self, graph: Graph, tp: Throughput, word_bits: int, *, free: Mapping[str, int] | None = None,
+                 views: Mapping[str, tuple[int, ...]] | None = None, online: frozenset[str] | None = None):
         # `free` (the windows of engine.fusion.bound): tensor -> elements per row a group holds of it when it
-        # reads it, at no DRAM traffic; a weight named there weighs nothing
+        # reads it, at no DRAM traffic; a weight named there weighs nothing. `views`: the shapes the tile model
+        # reads (`tensor_views`), and `online` the attention softmaxes (`_attention`; their second pass not
+        # charged), when a window's graph cannot tell
         free = free or {}
         self.graph, self.tp, self.word_bits = graph, tp, word_bits
         ops = graph.ops
@@ -75,7 +87,9 @@ class FusionModel:
         tnames = sorted({t for op in ops for t in op.inputs + op.outputs} | set(graph.inputs))
         self.tindex = {t: j for j, t in enumerate(tnames)}
         self.tnames = tuple(tnames)
-        self.tgeo = tuple(tensor_geo(graph.tensors[t].shape, word_bits) for t in tnames)
+        self.views = tensor_views(graph) if views is None else views
+        self._online = online
+        self.tgeo = tuple(tensor_geo(self.shape(t), word_bits) for t in tnames)
         self.tbytes = tuple(0 if t in free else graph.tensors[t].nbytes(word_bits) for t in tnames)
         # elements per row of tensor j held on chip when a group reads it from outside (its row unless `free`)
         self.held = tuple(free.get(t, g.row if g else 0) for t, g in zip(tnames, self.tgeo))
@@ -125,6 +139,10 @@ class FusionModel:
         self.cost_cache: dict = {}  # (group mask, Capacity) -> cheapest schedule or None
         self.online_limit: dict[int, int] = {}  # fmap room -> group size limit of engine.fusion.online
 
+    def shape(self, t: str) -> tuple[int, ...]:
+        """The shape the tile model reads (`tensor_views`)."""
+        return self.views.get(t, self.graph.tensors[t].shape)
+
     # ---- static tables ---------------------------------------------------
     def _op_tables(self, ops) -> None:
         """Per op: rows H, tile rows floor, row elements (full and under ISOA), and input row rules."""
@@ -139,7 +157,8 @@ class FusionModel:
             self.covered.append(covered)
             inplace = covered and op.kind in _INPLACE_KINDS
             self.inplace.append(inplace)
-            self.channelwise.append(op.kind in _CHANNELWISE_KINDS)
+            self.channelwise.append(op.kind in _CHANNELWISE_KINDS or (
+                op.kind == OpKind.SOFTMAX and len(self.shape(op.outputs[0])) == 4) or _act_matmul(op))
             if not covered:
                 self.out_h.append(1), self.floor.append(1), self.full_row.append(0), self.save_row.append(0)
                 self.rules.append(())
@@ -155,11 +174,14 @@ class FusionModel:
             self.save_row.append(full - isoa)
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
+        self._streams(ops)
+        self._attention(ops)
         # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
-        # returned by the network, whole-image elements held when read from outside), bytes of the outputs anyone
-        # reads, and the op's whole-image ofmap elements under ISOA
+        # returned by the network, whole-image elements held when read from outside, elements loaded when
+        # streamed), bytes of the outputs anyone reads, and the op's whole-image ofmap elements under ISOA
         self.grow_ins = tuple(tuple((j, self.producer[j], self.tbytes[j], self.consumer_mask[j],
-                                     self.is_graph_output[j], self.held[j] * self.tgeo[j].h if self.covered[i] else 0)
+                                     self.is_graph_output[j], self.held[j] * self.tgeo[j].h if self.covered[i] else 0,
+                                     self.stream_elems[j])
                                     for j in self.ins[i]) for i in range(self.n))
         self.grow_out = tuple(sum(self.tbytes[j] for j in self.outs[i]
                                   if self.is_graph_output[j] or self.consumer_mask[j]) for i in range(self.n))
@@ -174,15 +196,37 @@ class FusionModel:
                            for i in range(self.n))
 
     def _covers(self, i: int, op) -> bool:
-        """Whether the row-tile model describes this op: 2-D windows, one activation input for matmul."""
+        """Whether the row-tile model describes this op: 2-D windows; a matmul with weights on one activation, or
+        of two activations whose first keeps the rows; row-wise norms on token matrices; reshapes `_reshape_mode`
+        reads; channel concat / split."""
+        tensors = self.ins[i] + self.outs[i]
         if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL):
             return len(op.kernel) in (0, 2) and all(self.tgeo[j] is not None and len(
-                self.graph.tensors[self.tnames[j]].shape) == 4 for j in self.ins[i] + self.outs[i])
+                self.graph.tensors[self.tnames[j]].shape) == 4 for j in tensors)
         if op.kind == OpKind.MATMUL:
+            if _act_matmul(op):
+                return len(self.outs[i]) == 1 and self.tgeo[self.ins[i][0]].h == self.tgeo[self.outs[i][0]].h
             return len(self.ins[i]) == 1 and bool(op.weights)
+        if op.kind in _ROWWISE_KINDS:  # LayerNorm/RMSNorm of token matrices; softmax of scores or logits
+            ranks = {len(self.shape(self.tnames[j])) for j in tensors}
+            return len({self.tgeo[j].h for j in tensors}) == 1 and ranks <= ({3} if op.kind == OpKind.NORM else {3, 4})
+        if op.kind == OpKind.RESHAPE:
+            return _reshape_mode(self.shape(op.inputs[0]), self.shape(op.outputs[0])) is not None if (
+                len(op.inputs) == 1 and len(op.outputs) == 1) else False
+        if op.kind == OpKind.CONCAT and len(self.outs[i]) == 1 and self._token_concat(op):
+            return True  # appends tokens (a KV cache, a class token): reads its inputs whole
         if op.kind in _INPLACE_KINDS:  # channel concat / split: every tensor has the same rows
-            return len({self.tgeo[j].h for j in self.ins[i] + self.outs[i]}) == 1
+            return len({self.tgeo[j].h for j in tensors}) == 1
         return True
+
+    def _token_concat(self, op) -> bool:
+        """Whether a concat joins token matrices or attention tensors along the tokens (rank 3 axis 1, rank 4 axis 2)."""
+        out = self.shape(op.outputs[0])
+        shapes = [self.shape(t) for t in op.inputs] + [self.graph.tensors[w].shape for w in op.weights]
+        axis = len(out) - 2
+        return len(out) in (3, 4) and all(len(s) == len(out) and s[:axis] in (out[:axis], (1, *out[1:axis]))
+                                          and s[axis + 1:] == out[axis + 1:] for s in shapes) and (
+            sum(s[axis] for s in shapes) == out[axis])
 
     def _rule(self, op, j: int, out_size: int, axis: int) -> tuple[int, int, int]:
         """(mode, effective kernel, stride): the rows (axis 0) or columns (axis 1) of input j that r outputs need."""
@@ -190,9 +234,95 @@ class FusionModel:
         if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL) and op.kernel:
             dil = op.dilation[axis] if op.dilation else 1
             return WINDOW, dil * (op.kernel[axis] - 1) + 1, op.stride[axis] if op.stride else 1
+        if _act_matmul(op) and (axis or self.tnames[j] == op.inputs[1]):
+            return WHOLE, size_in, 1  # a row of A times all of B
+        if axis and op.kind in _ROWWISE_KINDS or (axis and op.kind == OpKind.RESHAPE):
+            return WHOLE, size_in, 1  # the reduction (or the reshuffle) spans the whole row
+        if op.kind == OpKind.RESHAPE:
+            mode = _reshape_mode(self.shape(op.inputs[0]), self.shape(op.outputs[0]))
+            return (SAME, 1, 1) if mode == SAME else (WHOLE, size_in, 1)
         if size_in == out_size or size_in == 1:
             return SAME, 1, 1
         return WHOLE, size_in, 1
+
+    def _attention(self, ops) -> None:
+        """Key tiles of attention (FlashAttention's online softmax): scores and probabilities held T_w keys wide.
+
+        A softmax whose scores only it reads and whose probabilities only a matmul of two activations reads (as
+        its first operand) is an attention softmax. Its tiles, and its scores' producer's, hold T_w keys of every
+        head (plus the running max and sum of each head for the softmax); the context accumulates over key
+        tiles, so it reads probabilities from outside T_w keys wide too. A group that makes the scores and
+        softmaxes them without the context matmul cannot normalise a row before its last key: it writes the
+        scores out and reads them back for a second pass (`spill`: twice the scores' bytes).
+        """
+        self.spill_on = [(-1, 0)] * self.n  # attention softmax -> (its scores' producer, bytes of the spill)
+        self.spill_off = [-1] * self.n  # context matmul -> its attention softmax
+        online = []  # names of the attention softmaxes
+        self.key_width = [0] * self.n  # attention softmax -> keys per tile
+        self.context_of = {}  # attention softmax -> its context matmul
+        for i, op in enumerate(ops):
+            if op.kind != OpKind.SOFTMAX or not self.covered[i] or len(self.ins[i]) != 1 or len(self.outs[i]) != 1:
+                continue
+            sc, pr = self.ins[i][0], self.outs[i][0]
+            readers = self.consumer_mask[pr]
+            av = readers.bit_length() - 1
+            if self._online is not None:  # a window of engine.fusion.bound: as the whole graph says
+                if op.name not in self._online:
+                    continue
+            elif self.consumer_mask[sc] != 1 << i or readers.bit_count() != 1 or self.is_graph_output[pr] or not (
+                    self.covered[av] and _act_matmul(ops[av]) and ops[av].inputs[0] == self.tnames[pr]):
+                continue
+            online.append(op.name)
+            geo = self.tgeo[pr]
+            width = min(geo.w, max(1, self.tp.t_w))  # keys per tile
+            self.key_width[i] = width
+            heads, part = geo.channels, min(self.tp.t_c, geo.channels)
+            self.full_row[i], self.save_row[i] = heads * (width + 2), (heads - part) * (width + 2)
+            qk = self.producer[sc]
+            if qk >= 0 and self.covered[qk] and not self.inplace[qk] and not self.is_graph_output[sc]:
+                self.full_row[qk], self.save_row[qk] = heads * width, (heads - part) * width
+                self.spill_on[i] = (qk, 0 if self._online is not None else 2 * self.tbytes[sc])
+            if readers:
+                self.spill_off[av] = i
+                self.context_of[i] = av
+            held = list(self.held)
+            held[pr] = heads * width
+            self.held = tuple(held)
+        self.online = frozenset(online)
+
+    def spill(self, mask: int) -> int:
+        """Bytes of the second softmax pass of the attention softmaxes a group makes the scores of but whose
+        context it does not compute (`_attention`)."""
+        total = 0
+        for i in self.members(mask):
+            qk, nbytes = self.spill_on[i]
+            if qk >= 0 and (mask >> qk) & 1:
+                total += nbytes
+            s = self.spill_off[i]
+            if s >= 0 and (mask >> s) & 1 and self.spill_on[s][0] >= 0 and (mask >> self.spill_on[s][0]) & 1:
+                total -= self.spill_on[s][1]
+        return total
+
+    def _streams(self, ops) -> None:
+        """Which tensors are streamed (see the module docstring): read only as the second operand of a matmul of
+        two activations, or by covered reshapes whose output is streamed; `stream_elems` 0 when not (or free)."""
+        stream = [False] * len(self.tnames)
+        edges = {}  # tensor -> whether every read of it is a streaming one so far
+        for i in range(self.n - 1, -1, -1):
+            op = ops[i]
+            for j in self.outs[i]:
+                stream[j] = bool(self.consumer_mask[j]) and edges.get(j, False)
+            for j in self.ins[i]:
+                ok = self.covered[i] and ((_act_matmul(op) and self.tnames[j] == op.inputs[1]) or (
+                    self.inplace[i] and all(stream[o] for o in self.outs[i])))
+                edges[j] = edges.get(j, True) and ok
+        for j, p in enumerate(self.producer):
+            if p < 0:
+                stream[j] = bool(self.consumer_mask[j]) and edges.get(j, False)
+        self.stream = tuple(stream)
+        self.stream_elems = tuple(self.tbytes[j] and self.graph.tensors[t].elements if stream[j] else 0
+                                  for j, t in enumerate(self.tnames))
+        self.held = tuple(0 if s else h for s, h in zip(stream, self.held))  # streamed: no room, as Eq. 4's weights
 
     def _closure(self) -> None:
         """Ancestor and descendant masks of every op (for the convexity check)."""
@@ -244,7 +374,8 @@ class FusionModel:
         return out
 
     def io(self, mask: int) -> tuple[int, int, int, int]:
-        """(fmap-in bytes, fmap-out bytes, parameter elements, largest row count) of a group."""
+        """(fmap-in bytes, fmap-out bytes, parameter elements, largest row count) of a group; a streamed tensor
+        made outside counts with the parameters, a softmax's second pass (`spill`) with the fmap-out bytes."""
         hit = self._io.get(mask)
         if hit is not None:
             return hit
@@ -256,14 +387,18 @@ class FusionModel:
             made.update(self.outs[i])
             wset.update(self.weights[i])
             kbig = max(kbig, self.out_h[i])
+        streamed = 0
         for j in read - made:
-            fin += self.tbytes[j]
+            if self.stream_elems[j]:
+                streamed += self.stream_elems[j]
+            else:
+                fin += self.tbytes[j]
             if self.tgeo[j] is not None:
                 kbig = max(kbig, self.tgeo[j].h)
         for j in made:
             if self.is_graph_output[j] or self.consumer_mask[j] & ~mask:
                 fout += self.tbytes[j]
-        hit = (fin, fout, sum(self.weight_elems[w] for w in wset), kbig)
+        hit = (fin, fout + self.spill(mask), sum(self.weight_elems[w] for w in wset) + streamed, kbig)
         self._io[mask] = hit
         return hit
 
@@ -511,6 +646,57 @@ class FusionModel:
         hit = (saving, chosen, total - saving)
         self._isoa[mask] = hit
         return hit
+
+
+def _act_matmul(op) -> bool:
+    """A matmul of two activations (attention's scores and context): A (.., L, k) times B (.., k, n)."""
+    return op.kind == OpKind.MATMUL and not op.weights and len(op.inputs) == 2 and op.inputs[0] != op.inputs[1]
+
+
+def _reshape_mode(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """SAME when a reshape keeps every token row ((N, L, D) <-> (N, heads, L, d), heads repeated), WHOLE when it
+    moves tokens to columns ((N, heads, L, d) -> (N, heads, d, L), (N, L, D) -> (N, heads, d, L) or (N, D, L)),
+    None for others (left outside the tile model: CNN permutes stay as they were). Shapes as `FusionModel.shape`."""
+    if a[0] != b[0]:
+        return None
+    if a == b or (len(a) == len(b) == 4 and a[2:] == b[2:]):
+        return SAME
+    if len(a) == 3 and len(b) == 4 and a[1] == b[2] and b[1] * b[3] == a[2]:
+        return SAME
+    if len(a) == 4 and len(b) == 3 and a[2] == b[1] and a[1] * a[3] == b[2]:
+        return SAME
+    if len(a) == len(b) == 4 and a[:2] == b[:2] and a[2:] == b[:1:-1]:
+        return WHOLE
+    if len(a) == 3 and ((len(b) == 4 and b[3] == a[1] and b[1] * b[2] == a[2]) or (len(b) == 3 and a[1:] == b[:0:-1])):
+        return WHOLE
+    return None
+
+
+def tensor_views(graph: Graph) -> dict[str, tuple[int, ...]]:
+    """Shapes the tile model reads instead of a tensor's own, so that tokens are rows (the same memory, viewed).
+
+    A token-major (N, L, heads, d) tensor, made by a reshape from a token matrix (N, L, D) or by swapping the
+    heads and tokens of (N, heads, L, d) to merge heads back, is the token matrix (N, L, heads*d). A
+    grouped-query matmul's output (N, kv, g*L, n), its query heads stacked along the rows, is (N, kv*g, L, n)
+    when its first operand is (N, kv*g, L, k); an op of one input that keeps such a shape keeps the view.
+    """
+    views: dict[str, tuple[int, ...]] = {}
+    for op in graph.ops:
+        if len(op.outputs) != 1 or not op.inputs:
+            continue
+        a, b = views.get(op.inputs[0], graph.tensors[op.inputs[0]].shape), graph.tensors[op.outputs[0]].shape
+        if len(b) != 4 or a[0] != b[0]:
+            continue
+        if op.kind == OpKind.RESHAPE and len(op.inputs) == 1:
+            if (len(a) == 3 and a[1] == b[1] and b[2] * b[3] == a[2]) or (
+                    len(a) == 4 and a[1] == b[2] and a[2] == b[1] and a[3] == b[3] and a[1] != a[2]):
+                views[op.outputs[0]] = (b[0], b[1], b[2] * b[3])
+        elif op.inputs[0] in views and graph.tensors[op.inputs[0]].shape == b and len(op.inputs) == 1:
+            views[op.outputs[0]] = a  # softmax or an element-wise op on a viewed tensor
+        elif op.kind == OpKind.MATMUL and len(a) == 4 and b[1] < a[1] and a[1] % b[1] == 0 and (
+                b[2] == a[2] * (a[1] // b[1])):
+            views[op.outputs[0]] = (b[0], a[1], a[2], b[3])
+    return views
 
 
 @lru_cache(maxsize=32)

@@ -7,11 +7,12 @@ gives back an identical graph. Figures per network are in docs/zoo.md.
 
 from __future__ import annotations
 
+import re
 from functools import cache, partial
 
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph
-from engine.zoo import classic, convnext, mobile, nas, resnet, segmentation, transformer, video
+from engine.zoo import classic, convnext, llm, mobile, nas, resnet, segmentation, transformer, video
 from engine.zoo._builder import Net
 
 # network name -> function that writes it into a Net
@@ -45,7 +46,18 @@ _BUILDERS = {
     "darts": nas.darts,
     "amoebanet_d": nas.amoebanet_d,
     "pnasnet5_large": nas.pnasnet5_large,
+    "bert_base": llm.bert_base,
+    "bert_base_512": partial(llm.bert_base, seq=512),
+    "gpt2": llm.gpt2,
+    "gpt3_6.7b_block": llm.gpt3_block,
+    "llama3_8b_prefill": llm.llama_prefill,
+    "llama3_8b_decode": llm.llama_decode,
+    "llama3_8b_decode_kv8191": partial(llm.llama_decode, kv=8191),
 }
+# networks with a token count in the name, `<name>_seq<N>` or `<name>_kv<N>`: name -> (suffix, builder keyword)
+LENGTHS = {"bert_base": ("seq", "seq"), "gpt2": ("seq", "seq"), "gpt3_6.7b_block": ("seq", "seq"),
+           "llama3_8b_prefill": ("seq", "seq"), "llama3_8b_decode": ("kv", "kv")}
+_LENGTH_NAME = re.compile(r"(?P<base>.+)_(?P<suffix>seq|kv)(?P<count>-?\d+)")
 
 
 def names() -> tuple[str, ...]:
@@ -54,16 +66,29 @@ def names() -> tuple[str, ...]:
 
 
 def build(name: str, batch: int = 1) -> Graph:
-    """The zoo network `name` at batch size `batch` (built once per (name, batch), then cached)."""
-    if name not in _BUILDERS:
-        raise UnknownNameError("network", name, _BUILDERS)
+    """The zoo network `name` at batch size `batch` (built once per (name, batch), then cached).
+
+    Besides `names()`, a language model takes its token count in the name: `bert_base_seq384`,
+    `llama3_8b_prefill_seq512`, `llama3_8b_decode_kv4096` (the KV-cache length), as `LENGTHS` lists.
+    """
+    _builder(name)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise EngineError(f"batch must be a positive whole number, got {batch!r}")
     return _build(name, batch)
 
 
+def _builder(name: str):
+    """The function that writes network `name` into a Net."""
+    if name in _BUILDERS:
+        return _BUILDERS[name]
+    m = _LENGTH_NAME.fullmatch(name)
+    if m and LENGTHS.get(m["base"], ("",))[0] == m["suffix"]:
+        return partial(_BUILDERS[m["base"]], **{LENGTHS[m["base"]][1]: int(m["count"])})
+    raise UnknownNameError("network", name, [*_BUILDERS, *(f"{b}_{s}<N>" for b, (s, _) in LENGTHS.items())])
+
+
 @cache
 def _build(name: str, batch: int) -> Graph:
     net = Net(name, batch)
-    _BUILDERS[name](net)
+    _builder(name)(net)
     return net.graph()

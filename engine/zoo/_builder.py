@@ -47,12 +47,18 @@ class Net:
         self.tensors: dict[str, Tensor] = {}
         self.inputs: list[str] = []
         self.views: dict[str, tuple[int, ...]] = {}  # tensor -> shape its readers see after a folded reshape
+        self.kept: list[str] = []  # tensors that are network outputs although ops read them (a KV-cache slice)
 
     # ---- plumbing ----------------------------------------------------------
     def input(self, shape: tuple[int, ...], name: str = "input") -> str:
         """Declare a network input; `shape` excludes the batch."""
         self.inputs.append(self._new(Tensor(name, (self.batch, *shape))))
         return name
+
+    def output(self, t: str) -> str:
+        """Make `t` a network output even though ops read it (written to DRAM, like a KV-cache slice)."""
+        self.kept.append(t)
+        return t
 
     def shape(self, t: str) -> tuple[int, ...]:
         """The shape readers of `t` see: its own, or the one a folded reshape gave it."""
@@ -144,7 +150,7 @@ class Net:
 
     def _outputs(self) -> tuple[str, ...]:
         read = {t for op in self.ops for t in op.inputs}
-        return tuple(t for op in self.ops for t in op.outputs if t not in read)
+        return tuple(t for op in self.ops for t in op.outputs if t not in read or t in self.kept)
 
     # ---- folded-node helpers ----------------------------------------------
     @staticmethod
@@ -259,6 +265,19 @@ class Net:
     def transpose(self, x: str, name: str, perm) -> str:
         s = self.shape(x)
         return self.unary(x, name, "Transpose", OpKind.RESHAPE, tuple(s[p] for p in perm))
+
+    def embedding(self, ids: str, name: str, rows: int, dim: int) -> str:
+        """nn.Embedding: Gather of `ids` (N, L) from the table `name.weight` (rows, dim) into (N, L, dim)."""
+        return self.add_op(name, OpKind.OTHER, "Gather", (ids,), ((*self.shape(ids), dim),),
+                           own=((f"{name}.weight", (rows, dim)),))[0]
+
+    def rms_norm(self, x: str, name: str) -> str:
+        """RMSNorm over the last axis (ONNX RMSNormalization), with its one weight (the scale)."""
+        return self.unary(x, name, "RMSNormalization", OpKind.NORM, own=((f"{name}.weight", (self.shape(x)[-1],)),))
+
+    def rotary(self, x: str, name: str) -> str:
+        """Rotary position embedding on (N, heads, L, dh) (ONNX RotaryEmbedding): element-wise, no parameters."""
+        return self.unary(x, name, "RotaryEmbedding", OpKind.ELTWISE)
 
     def layer_norm(self, x: str, name: str) -> str:
         """LayerNormalization over the last axis, with torchvision's weight and bias."""

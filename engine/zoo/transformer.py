@@ -1,8 +1,11 @@
 """Attention networks: torchvision's ViT-B/16 and the base Transformer of "Attention is all you need".
 
-Multi-head attention is written out as ONNX would run it: one packed q/k/v projection, a reshape
-to heads, per-head score and context matmuls, a softmax, and the output projection. Tensors are
-batch-first; the 1/sqrt(d_head) scaling is a scalar multiply with no parameter and is not listed.
+Multi-head attention is written in the rank-4 form HF/torch ONNX exports emit, shared by every attention
+network: projections on (N, L, D), a reshape to (N, L, heads, dh) and a Transpose to (N, heads, L, dh)
+(the key to (N, heads, dh, S)), scores (N, heads, L, S) = Q K^T, a softmax, context (N, heads, L, dh) = P V,
+a Transpose back and a reshape to (N, L, D), and the output projection. No tensor has rank 5, so the
+fusion tile model reads (N, heads, tokens, dh) as (N, C, H, W): rows are tokens. The 1/sqrt(d_head)
+scaling is a scalar multiply with no parameter and is not listed.
 """
 
 from __future__ import annotations
@@ -11,27 +14,61 @@ from engine.graph import OpKind
 from engine.zoo._builder import Net
 
 
+def split_heads(net: Net, x: str, name: str, heads: int, *, key: bool = False) -> str:
+    """(N, L, heads*dh) -> (N, heads, L, dh) by a folded reshape and a Transpose; a key goes to (N, heads, dh, L).
+
+    The key's transpose for Q K^T is the same Transpose node (perm 0, 2, 3, 1), so scores read it directly.
+    """
+    n, length, d = net.shape(x)
+    net.reshape(x, f"{name}.view", (n, length, heads, d // heads))
+    return net.transpose(x, name, (0, 2, 3, 1) if key else (0, 2, 1, 3))
+
+
+def packed_heads(net: Net, x: str, name: str, heads: int, parts: int) -> tuple[str, ...]:
+    """A packed projection (N, L, parts*D) -> `parts` tensors (N, heads, L, dh): reshape, Transpose, Split on heads."""
+    n, length, d = net.shape(x)
+    dh = d // (parts * heads)
+    net.reshape(x, f"{name}.view", (n, length, parts * heads, dh))
+    return net.split(net.transpose(x, name, (0, 2, 1, 3)), f"{name}.split", (heads,) * parts, axis=1)
+
+
+def key_transpose(net: Net, k: str, name: str) -> str:
+    """K (N, heads, S, dh) -> K^T (N, heads, dh, S), the right operand of the score matmul."""
+    return net.transpose(k, name, (0, 1, 3, 2))
+
+
+def attend(net: Net, q: str, kt: str, v: str, name: str) -> str:
+    """Scores Q K^T (N, h, L, S), softmax, context P V (N, h, L, dh), heads merged back to (N, L, h*dh).
+
+    Grouped-query attention (K and V with fewer heads, kv, than Q): Q is viewed as (N, kv, h/kv * L, dh),
+    the query heads of a group stacked along the rows, so each matmul is batched over the kv heads
+    and reads every key once; the context is viewed back as (N, h, L, dh). MACs are those of h heads.
+    """
+    n, heads, length, dh = net.shape(q)
+    kv = net.shape(kt)[1]
+    if kv != heads:
+        net.reshape(q, f"{name}.q_groups", (n, kv, heads // kv * length, dh))
+    probs = net.unary(net.matmul(q, kt, f"{name}.scores"), f"{name}.softmax", "Softmax", OpKind.SOFTMAX)
+    ctx = net.matmul(probs, v, f"{name}.context")
+    if kv != heads:
+        net.reshape(ctx, f"{name}.ungroup", (n, heads, length, dh))
+    ctx = net.transpose(ctx, f"{name}.merge_heads", (0, 2, 1, 3))
+    return net.reshape(ctx, f"{name}.merge_view", (n, length, heads * dh))
+
+
 def attention(net: Net, x: str, name: str, heads: int, memory: str | None = None) -> str:
     """nn.MultiheadAttention on x (N, L, D): self-attention, or cross-attention on `memory` (N, S, D)."""
-    n, length, d = net.shape(x)
-    dh = d // heads
+    d = net.shape(x)[-1]
     w, b = f"{name}.in_proj_weight", f"{name}.in_proj_bias"
     if memory is None:
         qkv = net.linear(x, f"{name}.in_proj", 3 * d, weight=w, bias_name=b)
-        net.reshape(qkv, f"{name}.split_heads", (n, length, 3, heads, dh))
-        q, k, v = net.split(net.transpose(qkv, f"{name}.heads", (2, 0, 3, 1, 4)), f"{name}.qkv", (1, 1, 1), axis=0)
+        q, k, v = packed_heads(net, qkv, f"{name}.heads", heads, 3)
     else:
-        s = net.shape(memory)[1]
         q = net.linear(x, f"{name}.q_proj", d, weight=f"{w}.q", bias_name=f"{b}.q")
-        net.reshape(q, f"{name}.q_heads", (n, length, 1, heads, dh))
-        q = net.transpose(q, f"{name}.q_transpose", (2, 0, 3, 1, 4))
+        q = split_heads(net, q, f"{name}.q_heads", heads)
         kv = net.linear(memory, f"{name}.kv_proj", 2 * d, weight=f"{w}.kv", bias_name=f"{b}.kv")
-        net.reshape(kv, f"{name}.kv_heads", (n, s, 2, heads, dh))
-        k, v = net.split(net.transpose(kv, f"{name}.kv_transpose", (2, 0, 3, 1, 4)), f"{name}.kv", (1, 1), axis=0)
-    scores = net.matmul(q, net.transpose(k, f"{name}.k_transpose", (0, 1, 2, 4, 3)), f"{name}.scores")
-    probs = net.unary(scores, f"{name}.softmax", "Softmax", OpKind.SOFTMAX)
-    ctx = net.transpose(net.matmul(probs, v, f"{name}.context"), f"{name}.merge_heads", (0, 1, 3, 2, 4))
-    net.reshape(ctx, f"{name}.merge_view", (n, length, d))
+        k, v = packed_heads(net, kv, f"{name}.kv_heads", heads, 2)
+    ctx = attend(net, q, key_transpose(net, k, f"{name}.k_transpose"), v, name)
     return net.linear(ctx, f"{name}.out_proj", d)
 
 

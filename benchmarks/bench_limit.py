@@ -1,0 +1,157 @@
+"""The attainable limit (engine.limit): Orojenesis's published findings reproduced, limits beside plans, speed.
+
+Run: .venv/bin/python -m benchmarks.bench_limit   (prints the markdown section of BENCHMARKS.md; docs/limit.md
+quotes its reproduction tables)
+"""
+
+from __future__ import annotations
+
+import time
+
+import engine
+from engine.explore import CURVE_BUFFERS_KB
+from engine.fusion import fuse
+from engine.graph import OpKind
+from engine.limit import at, gemm, ski_slope
+from engine.limit.chain import Stage, fused_bytes, segmented_bytes, unfused_bytes
+from engine.limit.einsum import ski_slope as _ski_slope
+from engine.limit.ops import tables
+from engine.zoo._builder import Net
+
+KB, MIB = 1024, 1 << 20
+# GPT-3-6.7B (Huang et al. Sec. VII): d 4096, 32 heads of 128, FFN 16384, 2048 tokens x batch 16, 2-byte words
+L, BATCH, D, HEADS, F, C = 2048, 16, 4096, 32, 128, 16384
+
+
+def gpt3_block(flash: bool) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+    """(the fused chain Q_proj .. mm_2, the two projections the paper leaves unfused: K_proj, V_proj).
+
+    FlashAttention holds query and output rows (the scores stream); FLAT holds whole score rows.
+    Element-wise ops and softmax statistics are left out, as the paper does.
+    """
+    held = 2 * F if flash else None
+    qk = Stage("bmm_QK", L, F, L, heads=HEADS, copies=BATCH, shared=False, row_elems=held)
+    qkv = Stage("bmm_QKV", L, L, F, heads=HEADS, copies=BATCH, shared=False, row_elems=held)
+    chain = (Stage("Q_proj", L, D, D, copies=BATCH), qk, qkv, Stage("Final_proj", L, D, D, copies=BATCH),
+             Stage("mm_1", L, D, C, copies=BATCH), Stage("mm_2", L, C, D, copies=BATCH))
+    return chain, (Stage("K_proj", L, D, D, copies=BATCH), Stage("V_proj", L, D, D, copies=BATCH))
+
+
+def reproduction() -> str:
+    chain, side = gpt3_block(flash=True)
+    lines = ["### GPT-3-6.7B block: fused vs unfused (paper Fig. 22: 2.5x fewer accesses at 50 MB, up to 5.6x above 320 MB)",
+             "", "| buffer | unfused (GB) | fused, best segmentation (GB) | unfused / fused | paper |", "|---|---:|---:|---:|---|"]
+    paper = {50: "2.5x", 352: "5.6x (above 320 MB)"}
+    for mib in (1, 4, 16, 32, 50, 100, 200, 320, 352, 512):
+        un = unfused_bytes(chain + side, mib * MIB)
+        fu = segmented_bytes(chain, mib * MIB) + unfused_bytes(side, mib * MIB)
+        lines.append(f"| {mib} MiB | {un / 1e9:.2f} | {fu / 1e9:.2f} | {un / fu:.2f}x | {paper.get(mib, '')} |")
+    lines += ["", "### Multi-head attention (bmm_QK, softmax, bmm_QKV) fused: FlashAttention vs FLAT "
+              "(paper Fig. 20: > 6x fewer at 16 MB, equal at 32 MB)", "",
+              "| buffer | unfused (GB) | FLAT (GB) | FlashAttention (GB) | FLAT / FlashAttention |", "|---|---:|---:|---:|---:|"]
+    mha = {flash: gpt3_block(flash)[0][1:3] for flash in (True, False)}
+    for label, nbytes in (("8 MiB", 8 * MIB), ("16 MiB", 16 * MIB), ("16 MiB + 4 B", 16 * MIB + 4),
+                          ("32 MiB", 32 * MIB), ("33 MiB", 33 * MIB), ("64 MiB", 64 * MIB)):
+        un = unfused_bytes(mha[True], nbytes)
+        flat, flash = fused_bytes(mha[False], nbytes), fused_bytes(mha[True], nbytes)
+        ratio = f"{flat / flash:.2f}x" if flat and flash else "-"
+        lines.append(f"| {label} | {un / 1e9:.2f} | {_gb(flat)} | {_gb(flash)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def _gb(nbytes: int | None) -> str:
+    return "no tile fits" if nbytes is None else f"{nbytes / 1e9:.2f}"
+
+
+def gemm_first_principle() -> str:
+    lines = ["### GEMM: maximal effectual buffer (paper Sec. IV-1: smallest operand + smallest rank + 1 elements)", "",
+             "| M x K x N | full reuse at (elements) | smallest operand + smallest rank + 1 | share of all operands | paper Fig. 11 |",
+             "|---|---:|---:|---:|---:|"]
+    for m, k, n, paper in ((2048, 2048, 2048, "33%"), (2048, 4096, 4096, "25%"), (2048, 2048, 4096, "20%"),
+                           (8192, 2048, 2048, "11%")):
+        full = ski_slope(gemm(m, k, n, 8), 8, 1)[-1][0]  # 8-bit words: bytes are elements
+        formula = min(m * k, k * n, m * n) + min(m, k, n) + 1
+        lines.append(f"| {m} x {k} x {n} | {full:,} | {formula:,} | {full / (m * k + k * n + m * n):.0%} | {paper} |")
+    return "\n".join(lines)
+
+
+def llama_like(layers: int = 32, seq: int = 2048, hidden: int = 4096, ffn: int = 14336, heads: int = 32,
+               kv_heads: int = 8, vocab: int = 128256) -> engine.Graph:
+    """A Llama-3-8B-shaped prefill (GQA projections, SwiGLU) built with the zoo's Net, for timing only."""
+    net = Net("llama_like", 1)
+    dh = hidden // heads
+    x = net.input((seq, hidden))
+    for i in range(layers):
+        p = f"layers.{i}"
+        h = net.unary(x, f"{p}.input_norm", "RMSNorm", OpKind.NORM, own=((f"{p}.input_norm.weight", (hidden,)),))
+        q = net.linear(h, f"{p}.q_proj", hidden, bias=False)
+        k = net.linear(h, f"{p}.k_proj", kv_heads * dh, bias=False)
+        v = net.linear(h, f"{p}.v_proj", kv_heads * dh, bias=False)
+        q = net.reshape(q, f"{p}.q_heads", (1, seq, heads, dh))
+        k = net.reshape(k, f"{p}.k_heads", (1, seq, kv_heads, dh))
+        v = net.reshape(v, f"{p}.v_heads", (1, seq, kv_heads, dh))
+        s = net.matmul(net.transpose(q, f"{p}.q_t", (0, 2, 1, 3)), net.transpose(k, f"{p}.k_t", (0, 2, 3, 1)),
+                       f"{p}.scores")
+        a = net.matmul(net.unary(s, f"{p}.softmax", "Softmax", OpKind.SOFTMAX), net.transpose(v, f"{p}.v_t", (0, 2, 1, 3)),
+                       f"{p}.context")
+        a = net.reshape(net.transpose(a, f"{p}.merge", (0, 2, 1, 3)), f"{p}.merge_view", (1, seq, hidden))
+        x = net.eltwise((net.linear(a, f"{p}.o_proj", hidden, bias=False), x), f"{p}.add_1")
+        h = net.unary(x, f"{p}.post_norm", "RMSNorm", OpKind.NORM, own=((f"{p}.post_norm.weight", (hidden,)),))
+        gate = net.linear(h, f"{p}.gate_proj", ffn, bias=False, act="Swish")
+        up = net.linear(h, f"{p}.up_proj", ffn, bias=False)
+        x = net.eltwise((net.linear(net.eltwise((gate, up), f"{p}.swiglu", "Mul"), f"{p}.down_proj", hidden, bias=False),
+                         x), f"{p}.add_2")
+    net.linear(net.unary(x, "norm", "RMSNorm", OpKind.NORM, own=(("norm.weight", (hidden,)),)), "lm_head", vocab,
+               bias=False)
+    return net.graph()
+
+
+def speed() -> str:
+    lines = ["### Speed: the whole curve of limits (11 buffer sizes, 8 KB .. 8 MB), `optimus` preset, batch 1", "",
+             "| network | ops | first curve (s) | again, cached ski-slopes (ms) |", "|---|---:|---:|---:|"]
+    acc = engine.Accelerator.preset("optimus")
+    sizes = [kb * KB for kb in CURVE_BUFFERS_KB]
+    graphs = [(name, engine.load_network(name)) for name in ("resnet50", "vit_b_16", "transformer")]
+    names = engine.zoo.names()
+    graphs += [(n, engine.load_network(n)) for n in ("llama3_8b_prefill",) if n in names]
+    graphs.append(("Llama-3-8B-shaped prefill (32 layers, seq 2048; built here)", llama_like()))
+    for name, g in graphs:
+        tables.cache_clear()
+        _ski_slope.cache_clear()
+        start = time.perf_counter()
+        engine.limit.curve(g, acc, sizes)
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        engine.limit.curve(g, acc, sizes)
+        warm = time.perf_counter() - start
+        lines.append(f"| {name} | {len(g.ops)} | {cold:.2f} | {warm * 1e3:.1f} |")
+    return "\n".join(lines)
+
+
+def beside_plans() -> str:
+    lines = ["### Plans beside the limits (MB of DRAM traffic, batch 1, `optimus` preset)", "",
+             "| network | buffer | none | layer-by-layer limit | optimus | fused limit | optimus / fused limit | Oracle |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    base = engine.Accelerator.preset("optimus")
+    for name in ("resnet50", "mobilenet_v2", "googlenet", "vit_b_16", "transformer"):
+        g = engine.load_network(name)
+        for kb in (32, 512, 8192):
+            acc = base.with_buffer(kb * KB)
+            lim = engine.limit.network(g, acc)
+            none, best = (fuse(g, acc, method=m, bound=False).dram_bytes for m in ("none", "optimus"))
+            lines.append(f"| {name} | {kb} KB | {none / 1e6:.2f} | {lim.layerwise_bytes / 1e6:.2f} | {best / 1e6:.2f} "
+                         f"| {lim.fused_bytes / 1e6:.2f} | {best / lim.fused_bytes:.2f} | {lim.oracle_bytes / 1e6:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print("## Attainable limit (Orojenesis ski-slope), `engine.limit`\n")
+    print("Figures from Huang et al., \"Mind the Gap\" (ISCA 2024), next to ours; docs/limit.md says where and why they "
+          "differ. GB = 1e9 bytes, MiB = 2^20 bytes, 2-byte words.\n")
+    for part in (reproduction, gemm_first_principle, beside_plans, speed):
+        print(part())
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Fused chains of matmuls (Orojenesis Sec. V-VII): the least traffic of a chain run in row tiles at a buffer size.
+
+Huang et al. (ISCA 2024) fuse a chain of Einsums that share the row rank M (tokens): every
+Einsum runs on a tile of M0 rows before the next one starts (sequential fusion), so only the
+chain's first input and last output cross the chip boundary; each Einsum's weights are either
+held for the whole chain (loaded once, their room reserved) or streamed once per row tile
+(M1 = ceil(M / M0) times, Sec. V-C). The buffer must hold the largest Einsum's row tiles
+(FFMT-Full: whole input and output rows, Fig. 16a) plus the held weights (Sec. V-B). A stage
+whose "weights" are per sequence (the keys and values of attention) reloads them once per
+row tile of its own sequence. Attention fused FlashAttention-style holds only query and output
+rows (the scores stream in key tiles with an online softmax); FLAT-style it holds whole score
+rows (Sec. VII-A). Unfused Einsums get their single-Einsum ski-slope (`einsum.ski_slope`), and a
+chain's best segmentation takes, at each buffer size, the cheapest split into fused segments
+(Sec. VI-B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import product
+
+from engine.limit.einsum import at, gemm, ski_slope
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One matmul of a chain: B[rows, n] = A[rows, k] W[k, n] per head, for `copies` sequences of `rows` tokens.
+
+    `shared`: W is the same for every sequence (a projection); else each sequence has its own (keys, values).
+    `row_elems`: elements per row and head the stage holds when fused (default k + n, FFMT-Full).
+    """
+
+    name: str
+    rows: int
+    k: int
+    n: int
+    heads: int = 1
+    copies: int = 1
+    shared: bool = True
+    row_elems: int | None = None
+
+    @property
+    def held_per_row(self) -> int:
+        return self.heads * (self.row_elems if self.row_elems is not None else self.k + self.n)
+
+    def weight_elems(self) -> int:
+        """Elements of W over every sequence (a shared W once)."""
+        return self.heads * self.k * self.n * (1 if self.shared else self.copies)
+
+    def einsum(self, word_bits: int):
+        """The stage alone as a batched GEMM (heads x copies independent GEMMs; a shared W counted once)."""
+        if self.shared and self.heads == 1:
+            return gemm(self.rows * self.copies, self.k, self.n, word_bits)
+        return gemm(self.rows, self.k, self.n, word_bits, batch=self.heads * self.copies)
+
+
+def unfused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int:
+    """Sum of every stage's single-Einsum bound at the buffer (each runs alone, with the whole buffer)."""
+    return sum(at(ski_slope(s.einsum(word_bits), word_bits, 1), buffer_bytes) for s in stages)
+
+
+def fused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int | None:
+    """Least traffic of the whole chain fused in row tiles at the buffer, or None when no row tile fits."""
+    return _fused(stages, buffer_bytes * 8 // word_bits, word_bits)
+
+
+@lru_cache(maxsize=4096)
+def _fused(stages: tuple[Stage, ...], room: int, word_bits: int) -> int | None:
+    rows = stages[0].rows
+    first, last = stages[0], stages[-1]
+    io = first.heads * first.copies * rows * first.k + last.heads * last.copies * rows * last.n
+    per_row = max(s.held_per_row for s in stages)
+    best = None
+    for hold in product((False, True), repeat=len(stages)):
+        reserved = sum(s.weight_elems() // (1 if s.shared else s.copies) for s, h in zip(stages, hold) if h)
+        m0 = min(rows, (room - reserved - 1) // per_row) if room - reserved - 1 >= per_row else 0
+        if m0 < 1:
+            continue
+        tiles = -(-rows // m0)
+        loads = sum(s.weight_elems() * (1 if h else tiles * (s.copies if s.shared else 1)) for s, h in zip(stages, hold))
+        elems = io + loads
+        best = elems if best is None else min(best, elems)
+    return None if best is None else -(-best * word_bits // 8)
+
+
+def segmented_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int:
+    """Least traffic over every split of the chain into consecutive segments, each fused (one stage: alone)."""
+    n = len(stages)
+    best = [0] + [None] * n  # best[i]: least traffic of the first i stages
+    for j in range(1, n + 1):
+        for i in range(j):
+            seg = stages[i:j]
+            cost = unfused_bytes(seg, buffer_bytes, word_bits) if len(seg) == 1 else fused_bytes(
+                seg, buffer_bytes, word_bits)
+            if cost is not None and best[i] is not None and (best[j] is None or best[i] + cost < best[j]):
+                best[j] = best[i] + cost
+    return best[n]

@@ -1,0 +1,37 @@
+"""Real exports (timm, HF transformers; torch.onnx.export, opset 17) import with PyTorch's MACs.
+
+The files in tests/data/exports are weight-free copies (`benchmarks/export_zoo.py strip`: the weights point
+to an external file that does not exist, and the engine never reads it); zoo.json holds PyTorch's count for
+each (`torch.utils.flop_counter`, attention in its math form). Regenerate with benchmarks/export_zoo.py.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import engine
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+RECORDS = json.loads((EXPORTS / "zoo.json").read_text())
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r["model"] for r in RECORDS])
+def test_export_imports_with_pytorch_macs(record):
+    graph = engine.load_network(EXPORTS / record["file"])
+    assert graph.macs == pytest.approx(record["torch_macs"], rel=0.01)
+    assert graph.inputs and graph.outputs
+
+
+def test_export_batch_scales_macs():
+    record = next(r for r in RECORDS if r["model"] == "deit_tiny_patch16_224")
+    one = engine.load_network(EXPORTS / record["file"])
+    four = engine.load_network(EXPORTS / record["file"], batch=4)
+    assert four.macs == 4 * one.macs == 4 * record["torch_macs"]
+
+
+def test_declared_input_shape_passed_again_and_a_longer_sequence():
+    record = next(r for r in RECORDS if r["model"] == "GPT2Model")
+    path = EXPORTS / record["file"]
+    assert engine.load_network(path, input_shapes={"input_ids": (1, 128)}).macs == record["torch_macs"]
+    assert engine.load_network(path, input_shapes={"input_ids": (1, 256)}).macs > 2 * record["torch_macs"]
