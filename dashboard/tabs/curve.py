@@ -29,8 +29,9 @@ XLIM = (CURVE_BUFFERS_KB[0] / 1.25, CURVE_BUFFERS_KB[-1] * 1.25)  # the whole ra
 
 @lru_cache(maxsize=512)
 def curve_point(graph, acc, methods, buffer_kb: int) -> tuple[dict, ...]:
-    """Every method's DRAM bytes and the Oracle at one buffer size (the accelerator's own size is ignored)."""
-    return curve_rows(graph, acc, methods, buffer_kb)
+    """Every method's DRAM bytes, the Oracle and the attainable limits (layer by layer, fused) at one buffer size
+    (the accelerator's own size is ignored)."""
+    return curve_rows(graph, acc, methods, buffer_kb, limits=True)  # with engine.limit's two bounds
 
 
 async def curve_progress(graph, acc, methods: tuple[str, ...]):
