@@ -16,7 +16,7 @@ from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
 from dashboard.tabs.fusion import FusionTab
 from dashboard.tabs.guide import guide
-from dashboard.tabs.sweep import sweep_tab
+from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
 
@@ -50,12 +50,38 @@ class Fast(pn.theme.Fast):
     _resources = {**pn.theme.Fast._resources, "font": {}}
 
 
+def checked(widget: pn.widgets.Widget, session: Session, name: str) -> pn.widgets.Widget:
+    """`widget` edits the state's `name`; a value the state refuses is named in the status line (as a bad URL value
+    is) and the box shows the state's value again, instead of keeping a value that changes nothing."""
+    s = session.state
+
+    def typed(event):
+        try:
+            s.param.update(**{name: event.new})
+        except Exception:
+            session.error = url.rejected(s, name, f"{s.param[name].label} {event.new!r}")
+            # set after Panel's handling of the browser's message: a change made during it is not sent back
+            pn.state.execute(lambda: setattr(widget, "value", getattr(s, name)), schedule=Session._served())
+
+    widget.param.watch(typed, "value")
+    s.param.watch(lambda e: setattr(widget, "value", e.new), name)
+    return widget
+
+
+def number_box(session: Session, name: str, widget_type=pn.widgets.IntInput, **kw) -> pn.widgets.Widget:
+    """A number box for the state's `name` whose refused values are named (see `checked`)."""
+    p = session.state.param[name]
+    return checked(widget_type(label=p.label, value=getattr(session.state, name), start=p.bounds[0], end=p.bounds[1],
+                               **kw), session, name)
+
+
 def sidebar(session: Session) -> list:
     """The sidebar's widgets: network, accelerator, methods and allocation choices."""
     s = session.state
-    network = pn.widgets.AutocompleteInput.from_param(
-        s.param.network, options=list(s.param.network.objects), restrict=True, min_characters=0,
-        case_sensitive=False, search_strategy="includes", label="Network (type to search)")
+    # not restricted to the options: a restricted box keeps a mistyped name on screen and never says it is unknown
+    network = checked(pn.widgets.AutocompleteInput(
+        label="Network (type to search)", value=s.network, options=list(s.param.network.objects), restrict=False,
+        min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
     upload = pn.widgets.FileInput(accept=".onnx", label="or upload an .onnx file", multiple=False)
     upload.param.watch(lambda e: session.on_upload(e.new, upload.filename or "model.onnx"), "value")
     s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
@@ -70,20 +96,20 @@ def sidebar(session: Session) -> list:
     s.param.watch(follow_state, "buffer_kb")
     return [
         pn.pane.Markdown("#### Network"), network, upload,
-        pn.widgets.IntInput.from_param(s.param.batch),
+        number_box(session, "batch"),
         pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
-        pn.Row(pn.widgets.IntInput.from_param(s.param.pe_rows, width=110),
-               pn.widgets.IntInput.from_param(s.param.pe_cols, width=110)),
-        pn.widgets.IntInput.from_param(s.param.rf_bytes),
+        pn.Row(number_box(session, "pe_rows", width=110),
+               number_box(session, "pe_cols", width=110)),
+        number_box(session, "rf_bytes"),
         pn.widgets.Select.from_param(s.param.word_bits),
-        pn.widgets.FloatInput.from_param(s.param.dram_gbps),
+        number_box(session, "dram_gbps", pn.widgets.FloatInput),
         pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
         pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
         pn.pane.Markdown("#### Scratchpad allocation"),
         pn.widgets.Select.from_param(s.param.alloc_method),
         pn.widgets.Select.from_param(s.param.budget),
-        pn.widgets.IntInput.from_param(s.param.budget_kb),
+        number_box(session, "budget_kb"),
         pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),
     ]
 
@@ -99,7 +125,7 @@ def main_area(session: Session) -> pn.Column:
              "What-if curve": curve_tab(session, active, 1),
              "Memory timeline": timeline_tab(session, active, 2),
              "Tables": tables_tab(session, active, 3),
-             "Sweep": sweep_tab(session.upload_dir)}
+             "Sweep": SweepTab().panel()}
     tabs.extend([(name, pn.Column(guide(name), view, sizing_mode="stretch_width")) for name, view in views.items()])
     return pn.Column(session.status, tabs, sizing_mode="stretch_width")
 

@@ -32,9 +32,13 @@ def restore(state: param.Parameterized, location, names) -> list[str]:
         try:
             state.param.update(**{name: value})
         except Exception:  # e.g. buffer_kb=7, not a slider step: the page opens with the default
-            problems.append(f"{name}={typed.get(name, query[name])} is not allowed ({allowed(state.param[name])}); "
-                            f"using {getattr(state, name)!r}")
+            problems.append(rejected(state, name, f"{name}={typed.get(name, query[name])}"))
     return problems
+
+
+def rejected(state: param.Parameterized, name: str, given: str) -> str:
+    """Why a value given for `name` (as `given` names it) was refused: what is allowed, and the value kept."""
+    return f"{given} is not allowed ({allowed(state.param[name])}); using {getattr(state, name)!r}"
 
 
 def allowed(parameter: param.Parameter) -> str:

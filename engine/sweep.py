@@ -247,10 +247,17 @@ def read_sweep(path) -> pd.DataFrame:
         frame = pd.read_parquet(path)
     except Exception as err:
         raise EngineError(f"cannot read '{path}' as a Parquet file ({err}); give another `out` or delete it") from err
+    try:
+        return sweep_rows(frame)
+    except EngineError as err:
+        raise EngineError(f"'{path}' is {err}; give another `out` or delete it") from err
+
+
+def sweep_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's rows from a table read elsewhere (e.g. an uploaded file); EngineError if it is not a sweep's."""
     missing = [c for c in KEY_COLUMNS if c not in frame.columns]
     if missing:
-        raise EngineError(f"'{path}' is not a sweep file: it lacks the column(s) {', '.join(missing)}; "
-                          "give another `out` or delete it")
+        raise EngineError(f"not a sweep file: it lacks the column(s) {', '.join(missing)}")
     return _frame(frame.to_dict("records"))
 
 

@@ -204,7 +204,7 @@ def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
 
 
 def test_sweep_file_draws_curves(tmp_path):
-    from dashboard.views.sweep import sweep_frame, sweep_view
+    from dashboard.views.sweep import sweep_choices, sweep_frame, sweep_view
 
     rows = engine.sweep({"networks": ["squeezenet1_0", "no_such_net"], "accelerators": ["optimus"],
                          "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
@@ -215,8 +215,61 @@ def test_sweep_file_draws_curves(tmp_path):
     frame = sweep_frame(back)
     assert set(frame["method"]) == {"dnnvm", "optimus", "oracle"}
     assert set(frame["network"]) == {"squeezenet1_0"}  # the failed network's rows are left out
-    view = sweep_view(back)
-    assert len(view) == 1 and len(rows) == 8
+    assert sweep_choices(back) == {"network": ["squeezenet1_0"], "accelerator": ["optimus"], "batch": [1]}
+    view = sweep_view(back, "squeezenet1_0", "optimus", 1)
+    assert sorted(view.keys()) == ["dnnvm", "optimus", "oracle"] and len(rows) == 8
+    oracle = view["oracle"].dframe()
+    ok = back[back["error"].isna()].drop_duplicates("buffer_bytes").sort_values("buffer_bytes")
+    assert list(oracle["buffer_kb"]) == [64, 512] and list(oracle["dram_mb"]) == list(ok["oracle_bytes"].astype(float) / 1e6)
+
+
+def test_the_sweep_tab_offers_every_combination_in_the_file_and_names_a_bad_file(tmp_path):
+    from dashboard.tabs.sweep import SweepTab
+
+    nets, accs = ["light_squeezenet.onnx", "light_zfnet512.onnx", "light_inception_v1.onnx"], ["optimus", "eyeriss"]
+    engine.sweep({"networks": nets, "accelerators": accs, "buffers_bytes": [64 * 1024, 512 * 1024],
+                  "methods": ["dnnvm"]}, scheduler="synchronous", out=tmp_path / "s.parquet")
+    tab = SweepTab()
+    tab.open((tmp_path / "s.parquet").read_bytes(), "three_by_two.parquet")
+    net, acc, batch = (tab.selectors[d] for d in ("network", "accelerator", "batch"))
+    assert (net.options, acc.options, batch.options) == (sorted(nets), sorted(accs), [1])
+    assert net.visible and acc.visible and batch.disabled and "**three_by_two.parquet**: 12 rows" in tab.note.object
+    first = tab.shown[0].object
+    acc.value, net.value = "optimus", "light_zfnet512.onnx"
+    drawn = tab.shown[0].object
+    assert drawn is not first and drawn.opts.get().kwargs["title"] == "light_zfnet512.onnx on optimus, batch 1"
+    dnnvm = tab.rows.query("network == 'light_zfnet512.onnx' and accelerator == 'optimus'")
+    dnnvm = dnnvm.sort_values("buffer_bytes")["dram_bytes"].astype(float)
+    assert list(drawn["dnnvm"].dframe()["dram_mb"]) == list(dnnvm / 1e6)
+    tab.open(b"PAR1 garbage", "notes.parquet")  # named as the user called it, in one line, no server path
+    assert tab.shown[0].object == "notes.parquet: not a Parquet file; open the .parquet file a sweep wrote"
+    assert not net.visible
+    pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "other.parquet")
+    tab.open((tmp_path / "other.parquet").read_bytes(), "other.parquet")
+    assert tab.shown[0].object == ("other.parquet: not a sweep file: it lacks the column(s) network, batch, "
+                                   "accelerator, buffer_bytes, method")
+
+
+def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_use(session):
+    widgets = {w.name: w for w in sidebar(session) if isinstance(w, pn.widgets.Widget)}
+    rows = next(w for w in sidebar(session) if isinstance(w, pn.Row))[0]
+    report = session.report
+    widgets["Batch"]._process_events({"value": -3})  # as the browser sends a typed value
+    assert session.status.visible and session.status.object == "Batch -3 is not allowed (an integer from 1 to 64); using 1"
+    assert (widgets["Batch"].value, session.state.batch, session.report) == (1, 1, report)
+    rows._process_events({"value": 0})
+    assert session.status.object == "PE rows 0 is not allowed (an integer from 1 to 256); using 16" and rows.value == 16
+    widgets["DRAM bandwidth (GB/s)"]._process_events({"value": 0.05})
+    assert session.status.object == ("DRAM bandwidth (GB/s) 0.05 is not allowed (a number from 0.1 to 1000.0); "
+                                     "using 6.4")
+    network = widgets["Network (type to search)"]
+    network._process_events({"value": "foobar"})
+    assert session.status.object.startswith("Network 'foobar' is not allowed (one of alexnet, ")
+    assert session.status.object.endswith("; using 'light_squeezenet.onnx'") and network.value == "light_squeezenet.onnx"
+    network._process_events({"value": "light_vgg19.onnx"})  # a good value: the report follows, the message goes
+    widgets["Batch"]._process_events({"value": 2})
+    assert not session.status.visible and session.report.graph.name == "light_vgg19"
+    assert session.state.batch == 2 and session.report.graph.batch == 2
 
 
 def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):

@@ -2,36 +2,78 @@
 
 from __future__ import annotations
 
+import io
+
+import pandas as pd
 import panel as pn
 
 import engine
 from dashboard.tabs.common import message
-from dashboard.views.sweep import sweep_view
+from dashboard.views.sweep import COMBINATION, sweep_choices, sweep_view
+from engine.sweep import sweep_rows
 
 
-def sweep_tab(upload_dir) -> pn.Column:
-    """A file picker and the sweep's curves; a file without successful rows is named, not drawn."""
-    upload = pn.widgets.FileInput(accept=".parquet", label="Open a sweep's .parquet file")
-    shown = pn.Column(pn.pane.Markdown("Run a sweep with `python -m engine sweep ... --out sweep.parquet` "
-                                       "(see docs/sweep.md), then open the file here."))
+def uploaded_sweep(data: bytes, filename: str) -> pd.DataFrame:
+    """The rows of an uploaded sweep file; EngineError naming the file (as the user called it) and what is wrong."""
+    try:
+        frame = pd.read_parquet(io.BytesIO(data))
+    except Exception as err:
+        raise engine.EngineError(f"{filename}: not a Parquet file; open the .parquet file a sweep wrote") from err
+    try:
+        rows = sweep_rows(frame)
+    except engine.EngineError as err:
+        raise engine.EngineError(f"{filename}: {err}") from err
+    if rows.empty or rows["error"].notna().all():
+        raise engine.EngineError(f"{filename}: the sweep holds no successful rows")
+    return rows
 
-    def opened(event):
-        if event.new is None:
+
+class SweepTab:
+    """A file picker, one selector per network/accelerator/batch the file holds, and that combination's curves."""
+
+    def __init__(self):
+        self.upload = pn.widgets.FileInput(accept=".parquet", label="Open a sweep's .parquet file")
+        self.selectors = {dim: pn.widgets.Select(label=dim.capitalize(), visible=False) for dim in COMBINATION}
+        self.note = pn.pane.Markdown("Run a sweep with `python -m engine sweep ... --out sweep.parquet` "
+                                     "(see docs/sweep.md), then open the file here.")
+        self.shown = pn.Column(sizing_mode="stretch_width")
+        self.rows = None
+        self.upload.param.watch(lambda e: self.open(e.new, self.upload.filename or "sweep.parquet"), "value")
+        for selector in self.selectors.values():
+            selector.param.watch(lambda e: self.draw(), "value")
+
+    def open(self, data: bytes | None, filename: str):
+        """A new file: its rows, the selectors' options, and its first combination drawn; a bad file is named."""
+        if data is None:
             return
-        path = upload_dir / "sweep.parquet"
-        path.write_bytes(event.new)
         try:
-            from engine.sweep import read_sweep
-
-            rows = read_sweep(path)
-            if rows.empty or rows["error"].notna().all():
-                raise engine.EngineError(f"{upload.filename}: the sweep holds no successful rows")
-            failed = int(rows["error"].notna().sum())
-            note = f"{len(rows)} rows" + (f", {failed} with errors (not drawn)" if failed else "")
-            shown[:] = [pn.pane.Markdown(f"**{upload.filename}**: {note}"),
-                        pn.pane.HoloViews(sweep_view(rows), sizing_mode="stretch_width", widget_location="top")]
+            rows = uploaded_sweep(data, filename)
         except Exception as err:
-            shown[:] = [message(err)]
+            self.rows = None
+            self.note.object = ""
+            for selector in self.selectors.values():
+                selector.visible = False
+            self.shown[:] = [message(err)]
+            return
+        failed = int(rows["error"].notna().sum())
+        self.note.object = f"**{filename}**: {len(rows)} rows" + (f", {failed} with errors (not drawn)" if failed else "")
+        self.rows = None  # no drawing while the selectors change one by one
+        for dim, options in sweep_choices(rows).items():
+            self.selectors[dim].param.update(options=options, value=options[0], visible=True,
+                                              disabled=len(options) == 1)
+        self.rows = rows
+        self.draw()
 
-    upload.param.watch(opened, "value")
-    return pn.Column(upload, shown, sizing_mode="stretch_width")
+    def draw(self):
+        """The curves of the chosen combination."""
+        if self.rows is None:
+            return
+        try:
+            view = sweep_view(self.rows, *(self.selectors[dim].value for dim in COMBINATION))
+            self.shown[:] = [pn.pane.HoloViews(view, sizing_mode="stretch_width")]
+        except Exception as err:
+            self.shown[:] = [message(err)]
+
+    def panel(self) -> pn.Column:
+        return pn.Column(self.upload, self.note, pn.Row(*self.selectors.values()), self.shown,
+                         sizing_mode="stretch_width")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import holoviews as hv
 import pandas as pd
 
+import engine
+
+COMBINATION = ("network", "accelerator", "batch")  # what one drawing of the sweep holds fixed
+
 
 def sweep_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """The sweep's successful rows in display units (KB, MB), with the Oracle as one more method."""
@@ -17,12 +21,22 @@ def sweep_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return both[["network", "batch", "accelerator", "method", "buffer_kb", "dram_mb"]].sort_values("buffer_kb")
 
 
-def sweep_view(rows: pd.DataFrame) -> hv.HoloMap:
-    """One overlay of method curves per (network, accelerator, batch); widgets pick which one is shown."""
-    data = hv.Dataset(sweep_frame(rows), kdims=["network", "accelerator", "batch", "method", "buffer_kb"],
-                      vdims=["dram_mb"])
-    curves = data.to(hv.Curve, "buffer_kb", "dram_mb", groupby=["network", "accelerator", "batch", "method"])
+def sweep_choices(rows: pd.DataFrame) -> dict[str, list]:
+    """The networks, accelerators and batches that have successful rows: the options of the tab's selectors."""
+    ok = rows[rows["error"].isna()]
+    return {dim: sorted(ok[dim].unique().tolist()) for dim in COMBINATION}
+
+
+def sweep_view(rows: pd.DataFrame, network: str, accelerator: str, batch: int) -> hv.NdOverlay:
+    """The method curves of one (network, accelerator, batch); EngineError if the sweep has none for it."""
+    frame = sweep_frame(rows)
+    one = frame[(frame["network"] == network) & (frame["accelerator"] == accelerator) & (frame["batch"] == batch)]
+    if one.empty:
+        raise engine.EngineError(f"the sweep has no successful rows for {network} on {accelerator} at batch {batch}; "
+                                 "choose another combination")
+    curves = hv.Dataset(one, kdims=["method", "buffer_kb"], vdims=["dram_mb"]).to(hv.Curve, "buffer_kb", "dram_mb",
+                                                                                 groupby="method")
     return curves.overlay("method").opts(
         hv.opts.Curve(logx=True, tools=["hover"], xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)",
                       responsive=True, height=380),
-        hv.opts.NdOverlay(legend_position="top_right"))
+        hv.opts.NdOverlay(legend_position="top_right", title=f"{network} on {accelerator}, batch {batch}"))
