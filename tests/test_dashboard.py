@@ -220,7 +220,8 @@ def test_sweep_file_draws_curves(tmp_path):
     assert sorted(view.keys()) == ["dnnvm", "optimus", "oracle"] and len(rows) == 8
     oracle = view["oracle"].dframe()
     ok = back[back["error"].isna()].drop_duplicates("buffer_bytes").sort_values("buffer_bytes")
-    assert list(oracle["buffer_kb"]) == [64, 512] and list(oracle["dram_mb"]) == list(ok["oracle_bytes"].astype(float) / 1e6)
+    assert list(oracle["buffer_kb"]) == [64, 512]
+    assert list(oracle["dram_mb"]) == list(ok["oracle_bytes"].astype(float) / 1e6)
 
 
 def test_the_sweep_tab_offers_every_combination_in_the_file_and_names_a_bad_file(tmp_path):
@@ -255,7 +256,8 @@ def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_
     rows = next(w for w in sidebar(session) if isinstance(w, pn.Row))[0]
     report = session.report
     widgets["Batch"]._process_events({"value": -3})  # as the browser sends a typed value
-    assert session.status.visible and session.status.object == "Batch -3 is not allowed (an integer from 1 to 64); using 1"
+    assert session.status.visible
+    assert session.status.object == "Batch -3 is not allowed (an integer from 1 to 64); using 1"
     assert (widgets["Batch"].value, session.state.batch, session.report) == (1, 1, report)
     rows._process_events({"value": 0})
     assert session.status.object == "PE rows 0 is not allowed (an integer from 1 to 256); using 16" and rows.value == 16
@@ -265,7 +267,8 @@ def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_
     network = widgets["Network (type to search)"]
     network._process_events({"value": "foobar"})
     assert session.status.object.startswith("Network 'foobar' is not allowed (one of alexnet, ")
-    assert session.status.object.endswith("; using 'light_squeezenet.onnx'") and network.value == "light_squeezenet.onnx"
+    assert session.status.object.endswith("; using 'light_squeezenet.onnx'")
+    assert network.value == "light_squeezenet.onnx"
     network._process_events({"value": "light_vgg19.onnx"})  # a good value: the report follows, the message goes
     widgets["Batch"]._process_events({"value": 2})
     assert not session.status.visible and session.report.graph.name == "light_vgg19"

@@ -33,7 +33,8 @@ class SweepTab:
 
     def __init__(self):
         self.upload = pn.widgets.FileInput(accept=".parquet", label="Open a sweep's .parquet file")
-        self.selectors = {dim: pn.widgets.Select(label=dim.capitalize(), visible=False) for dim in COMBINATION}
+        self.selectors = {dim: pn.widgets.Select(label=dim.capitalize(), visible=False, width=260)
+                          for dim in COMBINATION}
         self.note = pn.pane.Markdown("Run a sweep with `python -m engine sweep ... --out sweep.parquet` "
                                      "(see docs/sweep.md), then open the file here.")
         self.shown = pn.Column(sizing_mode="stretch_width")
@@ -56,7 +57,8 @@ class SweepTab:
             self.shown[:] = [message(err)]
             return
         failed = int(rows["error"].notna().sum())
-        self.note.object = f"**{filename}**: {len(rows)} rows" + (f", {failed} with errors (not drawn)" if failed else "")
+        errors = f", {failed} with errors (not drawn)" if failed else ""
+        self.note.object = f"**{filename}**: {len(rows)} rows{errors}"
         self.rows = None  # no drawing while the selectors change one by one
         for dim, options in sweep_choices(rows).items():
             self.selectors[dim].param.update(options=options, value=options[0], visible=True,
