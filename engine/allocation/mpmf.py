@@ -133,6 +133,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     bit = {op: 1 << i for i, op in enumerate(ops)}
     full = (1 << len(ops)) - 1
     pred_mask = {op: sum(bit[p] for p in prob.preds[op]) for op in ops}
+    for op, twin in _twins(prob).items():  # interchangeable ops run in the given order: no optimum is lost
+        pred_mask[op] |= bit[twin]
     readers = {a: sum(bit[c] for c in prob.consumers.get(a, ())) for a in prob.tensors}
     touch = {op: tuple(dict.fromkeys(prob.reads[op] + prob.writes[op])) for op in ops}
     size, later = prob.size, prob.keep
@@ -190,6 +192,32 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         picked.append(op)
         done |= bit[op]
     return tuple(picked)
+
+
+def _twins(prob) -> dict[str, str]:
+    """Op -> the op before it in the given order that it is interchangeable with (same predecessors and reads,
+    outputs alike in size, readers and being kept): swapping two such ops' names maps every schedule to one
+    of the same footprint, so the DP may fix their relative order (one tensor read by N alike ops: N + 1
+    down-sets of them instead of 2^N)."""
+    consumers = prob.consumers
+
+    def alike(op: str):
+        writes = prob.writes[op]
+        if set(writes) & set(prob.reads[op]) or set(writes) & set(prob.carry.resident):
+            return None
+        return (frozenset(prob.preds[op]), frozenset(prob.reads[op]),
+                tuple(sorted((prob.size[a], frozenset(consumers.get(a, ())), a in prob.keep) for a in writes)))
+
+    last: dict = {}
+    twin = {}
+    for op in prob.ops:
+        key = alike(op)
+        if key is None:
+            continue
+        if key in last:
+            twin[op] = last[key]
+        last[key] = op
+    return twin
 
 
 class _TooWide(Exception):
