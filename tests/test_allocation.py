@@ -404,3 +404,19 @@ def test_a_wide_fan_out_is_fast_in_budgets_and_allocate():
         assert time.perf_counter() - began < 1.0 + SLACK_S
         a.validate()
         assert check(a, g) == a.offchip_bytes
+
+
+@pytest.mark.parametrize("limit", [0.01, 1.0])
+@pytest.mark.parametrize("schedule", ["free", "mpmf"])
+def test_time_limit_holds_on_a_fan_out_of_unlike_readers(limit, schedule):
+    # readers of 20 different sizes are not interchangeable: the DP runs until the deadline, then gives way
+    g = fan(20, [1 + (7 * k) % 20 for k in range(20)], "fan_unlike")
+    mpmf.cache_clear()
+    began = time.perf_counter()
+    a = allocate(g, budgets(g, word_bits=BITS, time_limit_s=limit)[0], word_bits=BITS, time_limit_s=limit,
+                 schedule=schedule)
+    assert time.perf_counter() - began < 2 * limit + SLACK_S
+    assert a.has_plan and (a.status == "optimal") == (a.gap == 0.0)
+    a.validate()
+    assert check(a, g) == a.offchip_bytes
+

@@ -145,6 +145,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     start_live = frozenset(a for a in prob.carry.resident if a in prob.tensors)
     start_bytes = sum(size[a] for a in start_live)
     best: dict[int, tuple[float, str | None]] = {full: (0, None)}
+    calls = [0]
 
     def step(done: int, live: frozenset, live_bytes: int, op: str):
         """(bytes while `op` runs, state after it)."""
@@ -163,7 +164,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
         if done in best:
             return best[done][0]
-        if len(best) > DP_STATES or (len(best) & 1023 == 0 and time.perf_counter() > deadline):
+        calls[0] += 1  # the clock is read every 256 new states (about 20 ms), however deep the descent
+        if len(best) > DP_STATES or (calls[0] & 255 == 0 and time.perf_counter() > deadline):
             raise _TooWide
         choice = (math.inf, None)
         moves = sorted((step(done, live, live_bytes, op), op) for op in ops
