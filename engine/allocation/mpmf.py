@@ -47,6 +47,7 @@ def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: i
 
 
 DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP
+DP_GRACE_S = 0.05  # the DP runs at least this long, past the deadline too: a small segment's exact order is cheap
 CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (graph, include_params, word_bits, solver) -> (time limit used, Footprint)
 
@@ -105,6 +106,8 @@ def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, dea
 
 def _ilp_order(prob, *, solver: str, deadline: float) -> tuple[tuple[str, ...], bool]:
     """Eq. 13-15 on one segment by `deadline`: (order, proven optimal); the given order if no solution came back."""
+    if time.perf_counter() >= deadline:  # building the model alone can take seconds
+        return prob.ops, False
     try:
         m = model.build(prob, objective=model.PEAK, deadline=deadline)
     except model.OutOfTime:
@@ -146,6 +149,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     start_bytes = sum(size[a] for a in start_live)
     best: dict[int, tuple[float, str | None]] = {full: (0, None)}
     calls = [0]
+    deadline = max(deadline, time.perf_counter() + DP_GRACE_S)
 
     def step(done: int, live: frozenset, live_bytes: int, op: str):
         """(bytes while `op` runs, state after it)."""
@@ -164,8 +168,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
         if done in best:
             return best[done][0]
-        calls[0] += 1  # the clock is read every 256 new states (about 20 ms), however deep the descent
-        if len(best) > DP_STATES or (calls[0] & 255 == 0 and time.perf_counter() > deadline):
+        calls[0] += 1  # the clock is read every 64 new states (a few ms), however deep the descent
+        if len(best) > DP_STATES or (calls[0] & 63 == 0 and time.perf_counter() > deadline):
             raise _TooWide
         choice = (math.inf, None)
         moves = sorted((step(done, live, live_bytes, op), op) for op in ops
