@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from engine.allocation import divide as dnc
 from engine.allocation import model, solution, solve
-from engine.allocation import atbound
+from engine.allocation import atbound, baselines
 from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
@@ -128,11 +128,13 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
     order and no model is built at all. A free schedule then gets the relaxation without
     addresses (`bound.relaxed_bound`, in a tenth of the share), a bound that sees its
     choice of order, and the cover's plan in the relaxation's order. Otherwise the ILPs
-    follow (`_solve_models`), in the order whose plan was cheapest.
+    follow (`_solve_models`), in the order whose plan was cheapest. When the time is up after the cover,
+    no model is built: the cheaper of the cover's and the baselines' plans is the answer (`_plan_now`).
     """
     began = time.perf_counter()
     lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
-    orders = [prob.order] if prob.order is not None else [_first_order(prob, lb, need_order)]
+    free_first = prob.order is None and time.perf_counter() < until
+    orders = [prob.order if prob.order is not None else _first_order(prob, lb, need_order) if free_first else prob.ops]
     known: dict = {}  # order -> the cover's plan in it (or None): MIP starts later, not built twice
     for order in orders:  # the relaxation's order joins the list after the first
         here = replace(prob, order=order)
@@ -141,6 +143,9 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
         if known[order] is not None and atbound.cost(here, known[order]) <= lb:
             return (solution.plan_of(here, *known[order]),
                     solve.SolveStats("optimal", True, 0.0, time.perf_counter() - began, "bound", lb))
+        if time.perf_counter() >= until:  # no time left for a model: building one alone can take seconds
+            return _plan_now(graph, here, known[order], lb, began, need_order if prob.order is None else None,
+                             include_params=include_params, word_bits=word_bits)
         if prob.order is None and whole and len(orders) == 1:
             lb, best = _relaxation(prob, lb, until, share, solver)
             orders += [best] if best is not None and best != order else []
@@ -148,6 +153,24 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
     m, stats = _solve_models(graph, prob, lb, need_order, share, until, known, min(known, key=price), whole=whole,
                              include_params=include_params, word_bits=word_bits, solver=solver)
     return (solution.read(m) if stats.has_solution else None), stats
+
+
+def _plan_now(graph: Graph, prob, cover, lb: int, began: float, need_order, *, include_params: bool,
+              word_bits: int) -> tuple[solution.Plan, solve.SolveStats]:
+    """The cheapest of the cover's plan (or None) in `prob`'s order and the baselines' in it and, for a free
+    schedule (`need_order` given), in the MPMF order, when the time is up before any model is built: status
+    "time_limit" with its gap to the spill bound `lb` ("optimal" at it)."""
+    ops = set(prob.ops)
+    orders = [prob.order] + ([tuple(op for op in need_order(0.25) if op in ops)] if need_order else [])
+    plans = [(prob.order, cover)] if cover is not None else []
+    plans += [(o, baselines.run(graph, prob.budget, o, policy, include_params=include_params, word_bits=word_bits,
+                                carry=prob.carry, later=prob.keep)) for o in orders for policy in baselines.POLICIES]
+    order, best = min(plans, key=lambda p: atbound.cost(replace(prob, order=p[0]), p[1]))
+    here = replace(prob, order=order)
+    value = atbound.cost(here, best)
+    gap = 0.0 if value <= lb else (value - max(lb, 0)) / value
+    return solution.plan_of(here, *best), solve.SolveStats("optimal" if gap == 0.0 else "time_limit", True, gap,
+                                                           time.perf_counter() - began, "start", lb)
 
 
 def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:

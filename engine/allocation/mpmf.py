@@ -47,6 +47,7 @@ def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: i
 
 
 DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP
+DP_GRACE_S = 0.05  # the DP runs at least this long, past the deadline too: a small segment's exact order is cheap
 CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (graph, include_params, word_bits, solver) -> (time limit used, Footprint)
 
@@ -105,6 +106,8 @@ def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, dea
 
 def _ilp_order(prob, *, solver: str, deadline: float) -> tuple[tuple[str, ...], bool]:
     """Eq. 13-15 on one segment by `deadline`: (order, proven optimal); the given order if no solution came back."""
+    if time.perf_counter() >= deadline:  # building the model alone can take seconds
+        return prob.ops, False
     try:
         m = model.build(prob, objective=model.PEAK, deadline=deadline)
     except model.OutOfTime:
@@ -133,6 +136,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     bit = {op: 1 << i for i, op in enumerate(ops)}
     full = (1 << len(ops)) - 1
     pred_mask = {op: sum(bit[p] for p in prob.preds[op]) for op in ops}
+    for op, twin in _twins(prob).items():  # interchangeable ops run in the given order: no optimum is lost
+        pred_mask[op] |= bit[twin]
     readers = {a: sum(bit[c] for c in prob.consumers.get(a, ())) for a in prob.tensors}
     touch = {op: tuple(dict.fromkeys(prob.reads[op] + prob.writes[op])) for op in ops}
     size, later = prob.size, prob.keep
@@ -143,6 +148,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     start_live = frozenset(a for a in prob.carry.resident if a in prob.tensors)
     start_bytes = sum(size[a] for a in start_live)
     best: dict[int, tuple[float, str | None]] = {full: (0, None)}
+    calls = [0]
+    deadline = max(deadline, time.perf_counter() + DP_GRACE_S)
 
     def step(done: int, live: frozenset, live_bytes: int, op: str):
         """(bytes while `op` runs, state after it)."""
@@ -161,7 +168,8 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
         if done in best:
             return best[done][0]
-        if len(best) > DP_STATES or (len(best) & 1023 == 0 and time.perf_counter() > deadline):
+        calls[0] += 1  # the clock is read every 64 new states (a few ms), however deep the descent
+        if len(best) > DP_STATES or (calls[0] & 63 == 0 and time.perf_counter() > deadline):
             raise _TooWide
         choice = (math.inf, None)
         moves = sorted((step(done, live, live_bytes, op), op) for op in ops
@@ -190,6 +198,32 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         picked.append(op)
         done |= bit[op]
     return tuple(picked)
+
+
+def _twins(prob) -> dict[str, str]:
+    """Op -> the op before it in the given order that it is interchangeable with (same predecessors and reads,
+    outputs alike in size, readers and being kept): swapping two such ops' names maps every schedule to one
+    of the same footprint, so the DP may fix their relative order (one tensor read by N alike ops: N + 1
+    down-sets of them instead of 2^N)."""
+    consumers = prob.consumers
+
+    def alike(op: str):
+        writes = prob.writes[op]
+        if set(writes) & set(prob.reads[op]) or set(writes) & set(prob.carry.resident):
+            return None
+        return (frozenset(prob.preds[op]), frozenset(prob.reads[op]),
+                tuple(sorted((prob.size[a], frozenset(consumers.get(a, ())), a in prob.keep) for a in writes)))
+
+    last: dict = {}
+    twin = {}
+    for op in prob.ops:
+        key = alike(op)
+        if key is None:
+            continue
+        if key in last:
+            twin[op] = last[key]
+        last[key] = op
+    return twin
 
 
 class _TooWide(Exception):
