@@ -228,6 +228,21 @@ class Graph:
         """Parameter count: elements of every weight tensor, each counted once."""
         return sum(self.tensors[t].elements for t in {w for op in self.ops for w in op.weights})
 
+    @cached_property
+    def weight_reads(self) -> dict[str, int]:
+        """Elements of each weight one run reads: all of it, but of a table only Gathers read (an embedding) the
+        entries they gather (their outputs' elements, at most the table), as a lookup touches only those rows."""
+        gathered: dict[str, int] = {}
+        whole: set[str] = set()
+        for op in self.ops:
+            if op.source_type == "Gather" and len(op.weights) == 1:
+                w = op.weights[0]
+                gathered[w] = gathered.get(w, 0) + sum(self.tensors[t].elements for t in op.outputs)
+            else:
+                whole.update(op.weights)
+        return {w: self.tensors[w].elements if w in whole else min(self.tensors[w].elements, gathered[w])
+                for op in self.ops for w in op.weights}
+
     def op_params(self, op: str) -> int:
         return sum(self.tensors[w].elements for w in self.op(op).weights)
 

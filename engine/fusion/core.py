@@ -26,7 +26,7 @@ _MERGE_AT = 16  # as `model._MERGE_AT`
  LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
  F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
  SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE, IN_SELEMS, IN_STREAM, SM_QK, SM_BYTES,
- AV_SM) = range(54)
+ AV_SM, PASSES) = range(55)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
@@ -34,7 +34,7 @@ _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow
            "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
            "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w",
            "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule", "in_selems",
-           "in_stream", "sm_qk", "sm_bytes", "av_sm")
+           "in_stream", "sm_qk", "sm_bytes", "av_sm", "passes")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -58,6 +58,7 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns = {
         "out_h": model.out_h, "floor": model.floor, "full_row": model.full_row, "save_row": model.save_row,
         "inplace": [int(v) for v in model.inplace], "covered": [int(v) for v in model.covered],
+        "passes": [int(v) for v in model.passes],
         "grow_out": model.grow_out, "whole_row": model.whole_row,
         "n_readers": [c.bit_count() for c in model.consumer_mask], "w_elems": [model.weight_elems[w] for w in wnames],
     }
@@ -305,12 +306,12 @@ def _add(t, at, st, dep, log, top, work, d, x, online, steps=0):
         if st[IN_GROUP, p]:
             any_chunked = any_chunked or st[CHUNKED, p] == 1
             any_kept = any_kept or st[KEPT, p] == 1
-    save, inplace = t[at[SAVE_ROW] + x], t[at[INPLACE] + x]
+    save, inplace, passes = t[at[SAVE_ROW] + x], t[at[INPLACE] + x], t[at[PASSES] + x]
     # x is not a member: its own flags need no log
     if inplace:  # a concat/split is chunked when any producer is
         st[CHUNKED, x], st[KEPT, x] = int(any_chunked), int(any_kept)
-    elif save > 0:  # x adopts ISOA when no producer is chunked
-        st[CHUNKED, x], st[KEPT, x] = int(not any_chunked), int(not any_kept)
+    elif save > 0:  # x adopts ISOA when it passes chunks or no producer is chunked
+        st[CHUNKED, x], st[KEPT, x] = int(passes or not any_chunked), int(passes or not any_kept)
     else:
         st[CHUNKED, x], st[KEPT, x] = 0, 0
     # weakly connected components: x joins every component it links to
@@ -358,7 +359,7 @@ def _add(t, at, st, dep, log, top, work, d, x, online, steps=0):
     h = t[at[OUT_H] + x]
     _set_rows(t, at, st, dep, log, top, work, d, x, min(h, max(t[at[FLOOR] + x], -(-h // steps) if steps else 1)),
               steps)
-    if save > 0 and not inplace:
+    if save > 0 and not inplace and not passes:
         _match(t, at, st, dep, log, top, d, x)
     return dead
 
@@ -552,7 +553,7 @@ def _isoa(t, at, st, dep, size):
                     closing = True
                     if dep[SLOT, qp] >= 0:
                         freed |= 1 << dep[SLOT, qp]
-        inplace = t[at[INPLACE] + x]
+        inplace, passes = t[at[INPLACE] + x], t[at[PASSES] + x]
         gain = t[at[SAVE_ROW] + x] * st[ROWS, x]
         b = 0
         dep[SLOT, q] = -1
@@ -582,7 +583,7 @@ def _isoa(t, at, st, dep, size):
                 buf[_NKEY, m] = key
             buf[_NSAV, m], buf[_NCHO, m] = buf[_SAV, s], buf[_CHO, s]
             m += 1
-            if not inplace and gain > 0 and not key & preds:  # x may adopt ISOA
+            if not inplace and gain > 0 and (passes or not key & preds):  # x may adopt ISOA
                 parent[nodes], member[nodes] = buf[_CHO, s], q
                 buf[_NKEY, m], buf[_NSAV, m], buf[_NCHO, m] = key | b, buf[_SAV, s] + gain, nodes
                 nodes += 1

@@ -462,8 +462,8 @@ def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") ->
 
 
 def oracle_bytes(graph: Graph, acc: Accelerator) -> int:
-    """The paper's Oracle: every weight and every network input and output crosses the chip boundary once."""
+    """The paper's Oracle: every weight and every network input and output crosses the chip boundary once (of an
+    embedding table, the rows its Gather looks up: `Graph.weight_reads`)."""
     read = {t for op in graph.ops for t in op.inputs}
     fmaps = {t for t in graph.inputs if t in read} | set(graph.outputs)
-    weights = {w for op in graph.ops for w in op.weights}
-    return graph.bytes_of(fmaps, acc.word_bits) + graph.bytes_of(weights, acc.word_bits)
+    return graph.bytes_of(fmaps, acc.word_bits) + sum(_bytes(e, acc.word_bits) for e in graph.weight_reads.values())

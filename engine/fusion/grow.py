@@ -112,13 +112,14 @@ def extend(model: FusionModel, part: Partial, x: int) -> Partial:
         chunked |= b if chunked & preds else 0
         kept |= b if kept & preds else 0
     elif save > 0:
-        chunked |= 0 if chunked & preds else b
-        kept |= 0 if kept & preds else b
+        passes = model.passes[x]
+        chunked |= b if passes or not chunked & preds else 0
+        kept |= b if passes or not kept & preds else 0
     new = Partial(mask, dict(part.rows), dict(demand), part.full, part.relaxed, part.greedy, chunked, fin, fout,
                   params, whole, part.steps, part.mate, kept, part.kept_saving)
     h, steps = model.out_h[x], part.steps
     _set_rows(model, new, x, min(h, max(model.floor[x], -(-h // steps) if steps else 1)))
-    if save > 0 and not model.inplace[x]:
+    if save > 0 and not model.inplace[x] and not model.passes[x]:
         _match(model, new, x, preds)
     return new
 

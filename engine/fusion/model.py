@@ -119,7 +119,8 @@ class FusionModel:
             for j in self.ins[i]:
                 self.link[i] |= self.consumer_mask[j] & ~(1 << i)
         self.weights = tuple(tuple(op.weights) for op in ops)
-        self.weight_elems = {w: 0 if w in free else graph.tensors[w].elements for op in ops for w in op.weights}
+        reads = graph.weight_reads  # an embedding table: only the rows its Gather looks up
+        self.weight_elems = {w: 0 if w in free else reads[w] for op in ops for w in op.weights}
         users: dict[str, int] = {}
         for op in ops:
             for w in set(op.weights):
@@ -147,7 +148,7 @@ class FusionModel:
     def _op_tables(self, ops) -> None:
         """Per op: rows H, tile rows floor, row elements (full and under ISOA), and input row rules."""
         t_c, t_h = self.tp.t_c, self.tp.t_h
-        self.covered, self.inplace, self.channelwise = [], [], []
+        self.covered, self.inplace, self.channelwise, self.passes = [], [], [], []
         self.out_h, self.floor, self.full_row, self.save_row = [], [], [], []
         self.rules: list[tuple[tuple[int, int, int], ...]] = []  # per input: rows rule
         self.wrules: list[tuple[tuple[int, int, int], ...]] = []  # per input: columns rule (layer-wise tiles)
@@ -159,6 +160,10 @@ class FusionModel:
             self.inplace.append(inplace)
             self.channelwise.append(op.kind in _CHANNELWISE_KINDS or (
                 op.kind == OpKind.SOFTMAX and len(self.shape(op.outputs[0])) == 4) or _act_matmul(op))
+            # an element-wise op on token matrices may keep T_c channels whatever its producers keep: channel c of
+            # its output needs channel c of its inputs only (a fused MLP's activation and SwiGLU product)
+            self.passes.append(covered and op.kind == OpKind.ELTWISE and all(
+                len(self.shape(self.tnames[j])) == 3 for j in self.ins[i] + self.outs[i]))
             if not covered:
                 self.out_h.append(1), self.floor.append(1), self.full_row.append(0), self.save_row.append(0)
                 self.rules.append(())
@@ -174,6 +179,7 @@ class FusionModel:
             self.save_row.append(full - isoa)
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
+        self.passes_mask = sum(1 << i for i, v in enumerate(self.passes) if v)
         self._streams(ops)
         self._attention(ops)
         # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
@@ -496,6 +502,7 @@ class FusionModel:
         op_rows, in_rows = self.rows(mask, 0)
         after = self._reach(mask)
         gain = {i: self.save_row[i] * op_rows[i] for i in after if not self.inplace[i] and self.save_row[i] > 0}
+        after = {i: m & ~self.passes_mask for i, m in after.items()}  # conflicts: a passing op conflicts with none
         before = dict.fromkeys(gain, 0)
         gmask = sum(1 << i for i in gain)
         for p in gain:
@@ -550,7 +557,7 @@ class FusionModel:
 
     def _most_saving(self, gain: dict[int, int], after: dict[int, int]) -> int:
         """An upper bound on the ISOA saving: all gains, less min(gain) over a greedy matching of conflicting pairs."""
-        gmask = sum(1 << i for i in gain)
+        gmask = sum(1 << i for i in gain) & ~self.passes_mask  # an op that passes chunks conflicts with no producer
         pairs = []
         for p, g in gain.items():
             m = after[p] & gmask
@@ -572,7 +579,10 @@ class FusionModel:
 
         Alg. 2's rule: an op that adopts ISOA keeps only min(T_c, C) channels of its
         ofmap, so no consumer of it may adopt ISOA too (the consumer must hold all its
-        partial sums). Concat/split pass a chunked tensor through. Alg. 2 is a dynamic
+        partial sums). Concat/split pass a chunked tensor through; an element-wise op on
+        token matrices (`passes`) may be chunked whatever its producers are (hidden-dimension
+        tiling of a fused MLP: each chunk of the intermediate is made, activated and
+        consumed on chip, the down projection accumulating). Alg. 2 is a dynamic
         program over the group in reverse topological order; here the same recurrence
         runs forward over a frontier of open ops, which keeps it exact where branches
         meet again (as a tree recurrence Alg. 2 would count the shared descendant twice).
@@ -602,6 +612,7 @@ class FusionModel:
             b = 1 << x
             preds = self.pred[x] & mask
             gain = self.save_row[x] * op_rows[x]
+            passes = self.passes[x]
             # x's bit is in no state yet, so no two successors share a key: a list of them in order will do
             if self.inplace[x]:  # a concat/split is chunked when any producer is
                 nxt = [(st | b if st & preds else st, v) for st, v in states.items()]
@@ -611,7 +622,7 @@ class FusionModel:
                 nxt = []
                 for st, v in states.items():
                     nxt.append((st, v))
-                    if not st & preds:  # x may adopt ISOA: none of its producers is chunked
+                    if passes or not st & preds:  # x may adopt ISOA: it passes chunks, or no producer is chunked
                         nxt.append((st | b, (v[0] + gain, v[1] | b)))
             seen |= b
             closed = b if last[x] < 0 else 0

@@ -60,13 +60,16 @@ def unfused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int =
     return sum(at(ski_slope(s.einsum(word_bits), word_bits, 1), buffer_bytes) for s in stages)
 
 
-def fused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int | None:
-    """Least traffic of the whole chain fused in row tiles at the buffer, or None when no row tile fits."""
-    return _fused(stages, buffer_bytes * 8 // word_bits, word_bits)
+def fused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16, *,
+                factors: bool = False) -> int | None:
+    """Least traffic of the whole chain fused in row tiles at the buffer, or None when no row tile fits.
+
+    `factors`: row tiles that divide the rows only (perfect factorisation, as Timeloop-style mappers tile)."""
+    return _fused(stages, buffer_bytes * 8 // word_bits, word_bits, factors)
 
 
 @lru_cache(maxsize=4096)
-def _fused(stages: tuple[Stage, ...], room: int, word_bits: int) -> int | None:
+def _fused(stages: tuple[Stage, ...], room: int, word_bits: int, factors: bool = False) -> int | None:
     rows = stages[0].rows
     first, last = stages[0], stages[-1]
     io = first.heads * first.copies * rows * first.k + last.heads * last.copies * rows * last.n
@@ -75,6 +78,8 @@ def _fused(stages: tuple[Stage, ...], room: int, word_bits: int) -> int | None:
     for hold in product((False, True), repeat=len(stages)):
         reserved = sum(s.weight_elems() // (1 if s.shared else s.copies) for s, h in zip(stages, hold) if h)
         m0 = min(rows, (room - reserved - 1) // per_row) if room - reserved - 1 >= per_row else 0
+        while factors and m0 > 1 and rows % m0:
+            m0 -= 1
         if m0 < 1:
             continue
         tiles = -(-rows // m0)

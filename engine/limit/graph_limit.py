@@ -85,12 +85,12 @@ def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:
 
 
 def _once_bits(graph: Graph, bits: int) -> int:
-    """Bits every partition moves: network inputs that are read and outputs that are made, whole bytes each; weights once."""
+    """Bits every partition moves: network inputs that are read and outputs that are made, whole bytes each; weights
+    once (of an embedding table, the rows looked up)."""
     read = {t for op in graph.ops for t in op.inputs}
     made = {t for op in graph.ops for t in op.outputs}
     fmaps = {t for t in graph.inputs if t in read} | {t for t in graph.outputs if t in made}
-    weights = {w for op in graph.ops for w in op.weights}
-    return graph.bytes_of(fmaps, bits) * 8 + sum(graph.tensors[w].elements for w in weights) * bits
+    return graph.bytes_of(fmaps, bits) * 8 + sum(graph.weight_reads.values()) * bits
 
 
 def curve(graph: Graph, acc: Accelerator, buffers_bytes) -> tuple[NetworkLimit, ...]:
