@@ -86,12 +86,20 @@ def attention_block(n: int, length: int, heads: int, dh: int, *, kv_heads: int |
 
 
 def ffn_block(n: int, length: int, d: int, ff: int, *, swiglu: bool, act: bool = False, norm: bool = True,
-              residual: bool = True) -> Graph:
+              residual: bool = True, vocab: int = 0) -> Graph:
     """x -> [norm] -> fc1 [, up] -> [activation] -> [product] -> fc2 [+ x]: GPT-2's MLP, or Llama's SwiGLU one.
 
-    `act`: the activation as its own element-wise op (an ONNX export's GELU or SiLU), else folded into fc1."""
+    `act`: the activation as its own element-wise op (an ONNX export's GELU or SiLU), else folded into fc1;
+    `vocab` > 0: x is looked up by token ids in a table of that many rows (an embedding: outside the tile model)."""
     b = _Block(n)
-    x = b.tensor("x", (n, length, d))
+    if vocab:
+        ids = b.tensor("ids", (n, length))
+        table = b.tensor("table", (vocab, d), True)
+        b.ops.append(Op("embed", OpKind.OTHER, (ids,), (b.tensor("x", (n, length, d)),), (table,),
+                        source_type="Gather"))
+        x = "x"
+    else:
+        x = b.tensor("x", (n, length, d))
     h = b.norm(x, "ln") if norm else x
     y = b.linear(h, "fc1", ff)
     if act:
@@ -101,7 +109,7 @@ def ffn_block(n: int, length: int, d: int, ff: int, *, swiglu: bool, act: bool =
     y = b.linear(y, "fc2", d)
     if residual:
         b.op("add", OpKind.ELTWISE, (y, x), (n, length, d))
-    return b.graph("mlp", ["x"])
+    return b.graph("mlp", ["ids" if vocab else "x"])
 
 
 def random_ffn(seed: int) -> Graph:

@@ -53,7 +53,10 @@ def test_every_method_runs_on_every_zoo_network(name):
         assert plan.dram_bytes == sum(c.dram_bytes for c in plan.costs) >= floor, method
     best = plans["optimus"]
     assert best.status == ("beam" if name in BEAMS else "optimal")
-    rivals = ("none", "dnnvm", "efficient_s") + (() if name in NAS_CELLS else ("online",))
+    # a beam may lose to another beam: on decode at 128 KB the on-line variant's (its rules prune what the
+    # exact search's limits would cut) ends 32 KB in 15.28 GB below optimus's
+    exact_online = plans["online"].status == "optimal"
+    rivals = ("none", "dnnvm", "efficient_s") + (("online",) if name not in NAS_CELLS and exact_online else ())
     assert all(best.dram_bytes <= plans[m].dram_bytes for m in rivals)
 
 
