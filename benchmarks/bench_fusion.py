@@ -237,7 +237,7 @@ def main():
     parser.add_argument("--energy-buffers-kb", default="128,512")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--transformer-networks", default=",".join(n for n in TRANSFORMERS if n in zoo.names()))
-    parser.add_argument("--transformer-buffers-kb", default="128,1024,8192")
+    parser.add_argument("--transformer-buffers-kb", default="128,1024,8192,65536")
     parser.add_argument("--transformers-only", action="store_true", help="only the transformer table")
     args = parser.parse_args()
     networks = args.networks.split(",")

@@ -139,9 +139,12 @@ def beside_plans() -> str:
              "| network | buffer | none | layer-by-layer limit | optimus | fused limit | optimus / fused limit | Oracle |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     base = engine.Accelerator.preset("optimus")
-    for name in ("resnet50", "mobilenet_v2", "googlenet", "vit_b_16", "transformer"):
+    cnn, llm = (32, 512, 8192), (128, 1024, 8192, 65536)
+    for name, sizes in (("resnet50", cnn), ("mobilenet_v2", cnn), ("googlenet", cnn), ("vit_b_16", cnn),
+                        ("transformer", cnn), ("bert_base", llm), ("gpt2", llm), ("llama3_8b_prefill", llm),
+                        ("llama3_8b_decode", (2048, 8192))):
         g = engine.load_network(name)
-        for kb in (32, 512, 8192):
+        for kb in sizes:
             acc = base.with_buffer(kb * KB)
             lim = engine.limit.network(g, acc)
             none, best = (fuse(g, acc, method=m, bound=False).dram_bytes for m in ("none", "optimus"))
