@@ -231,6 +231,18 @@ def test_optimus_equals_brute_force_on_random_mlp_blocks(seed, buffer):
     assert plan.dram_bytes == sum(group_cost(g, grp, acc).dram_bytes for grp in plan.groups)
 
 
+@pytest.mark.parametrize("seed,buffer", FFN_CASES[::3])
+def test_lower_bound_never_exceeds_the_optimum_on_mlp_blocks(seed, buffer):
+    from engine.fusion.bound import lower_bound
+
+    g = random_ffn(seed)
+    acc = _acc(buffer)
+    best = fuse(g, acc).dram_bytes  # exact: the brute-force test above holds it to every partition
+    model, cap = model_of(g, acc), Capacity.of(acc)
+    for budget in (2, 4, 1 << 20):
+        assert lower_bound(model, cap, budget=budget).bytes <= best
+
+
 @pytest.mark.parametrize("seed", range(0, 20, 2))
 def test_compiled_search_matches_python_on_mlp_blocks(seed):
     g = random_ffn(seed)
