@@ -14,6 +14,8 @@ search that would enumerate every way of cutting a graph that fits whole (decode
 
 from __future__ import annotations
 
+import networkx as nx
+
 from engine.errors import EngineError
 from engine.fusion.cost import Capacity, dram_bytes, fits
 from engine.fusion.model import FusionModel
@@ -69,3 +71,99 @@ def whole_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
         return execution_order(model, groups)
     except EngineError:  # the components form a cycle through a lone op
         return None
+
+
+def split_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
+    """The covered ops (one component) in two groups cut where a cut costs least, with the lone ops, when that
+    plan costs exactly the least any partition can: min(the component whole, floor + the cheapest cut); else None.
+
+    A partition that splits the component has a first group of it in execution order, a down-set D of the
+    component; each tensor D makes that an op of the component outside D reads is written once more and read
+    once more than `floor_bytes` counts, so the partition pays at least the floor plus the cheapest such cut
+    (`_cheapest_cut`, a minimum closure by max-flow, cached with the model: it does not depend on the buffer).
+    Candidates are the prefixes of the topological order whose cut costs least among prefixes; the max-flow
+    runs only once one of them reaches the floor plus its cut.
+    """
+    covered = sum(1 << i for i in range(model.n) if model.covered[i])
+    if not covered or not model.is_connected(covered):
+        return None
+    weight = _cut_weights(model, covered)
+    cuts = []  # (bytes crossing, prefix) of each proper prefix of the component in topological order
+    crossing, prefix = 0, 0
+    for i in model.members(covered)[:-1]:
+        prefix |= 1 << i
+        for j in model.outs[i]:
+            crossing += weight.get(j, 0)
+        for j in model.ins[i]:
+            p = model.producer[j]
+            if p >= 0 and (prefix >> p) & 1 and not model.consumer_mask[j] & covered & ~prefix:
+                crossing -= weight.get(j, 0)  # its last reader in the component joined the prefix
+        cuts.append((crossing, prefix))
+    if not cuts:
+        return None
+    cheapest = min(c for c, _ in cuts)
+    lone = [1 << i for i in range(model.n) if not model.covered[i]]
+    target = floor_bytes(model) + cheapest
+    lone_cost = sum(dram_bytes(model, g, cap) for g in lone)
+    for c, prefix in cuts:
+        halves = [prefix, covered & ~prefix]
+        if c != cheapest or not all(model.is_connected(h) and model.is_convex(h) and fits(model, h, cap)
+                                    for h in halves):
+            continue
+        costs = [dram_bytes(model, h, cap) for h in halves]
+        if None in costs or lone_cost + sum(costs) != target:
+            continue
+        key = ("cheapest_cut", covered)
+        if key not in model.cost_cache:
+            model.cost_cache[key] = _cheapest_cut(model, covered, weight)
+        if model.cost_cache[key] != cheapest:
+            return None  # some down-set that is no prefix cuts cheaper: no proof
+        whole = dram_bytes(model, covered, cap) if fits(model, covered, cap) else None
+        if whole is not None and lone_cost + whole < target:
+            return None  # the component whole is cheaper (the search has it)
+        try:
+            return execution_order(model, lone + halves)
+        except EngineError:
+            continue
+    return None
+
+
+def _cut_weights(model: FusionModel, covered: int) -> dict[int, int]:
+    """Tensor -> bytes it adds beyond `floor_bytes` when a cut separates its covered producer from a covered reader:
+    one more read, and its write unless the network returns it or the floor counts it already (a lone reader)."""
+    weight = {}
+    for j, p in enumerate(model.producer):
+        readers = model.consumer_mask[j]
+        if p < 0 or not (covered >> p) & 1 or not readers & covered:
+            continue
+        counted = model.is_graph_output[j] or readers & ~covered  # the floor writes it already
+        read = model.stream_elems[j] * model.word_bits // 8 if model.stream_elems[j] else model.tbytes[j]
+        weight[j] = read + (0 if counted else model.tbytes[j])
+    return weight
+
+
+def _cheapest_cut(model: FusionModel, covered: int, weight: dict[int, int]) -> int:
+    """Least `weight` over the tensors crossing any cut of the covered ops into a non-empty down-set D and a
+    non-empty rest: a minimum closure, by a max-flow per (op without covered producers in D, op without covered
+    consumers outside D). Op v on the source side is in D; v -> each covered producer is uncuttable (D is a
+    down-set); producer -> tensor node costs its weight, tensor node -> each covered reader is uncuttable, so a
+    tensor is paid for exactly when its producer is in D and a reader is not."""
+    flow = nx.DiGraph()
+    members = model.members(covered)
+    for i in members:
+        flow.add_node(("op", i))
+        for p in model.members(model.pred[i] & covered):
+            flow.add_edge(("op", i), ("op", p))
+    for j, w in weight.items():
+        flow.add_edge(("op", model.producer[j]), ("t", j), capacity=w)
+        for r in model.members(model.consumer_mask[j] & covered):
+            flow.add_edge(("t", j), ("op", r))
+    sources = [i for i in members if not model.pred[i] & covered]
+    sinks = [i for i in members if not model.succ[i] & covered]
+    best = None
+    for a in sources:
+        for z in sinks:
+            if a != z:
+                cut = nx.minimum_cut_value(flow, ("op", a), ("op", z))
+                best = cut if best is None else min(best, cut)
+    return 0 if best is None else int(best)

@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, params_stay
-from engine.fusion.floor import whole_plan
+from engine.fusion.floor import split_plan, whole_plan
 from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
 
@@ -333,10 +333,11 @@ def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """The exact minimum over the whole fusion space; past the limits, the best of the beam and the baselines.
 
     A graph whose covered pieces run whole at the least traffic any partition can have is answered at once
-    (`floor.whole_plan`)."""
-    whole = whole_plan(model, cap)
-    if whole is not None:
-        return whole, len(whole), True
+    (`floor.whole_plan`), and so is one that runs in two groups cut where a cut costs least, at the least any
+    partition that cuts it can pay (`floor.split_plan`)."""
+    proven = whole_plan(model, cap) or split_plan(model, cap)
+    if proven is not None:
+        return proven, len(proven), True
     groups, evaluated, exact = ideal_chain(model, cap)
     if exact:
         return groups, evaluated, True
