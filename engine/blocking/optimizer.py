@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -103,9 +103,34 @@ def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> Blo
         raise UnknownNameError("blocking method", method, METHODS)
     start = time.perf_counter()
     search = exact_blocking if method == "exact" else _exhaustive
-    blocking, evaluated = search(layer, hierarchy)
-    cost = evaluate(layer, hierarchy, blocking)
-    return BlockingResult(layer, hierarchy, blocking, cost, method, True, evaluated, time.perf_counter() - start)
+    best, evaluated = None, 0
+    for h in level_orders(hierarchy):
+        try:
+            blocking, n = search(layer, h)
+        except EngineError:
+            if h is hierarchy:
+                raise
+            continue
+        evaluated += n
+        cost = evaluate(layer, h, blocking)
+        if best is None or cost.memory_pj < best[2].memory_pj * (1 - 1e-12):
+            best = (h, blocking, cost)
+    return BlockingResult(layer, *best, method, True, evaluated, time.perf_counter() - start)
+
+
+def level_orders(hierarchy: Hierarchy) -> list[Hierarchy]:
+    """The hierarchy, then each reordering of its on-chip levels that keeps every operand's own chain of levels
+    (and which levels sit inside the PEs): levels holding disjoint operands may cut the loop nest in either order."""
+    on_chip, k = hierarchy.on_chip, hierarchy.array_level
+    out = [hierarchy]
+    for perm in itertools.permutations(range(len(on_chip))):
+        if list(perm) == sorted(perm) or sorted(perm[:k]) != list(range(k)):
+            continue
+        pos = {lv: i for i, lv in enumerate(perm)}
+        if all(pos[i] < pos[j] for i in range(len(on_chip)) for j in range(i + 1, len(on_chip))
+               if set(on_chip[i].holds) & set(on_chip[j].holds)):
+            out.append(replace(hierarchy, levels=(*(on_chip[i] for i in perm), hierarchy.levels[-1])))
+    return out
 
 
 # ---- shared tables ---------------------------------------------------------------
