@@ -167,7 +167,7 @@ class LevelAccess:
     writes: int  # partial outputs written back into it from below
     fills: int  # words it receives from the level above
     stored_words: int  # the tile it keeps (0 where the tensor passes through)
-    energy_pj: float  # (reads + writes) x per-word energy (Eq. 1)
+    energy_pj: float  # reads x read energy + writes x write energy (Eq. 1)
     passing: int = 0  # words that cross this level between a level below and one above without stopping
 
     @property
@@ -310,7 +310,8 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                     passing[k, T] += 2 * f_src - size_src if T == "O" else f_src
     overflow = _overflow(layer, hierarchy, stored, m)
     acc = [LevelAccess(hierarchy.levels[l].name, T, g * reads[l, T], g * writes[l, T], g * fills[l, T],
-                       stored[l, T], g * (reads[l, T] + writes[l, T]) * hierarchy.levels[l].energy(T),
+                       stored[l, T], g * (reads[l, T] * hierarchy.levels[l].energy(T)
+                                          + writes[l, T] * hierarchy.levels[l].write_energy(T)),
                        g * passing[l, T])
            for l in range(m + 1) for T in layer.tensors]
     if hierarchy.array is not None:
