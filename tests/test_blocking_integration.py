@@ -54,7 +54,8 @@ def test_layers_from_ops(small_graph):
 def test_access_counts_on_accelerator(small_graph):
     acc = engine.Accelerator.preset("optimus")
     counts = layer_access_counts(small_graph, "conv", acc)
-    assert [c.level for c in counts.levels] == ["RF", "buffer", "DRAM"]
+    assert [c.level for c in counts.levels] == ["RF", "buffer", "DRAM", "PE array"]
+    assert [c.kind for c in counts.levels] == ["rf", "buffer", "dram", "array"]
     layer = counts.layer
     dram = counts.level("DRAM")
     assert dram.reads >= layer.groups * (layer.size("I") + layer.size("W"))

@@ -70,7 +70,7 @@ class BlockingResult:
         return {name: self.cost.at(name) for name in self.cost.level_names}
 
     def describe(self) -> list[str]:
-        return describe(self.blocking, [m.name for m in self.hierarchy.levels])
+        return describe(self.blocking, [m.name for m in self.hierarchy.levels], self.hierarchy)
 
 
 def as_hierarchy(hierarchy) -> Hierarchy:
