@@ -333,26 +333,24 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
     Convolutional Neural Networks", ISSCC 2016 / JSSC 2017): 12 x 14 PEs, row-stationary; memories and per-access
     energies of ZigZag's eyeriss_like example (Mei et al., IEEE Trans. Computers 2021).
 
-    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits); then an 8 KB
-    partial-sum SRAM, a 64 KB weight SRAM and a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`), DRAM.
+    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits), one level with
+    three capacities; then an 8 KB partial-sum SRAM and a 64 KB weight SRAM, one level holding W and O with
+    two capacities (inputs bypass it); a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`); DRAM. ZigZag
+    lets the three RFs (and the two SRAMs) cut the loop nest at different points; here each group shares
+    one cut, which keeps the exact search to one level order.
     Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
     20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
     not charged); the array's network is free, as in ZigZag.
     """
     s = acc.word_bits / 8
-    def rw(op, r, w):
-        i = TENSORS.index(op)
-        return dict(energy_pj=tuple(r * s if j == i else 0.0 for j in range(3)),
-                    write_pj=tuple(w * s if j == i else 0.0 for j in range(3)))
-    io = dict(energy_pj=(100 / 48 * s, 0, 100 / 48 * s), write_pj=(130 / 48 * s, 0, 130 / 48 * s))
-    levels = (Memory("I-RF", split_bytes=(64, 0, 0), holds="I", **rw("I", 1.0, 1.5)),
-              Memory("W-RF", split_bytes=(0, 64, 0), holds="W", **rw("W", 1.0, 1.5)),
-              Memory("O-RF", split_bytes=(0, 0, 8), holds="O", **rw("O", 1.5, 2.0)),
-              Memory("O-8KB", split_bytes=(0, 0, 8 * KB), holds="O", **rw("O", 10 / 16, 15 / 16)),
-              Memory("W-64KB", split_bytes=(0, 64 * KB, 0), holds="W", **rw("W", 20 / 16, 25 / 16)),
-              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **io),
+    levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 1.5 * s),
+                     write_pj=(1.5 * s, 1.5 * s, 2.0 * s)),
+              Memory("W/O SRAMs", split_bytes=(0, 64 * KB, 8 * KB), holds="WO", energy_pj=(0, 20 / 16 * s, 10 / 16 * s),
+                     write_pj=(0, 25 / 16 * s, 15 / 16 * s)),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", energy_pj=(100 / 48 * s, 0, 100 / 48 * s),
+                     write_pj=(130 / 48 * s, 0, 130 / 48 * s)),
               Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
-    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 3)
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1)
 
 
 PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}
