@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer
@@ -114,15 +115,7 @@ class SpatialView:
 
     @classmethod
     def of(cls, layer: Layer, unroll) -> "SpatialView":
-        unroll = tuple(unroll)
-        t = {d: -(-getattr(layer, d) // f) for d, f in zip(DIMS, unroll)}
-        s = dict(zip(DIMS, unroll))
-        (sx, sy), (dx, dy) = layer.stride, layer.dilation
-        pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
-                   has_weights=layer.has_weights)
-        padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
-                       has_weights=layer.has_weights)
-        return cls(layer, unroll, pe, padded)
+        return _view(layer, tuple(unroll))
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -142,6 +135,18 @@ class SpatialView:
     def stored(self, tensor: str, tile, inside: bool) -> int:
         """Words of `tensor` a level keeps for a temporal tile: per PE (inside), or the array's whole tile."""
         return self.pe.footprint(tensor, tile) if inside else self.words(tensor, tile, False)
+
+
+@lru_cache(maxsize=65536)
+def _view(layer: Layer, unroll: tuple[int, ...]) -> SpatialView:
+    t = {d: -(-getattr(layer, d) // f) for d, f in zip(DIMS, unroll)}
+    s = dict(zip(DIMS, unroll))
+    (sx, sy), (dx, dy) = layer.stride, layer.dilation
+    pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
+               has_weights=layer.has_weights)
+    padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
+                   has_weights=layer.has_weights)
+    return SpatialView(layer, unroll, pe, padded)
 
 
 def _split_order(text: str) -> tuple[str, ...]:

@@ -339,8 +339,9 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    floors = sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
-    for bound, _, unroll in floors:
+    k = hierarchy.array_level
+    for bound, _, unroll in _floors(layer, hierarchy.levels[-1], hierarchy.array, frozenset(hierarchy.on_chip[:k]),
+                                    frozenset(hierarchy.on_chip[k:])):
         if bound >= best_pj * (1 - 1e-12):
             break
         blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
@@ -374,6 +375,19 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
         u = {k: v for part in combo for k, v in part.items()}
         out.append(tuple(u.get(d, 1) for d in DIMS))
     return out
+
+
+@lru_cache(maxsize=1024)
+def _floors(layer: Layer, dram, array, inside: frozenset, outside: frozenset) -> list:
+    """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
+
+    Keyed by the sets of levels inside and outside the PEs: every level order of a hierarchy shares these
+    floors, as each operand's innermost holder stays the same.
+    """
+    def order(levels):
+        return sorted(levels, key=lambda mem: mem.name)
+    first = Hierarchy((*order(inside), *order(outside), dram), array=array, array_level=len(inside))
+    return sorted((_unroll_floor(layer, first, u), -math.prod(u), u) for u in _unrolls(layer, first))
 
 
 def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
