@@ -17,6 +17,7 @@ from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # acc
 
 KB = 1024
 MB = 1024 * KB
+UNROLLINGS = ("all", "maximal")
 
 
 
@@ -113,13 +114,16 @@ class SpatialArray:
     share an axis (their factors multiply). `noc_pj` is the energy (I, W, O) of one word delivered
     to, or collected from, one PE over the array's network: an input or weight word is read once
     from the level above the array and multicast to every PE that uses it, and partial sums are
-    reduced across the PEs that share an output (one add or forward per PE word).
+    reduced across the PEs that share an output (one add or forward per PE word). `unrolling="maximal"`
+    makes `block` search only the unrollings that no other one exceeds in every factor of an axis (the
+    array as full as the dataflow allows): exact over those, much faster, but not over every unrolling.
     """
 
     axes: tuple[tuple[str, int], ...]
     dataflow: tuple[tuple[str, str], ...]
     noc_pj: tuple[float, float, float] = (0.0, 0.0, 0.0)
     name: str = "PE array"
+    unrolling: str = "all"  # which unrollings `block` searches: "all", or "maximal" (none a larger one contains)
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple((str(a), n) for a, n in self.axes))
@@ -138,6 +142,8 @@ class SpatialArray:
                 raise EngineError(f"array '{self.name}': dataflow maps {d} to unknown axis '{a}'; axes: {', '.join(names)}")
         if len(set(dims)) != len(dims):
             raise EngineError(f"array '{self.name}': each dim may unroll over one axis only, got {self.dataflow!r}")
+        if self.unrolling not in UNROLLINGS:
+            raise UnknownNameError(f"unrolling of array '{self.name}'", self.unrolling, UNROLLINGS)
         object.__setattr__(self, "noc_pj", tuple(float(e) for e in self.noc_pj))
         if len(self.noc_pj) != 3 or any(e < 0 for e in self.noc_pj):
             raise EngineError(f"array '{self.name}': noc_pj must be three non-negative numbers (I, W, O)")
@@ -300,10 +306,12 @@ DATAFLOWS = {
 
 
 def pe_array(acc: Accelerator, noc_pj) -> SpatialArray:
-    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`)."""
+    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`), searching the maximal
+    unrollings (as full as the dataflow allows; `dataclasses.replace(..., unrolling="all")` searches every one)."""
     if acc.dataflow not in DATAFLOWS:
         raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, DATAFLOWS)
-    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj)
+    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj,
+                        unrolling="maximal")
 
 
 def tpu_like(acc: Accelerator) -> Hierarchy:

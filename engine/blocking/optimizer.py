@@ -220,6 +220,8 @@ def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> 
     """Whether the words kept at `level` (tensor -> array; the operands it holds) fit its shared or split capacity."""
     mem = hierarchy.levels[level]
     held = [T for T in layer.tensors if mem.keeps(T)]
+    if not held:  # a level holding none of this layer's operands (weights on a pooling layer)
+        return np.ones(len(next(iter(used.values()))), dtype=bool)
     if mem.split_bytes:
         ok = True
         for T in held:
@@ -358,7 +360,8 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
 
 def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     """The spatial unrollings worth searching: per dim on an axis, the least factor for each number of
-    temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each axis."""
+    temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each
+    axis; with `unrolling="maximal"` only the combinations of an axis that no other one exceeds in every factor."""
     array = hierarchy.array
     if array is None:
         return [(1,) * len(DIMS)]
@@ -369,7 +372,10 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
         for d in dims:
             n = getattr(layer, d)
             options.append(sorted({-(-n // -(-n // f)) for f in range(1, min(size, n) + 1)}))
-        per_axis.append([dict(zip(dims, c)) for c in itertools.product(*options) if math.prod(c) <= size])
+        combos = [c for c in itertools.product(*options) if math.prod(c) <= size]
+        if array.unrolling == "maximal":  # only combos no other combo beats in every factor
+            combos = [c for c in combos if not any(o != c and all(x >= y for x, y in zip(o, c)) for o in combos)]
+        per_axis.append([dict(zip(dims, c)) for c in combos])
     out = []
     for combo in itertools.product(*per_axis):
         u = {k: v for part in combo for k, v in part.items()}
