@@ -1,4 +1,5 @@
-"""Memory hierarchies to block for: `Memory` levels (shared or split into IB/KB/OB) ending in DRAM.
+"""Memory hierarchies to block for: `Memory` levels (shared or split into IB/KB/OB) ending in DRAM,
+each holding some operands and bypassing the others, optionally around a `SpatialArray` of PEs.
 
 Access energy per word follows Yang et al. Table 3 (pJ per 16-bit access by SRAM size and
 memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
@@ -6,15 +7,17 @@ memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
-from engine.blocking.layer import TENSORS
+from engine.blocking.layer import DIMS, TENSORS
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # access_energy_pj: re-exported
 
 KB = 1024
 MB = 1024 * KB
+UNROLLINGS = ("all", "maximal")
 
 
 
@@ -24,14 +27,25 @@ class Memory:
 
     `energy_pj` is the energy of one word access for the input, kernel and output data
     held here; `size_bytes=None` (and no split) marks the unbounded DRAM at the top.
+    `holds` names the operands kept here ("IWO" by default); the others bypass the level, so
+    their accesses go to the next level up that holds them. A level pays, as in Yang's Eq. 1, for the
+    words it serves to the level below and the partial sums written back into it (fills from above are
+    not charged); reads at `energy_pj`, writes at `write_pj` (I, W, O) when given, else at `energy_pj`.
     """
 
     name: str
     size_bytes: int | None = None
     split_bytes: tuple[int, int, int] | None = None
     energy_pj: tuple[float, float, float] = (TABLE3_DRAM_PJ,) * 3
+    holds: str = "IWO"
+    write_pj: tuple[float, float, float] | None = None
 
     def __post_init__(self):
+        if not isinstance(self.holds, str) or not self.holds or set(self.holds) - set(TENSORS) \
+                or len(set(self.holds)) != len(self.holds):
+            raise EngineError(f"memory '{self.name}': holds must name one or more of the operands I, W, O once each, "
+                              f"got {self.holds!r}")
+        object.__setattr__(self, "holds", "".join(T for T in TENSORS if T in self.holds))
         if self.split_bytes is not None:
             object.__setattr__(self, "split_bytes", tuple(self.split_bytes))
             if len(self.split_bytes) != 3 or any(not isinstance(b, int) or b < 0 for b in self.split_bytes):
@@ -41,9 +55,18 @@ class Memory:
                 raise EngineError(f"memory '{self.name}': give size_bytes or split_bytes, not both")
         elif self.size_bytes is not None and (not isinstance(self.size_bytes, int) or self.size_bytes < 1):
             raise EngineError(f"memory '{self.name}': size_bytes must be a positive whole number, got {self.size_bytes!r}")
+        if self.split_bytes and self.holds != "IWO":
+            for T, b in zip(TENSORS, self.split_bytes):
+                if T in self.holds and b == 0:
+                    raise EngineError(f"memory '{self.name}': operand {T} is held here with a capacity of 0 bytes; "
+                                      f"give it a positive capacity or leave it out of holds ({self.holds!r})")
         object.__setattr__(self, "energy_pj", tuple(float(e) for e in self.energy_pj))
         if len(self.energy_pj) != 3 or any(e < 0 for e in self.energy_pj):
             raise EngineError(f"memory '{self.name}': energy_pj must be three non-negative numbers (I, W, O)")
+        if self.write_pj is not None:
+            object.__setattr__(self, "write_pj", tuple(float(e) for e in self.write_pj))
+            if len(self.write_pj) != 3 or any(e < 0 for e in self.write_pj):
+                raise EngineError(f"memory '{self.name}': write_pj must be three non-negative numbers (I, W, O)")
 
     @property
     def bounded(self) -> bool:
@@ -55,6 +78,14 @@ class Memory:
 
     def energy(self, tensor: str) -> float:
         return self.energy_pj[TENSORS.index(tensor)]
+
+    def write_energy(self, tensor: str) -> float:
+        """Energy of one word written into this level (the read energy unless `write_pj` is given)."""
+        return (self.write_pj or self.energy_pj)[TENSORS.index(tensor)]
+
+    def keeps(self, tensor: str) -> bool:
+        """Whether this level holds `tensor` (rather than bypassing it)."""
+        return tensor in self.holds
 
     @classmethod
     def sram(cls, name: str, size_bytes: int, *, width_bits: int = 64, word_bits: int = 16) -> "Memory":
@@ -76,13 +107,90 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class SpatialArray:
+    """A PE array: named axes with their sizes, and the dataflow mapping loop dims onto the axes.
+
+    `dataflow` pairs a loop dim (one of `DIMS`) with the axis it unrolls over; several dims may
+    share an axis (their factors multiply). `noc_pj` is the energy (I, W, O) of one word delivered
+    to, or collected from, one PE over the array's network: an input or weight word is read once
+    from the level above the array and multicast to every PE that uses it, and partial sums are
+    reduced across the PEs that share an output (one add or forward per PE word). `unrolling="maximal"`
+    makes `block` search only the unrollings that no other one exceeds in every factor of an axis (the
+    array as full as the dataflow allows): exact over those, much faster, but not over every unrolling.
+    """
+
+    axes: tuple[tuple[str, int], ...]
+    dataflow: tuple[tuple[str, str], ...]
+    noc_pj: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    name: str = "PE array"
+    unrolling: str = "all"  # which unrollings `block` searches: "all", or "maximal" (none a larger one contains)
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple((str(a), n) for a, n in self.axes))
+        object.__setattr__(self, "dataflow", tuple((d, str(a)) for d, a in self.dataflow))
+        names = [a for a, _ in self.axes]
+        if not self.axes or len(set(names)) != len(names):
+            raise EngineError(f"array '{self.name}': give one or more axes with distinct names, got {self.axes!r}")
+        for a, n in self.axes:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise EngineError(f"array '{self.name}': axis '{a}' size must be a whole number >= 1, got {n!r}")
+        dims = [d for d, _ in self.dataflow]
+        for d, a in self.dataflow:
+            if d not in DIMS:
+                raise EngineError(f"array '{self.name}': dataflow dim '{d}' is not a loop; use one of {', '.join(DIMS)}")
+            if a not in names:
+                raise EngineError(f"array '{self.name}': dataflow maps {d} to unknown axis '{a}'; axes: {', '.join(names)}")
+        if len(set(dims)) != len(dims):
+            raise EngineError(f"array '{self.name}': each dim may unroll over one axis only, got {self.dataflow!r}")
+        if self.unrolling not in UNROLLINGS:
+            raise UnknownNameError(f"unrolling of array '{self.name}'", self.unrolling, UNROLLINGS)
+        object.__setattr__(self, "noc_pj", tuple(float(e) for e in self.noc_pj))
+        if len(self.noc_pj) != 3 or any(e < 0 for e in self.noc_pj):
+            raise EngineError(f"array '{self.name}': noc_pj must be three non-negative numbers (I, W, O)")
+
+    @property
+    def pes(self) -> int:
+        return math.prod(n for _, n in self.axes)
+
+    def axis_of(self, dim: str) -> str | None:
+        return dict(self.dataflow).get(dim)
+
+    def check(self, unroll) -> None:
+        """Raise unless `unroll` (factors in `DIMS` order) follows the dataflow and fits every axis."""
+        sizes = dict(self.axes)
+        used = dict.fromkeys(sizes, 1)
+        for d, f in zip(DIMS, unroll):
+            if isinstance(f, bool) or not isinstance(f, int) or f < 1:
+                raise EngineError(f"array '{self.name}': unroll of {d} must be a whole number >= 1, got {f!r}")
+            if f == 1:
+                continue
+            axis = self.axis_of(d)
+            if axis is None:
+                raise EngineError(f"array '{self.name}': {d} unrolled by {f} but the dataflow "
+                                  f"({', '.join(f'{x}->{a}' for x, a in self.dataflow)}) does not map {d} to an axis")
+            used[axis] *= f
+        for axis, n in used.items():
+            if n > sizes[axis]:
+                raise EngineError(f"array '{self.name}': unroll of {n} on axis '{axis}' exceeds its {sizes[axis]} PEs")
+
+
+@dataclass(frozen=True)
 class Hierarchy:
-    """Memory levels from the one next to the MACs out to DRAM (unbounded, last)."""
+    """Memory levels from the one next to the MACs out to DRAM (unbounded, last, holding every operand).
+
+    With an `array`, the first `array_level` levels sit inside every PE (capacities per PE) and
+    the others outside the array, shared by all PEs. With `stationary`, the MACs read an input or weight
+    word from its innermost holder once per run of the loops inside level 0's tile that do not index it
+    (innermost first; ZigZag's rule), rather than once per MAC.
+    """
 
     levels: tuple[Memory, ...]
     word_bits: int = 16
     mac_pj: float = MAC_PJ
     name: str = ""
+    array: SpatialArray | None = None
+    array_level: int = 0
+    stationary: bool = False  # an input or weight word at the MAC is reused over the innermost loops that skip it
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
@@ -90,12 +198,32 @@ class Hierarchy:
             raise EngineError(f"hierarchy '{self.name}': needs at least one on-chip level and DRAM")
         if self.levels[-1].bounded or any(not m.bounded for m in self.levels[:-1]):
             raise EngineError(f"hierarchy '{self.name}': only the last level (DRAM) may be unbounded, and it must be")
+        top = self.levels[-1]
+        for T in TENSORS:
+            if not top.keeps(T):
+                raise EngineError(f"hierarchy '{self.name}': operand {T} has no level that can hold it: the last "
+                                  f"level '{top.name}' holds only {top.holds!r} and must hold I, W and O")
+        m = len(self.levels) - 1
+        if isinstance(self.array_level, bool) or not isinstance(self.array_level, int) \
+                or not 0 <= self.array_level <= m or (self.array is None and self.array_level):
+            raise EngineError(f"hierarchy '{self.name}': array_level must be between 0 and {m} (levels inside each "
+                              f"PE), and 0 without an array; got {self.array_level!r}")
         if not isinstance(self.word_bits, int) or not 1 <= self.word_bits <= 64:
             raise EngineError(f"hierarchy '{self.name}': word_bits must be between 1 and 64, got {self.word_bits!r}")
 
     @property
     def on_chip(self) -> tuple[Memory, ...]:
         return self.levels[:-1]
+
+    @property
+    def per_operand(self) -> bool:
+        """Whether some level bypasses an operand or prices writes apart, or a PE array is modelled."""
+        return self.array is not None or self.stationary or any(mem.holds != "IWO" or mem.write_pj
+                                                                for mem in self.levels)
+
+    def inside(self, level: int) -> bool:
+        """Whether level `level` sits inside every PE (below the array)."""
+        return level < self.array_level
 
     def capacity_words(self, level: int, tensor: str | None = None) -> int:
         """Words level `level` holds: its shared size, or `tensor`'s buffer when split."""
@@ -111,7 +239,9 @@ class Hierarchy:
             if n not in known:
                 raise UnknownNameError("memory level", n, known)
         kept = tuple(m for m in self.on_chip if m.name in names)
-        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name)
+        inner = sum(m.name in names for m in self.on_chip[:self.array_level])
+        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name, self.array, inner,
+                         self.stationary)
 
     # ---- the hierarchies of the paper's evaluation -------------------------
     @classmethod
@@ -141,7 +271,12 @@ class Hierarchy:
 
     @classmethod
     def from_accelerator(cls, acc: Accelerator) -> "Hierarchy":
-        """An accelerator's RF, global buffer (or IB/KB/OB) and DRAM, with its own per-word energies."""
+        """An accelerator's per-PE RF, its PE array with the preset's dataflow, its global buffer (or IB/KB/OB) and
+        DRAM, with its own per-word energies; a per-operand preset (`acc.hierarchy`) builds its own memories."""
+        if acc.hierarchy:
+            if acc.hierarchy not in PRESETS:
+                raise UnknownNameError("blocking hierarchy", acc.hierarchy, PRESETS)
+            return PRESETS[acc.hierarchy](acc)
         lv = acc.levels
         rf, dram = lv[0], lv[-1]
         levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3)]
@@ -153,4 +288,83 @@ class Hierarchy:
         else:
             levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3))
         levels.append(Memory("DRAM", energy_pj=(dram.energy_pj,) * 3))
-        return cls(tuple(levels), acc.word_bits, acc.energy_pj("mac"), name=acc.name)
+        return cls(tuple(levels), acc.word_bits, acc.energy_pj("mac"), name=acc.name,
+                   array=pe_array(acc, (acc.energy_pj("array"),) * 3), array_level=1)
+
+    @classmethod
+    def preset(cls, name: str) -> "Hierarchy":
+        """A per-operand preset ("tpu-like", "eyeriss-like") at its accelerator preset's sizes."""
+        if name not in PRESETS:
+            raise UnknownNameError("blocking hierarchy", name, PRESETS)
+        return PRESETS[name](Accelerator.preset(name))
+
+
+# The dataflows of data/accelerators.toml: which loop dims unroll over the PE rows and the PE columns.
+DATAFLOWS = {
+    "Ow|Cout": (("X", "rows"), ("K", "cols")),  # the fusion model's: output columns x output channels
+    "Cin|Cout": (("C", "rows"), ("K", "cols")),  # DianNao's NFU (Yang et al.) and a weight-stationary TPU
+    # Eyeriss: filter rows on PE rows, output rows on PE columns, replicated over channels and filters
+    "row-stationary": (("Fh", "rows"), ("C", "rows"), ("Y", "cols"), ("K", "cols")),
+    "output-stationary": (("Y", "rows"), ("X", "cols")),  # ShiDianNao: one output pixel per PE
+    "4x4-patch|Cout": (("X", "rows"), ("Y", "rows"), ("K", "cols")),  # Exynos NPU: 4x4 output patches x channels
+}
+
+
+def pe_array(acc: Accelerator, noc_pj) -> SpatialArray:
+    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`), searching the maximal
+    unrollings (as full as the dataflow allows; `dataclasses.replace(..., unrolling="all")` searches every one)."""
+    if acc.dataflow not in DATAFLOWS:
+        raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, DATAFLOWS)
+    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj,
+                        unrolling="maximal")
+
+
+def tpu_like(acc: Accelerator) -> Hierarchy:
+    """ZigZag's tpu_like example accelerator (Mei et al., "ZigZag: Enlarging Joint Architecture-Mapping Design
+    Space Exploration for DNN Accelerators", IEEE Trans. Computers 2021; zigzag-dse 3.9), after the TPU (Jouppi
+    et al., ISCA 2017): per PE a weight register file (W only, 128 B) and an accumulator (one partial sum), a 2 MB
+    SRAM holding inputs and outputs (weights bypass it), DRAM; C on the rows, K on the columns.
+
+    Energies per 8-bit word from ZigZag's per-access costs (read / write): registers 0.095 (W) and 0.021 (O),
+    SRAM 416.16 / 378.4 pJ per 2048 bits (1.6256 / 1.478 pJ a byte), DRAM 700 / 750 pJ per 64 bits (87.5 /
+    93.75 pJ a byte), MAC 0.04 pJ (fills are not charged). The accumulator's 16-bit partial sum
+    counts as one word; multicast and reduction are free, and MAC inputs and weights are `stationary`, as in
+    ZigZag.
+    """
+    wb = acc.word_bits // 8 or 1
+    scale = acc.word_bits / 8
+    def rw(r, w):
+        return dict(energy_pj=tuple(x * scale for x in r), write_pj=tuple(x * scale for x in w))
+    levels = (Memory("O-reg", split_bytes=(0, 0, wb), holds="O", **rw((0, 0, 0.021), (0, 0, 0.021))),
+              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), holds="W", **rw((0, 0.095, 0), (0, 0.095, 0))),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **rw((1.6256, 0, 1.6256), (1.478125, 0, 1.478125))),
+              Memory("DRAM", **rw((87.5,) * 3, (93.75,) * 3)))
+    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2, True)
+
+
+def eyeriss_like(acc: Accelerator) -> Hierarchy:
+    """Eyeriss (Chen, Krishna, Emer, Sze, "Eyeriss: An Energy-Efficient Reconfigurable Accelerator for Deep
+    Convolutional Neural Networks", ISSCC 2016 / JSSC 2017): 12 x 14 PEs, row-stationary; memories and per-access
+    energies of ZigZag's eyeriss_like example (Mei et al., IEEE Trans. Computers 2021).
+
+    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits), one level with
+    three capacities; then an 8 KB partial-sum SRAM and a 64 KB weight SRAM, one level holding W and O with
+    two capacities (inputs bypass it); a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`); DRAM. ZigZag
+    lets the three RFs (and the two SRAMs) cut the loop nest at different points; here each group shares
+    one cut, which keeps the exact search to one level order.
+    Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
+    20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
+    not charged); the array's network is free and MAC inputs and weights are `stationary`, as in ZigZag.
+    """
+    s = acc.word_bits / 8
+    levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 1.5 * s),
+                     write_pj=(1.5 * s, 1.5 * s, 2.0 * s)),
+              Memory("W/O SRAMs", split_bytes=(0, 64 * KB, 8 * KB), holds="WO", energy_pj=(0, 20 / 16 * s, 10 / 16 * s),
+                     write_pj=(0, 25 / 16 * s, 15 / 16 * s)),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", energy_pj=(100 / 48 * s, 0, 100 / 48 * s),
+                     write_pj=(130 / 48 * s, 0, 130 / 48 * s)),
+              Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1, True)
+
+
+PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}
