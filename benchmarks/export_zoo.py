@@ -257,6 +257,8 @@ def strip(folder: Path, names: list[str], target: Path) -> None:
                 init.data_location = onnx.TensorProto.EXTERNAL
                 init.external_data.add(key="location", value="weights.bin")
         onnx.save(model, target / rec["file"])
+    kept = json.loads((target / "zoo.json").read_text()) if (target / "zoo.json").exists() else []
+    records = [r for r in kept if r["file"] not in names] + records  # copies stripped before stay listed
     (target / "zoo.json").write_text(json.dumps(records, indent=1) + "\n")
 
 
