@@ -12,7 +12,7 @@ import pytest
 
 import engine
 from engine.fusion import fuse, optimus
-from engine.fusion.cost import model_of
+from engine.fusion.cost import Capacity, model_of
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from tests.test_fusion_search import brute_force
@@ -70,3 +70,13 @@ def test_wide_fans_finish_in_seconds(readers):
     assert time.perf_counter() - started < 20
     assert plan.status == "optimal"
     assert sorted(op for group in plan.groups for op in group) == sorted(op.name for op in graph.ops)
+
+
+@pytest.mark.parametrize("kind,buffer", [("relu", 2048), ("conv", 2048), ("pool", 16384)])
+def test_compiled_and_python_loops_agree_on_fans(kind, buffer):
+    """The twin order and the known plan's cut are the same in both loops: same chain, count and total."""
+    graph, acc = fan(8, kind), _acc(buffer)
+    cap = Capacity.of(acc)
+    runs = [optimus.chain_search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap, compiled=c)
+            for c in (False, True)]
+    assert runs[0] == runs[1] and runs[0][2]

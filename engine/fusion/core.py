@@ -912,12 +912,13 @@ def _still(t, at, before, done, group, after, stamp, mark):
 @njit(cache=True, nogil=True)
 def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
            param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
-           narrow_groups, bound_only, twin):
+           narrow_groups, bound_only, twin, bound):
     """`optimus.chain_search` in compiled code: the same down-sets, groups and order.
 
     `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
     ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
-    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`; `twin` as in `_grow`. Returns (the chain's groups as
+    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`; `twin` as in `_grow`; `bound`: the
+    total of a known plan (down-sets whose cost plus `owes` exceed it are dropped; inf: none). Returns (the chain's groups as
     bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether the ISOA
     program could not run on a group, in which case nothing else is meaningful).
     """
@@ -1003,6 +1004,13 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 if best[done] + cost < best[state]:
                     best[state], prev[state] = best[done] + cost, done
                     last_group[state, :] = w_group[k]
+        if bound < np.inf:  # down-sets that cannot beat a known plan
+            kept = [0]
+            kept.pop()
+            for state in level:
+                if not best[state] + owes[state] > bound:
+                    kept.append(state)
+            level = kept
         narrow = evaluated > total
         keep = narrow_states if narrow else states
         if len(level) > keep:  # the beam: the most promising down-sets of this size

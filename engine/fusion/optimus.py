@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.fusion import core, dnnvm, efficient_s
-from engine.fusion.cost import Capacity, dram_bytes, params_stay
+from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
 from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
 from engine.graph import OpKind
@@ -83,8 +83,10 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     ops = (1 << n) - 1 if within is None else within
     # interchangeable ops run in index order (a symmetry of the whole search only: windows start anywhere)
     twin = _twins(model) if within is None and not start and not bound_only else [-1] * n
+    twinned = any(t >= 0 for t in twin) and not whole_fanout and not max_size
+    bound = _known_plan(model, cap) if twinned else INF  # fans: most down-sets cannot beat the layer-wise plan
     if compiled:
-        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin)
+        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
         if found is not None:
             return found
     full = start | ops
@@ -103,6 +105,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
+        if bound < INF:  # down-sets that cannot beat a known plan
+            level[:] = [d for d in level if not best.get(d, INF) + still[d] > bound]
         narrow = evaluated > limits.total
         width = limits.narrow_states if narrow else limits.states
         if len(level) > width:
@@ -215,7 +219,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
 
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
-                     ops: int, bound_only: bool, twin: list[int]) -> tuple[list[int], int, bool, float] | None:
+                     ops: int, bound_only: bool, twin: list[int], bound: float
+                     ) -> tuple[list[int], int, bool, float] | None:
     """`chain_search` run by `core.search`, or None when its ISOA program cannot hold a group (`core._isoa`)."""
     n = model.n
 
@@ -231,7 +236,7 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
         *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
         _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
         whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
-        bound_only, np.array(twin, np.int64))
+        bound_only, np.array(twin, np.int64), float(bound))
     if too_big:
         return None
     groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
@@ -332,6 +337,17 @@ def _ready(model: FusionModel, ready: int, group: int, done: int, ops: int, twin
             if not model.pred[y] & ~done and (twin[y] < 0 or done >> twin[y] & 1):
                 out |= sb
     return out
+
+
+def _known_plan(model: FusionModel, cap: Capacity) -> float:
+    """The total of the better of two plans any search may compare with: every op alone, and one group of
+    all when it is connected and fits with its parameters on chip (inf when neither runs)."""
+    everything = (1 << model.n) - 1
+    lone = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
+    plans = [INF if None in lone else sum(lone)]
+    if model.is_connected(everything) and fits(model, everything, cap) and params_stay(model, everything, cap):
+        plans.append(least_bytes(model, everything))
+    return min(plans)
 
 
 def _first_ready(model: FusionModel, start: int, ops: int, twin: list[int]) -> int:
