@@ -1010,6 +1010,12 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
             for state in level:
                 if not best[state] + owes[state] > bound:
                     kept.append(state)
+            if len(level) and not len(kept):  # keep a way to the end (the beam may have dropped the optimum's)
+                pick = level[0]
+                for state in level:
+                    if best[state] + owes[state] < best[pick] + owes[pick]:
+                        pick = state
+                kept.append(pick)
             level = kept
         narrow = evaluated > total
         keep = narrow_states if narrow else states

@@ -106,7 +106,10 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
         if bound < INF:  # down-sets that cannot beat a known plan
-            level[:] = [d for d in level if not best.get(d, INF) + still[d] > bound]
+            kept = [d for d in level if not best.get(d, INF) + still[d] > bound]
+            if level and not kept:  # keep a way to the end (the beam may have dropped the optimum's)
+                kept = [min(level, key=lambda d: best.get(d, INF) + still[d])]
+            level[:] = kept
         narrow = evaluated > limits.total
         width = limits.narrow_states if narrow else limits.states
         if len(level) > width:
