@@ -182,7 +182,7 @@ def _has(bits, i):
 
 @njit(cache=True)
 def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, param_room, shared, batch, word_bits,
-          max_size, online, quota, offered, offers, bound_only):
+          max_size, online, quota, offered, offers, bound_only, twin):
     """Every group grown from the down-set `done`, as the Python loop of `optimus.chain_search` grows them.
 
     `done`, `ready` (ops whose predecessors are all done) and `allowed` (ops that may join) are bitsets.
@@ -190,8 +190,9 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
     `batch`: images that multiply parameter reloads (1 under Eq. 3 as printed). Appends each group to offer
     to `offered` (its members, then -1) and (size, Eq. 3 bytes with the parameters once, the least bytes,
     surely streamed, may stay on chip) to `offers`; under `bound_only` (the windows of `engine.fusion.bound`)
-    groups need not be connected. Returns (groups evaluated, whether the quota stopped it, whether the ISOA
-    program could not run on a group, the log, longer if it had to grow).
+    groups need not be connected; `twin[i]`: the op i may run only with or after (`optimus._twins`), or -1.
+    Returns (groups evaluated, whether the quota stopped it, whether the ISOA program could not run on a
+    group, the log, longer if it had to grow).
     """
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
@@ -215,7 +216,7 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
             dep[START_LOG, d] = top[0]
             _add(t, at, st, dep, log, top, work, d, x0, online)
             _fits(t, at, st, dep, log, top, d, room)
-            _next_cand(t, at, st, dep, cand, done, allowed, d, x0)
+            _next_cand(t, at, st, dep, cand, done, allowed, d, x0, twin)
         cur = d
         for c in range(dep[N_CAND, d]):
             x = cand[d, c]
@@ -485,18 +486,22 @@ def _fits(t, at, st, dep, log, top, d, room):
 
 
 @njit(cache=True)
-def _next_cand(t, at, st, dep, cand, done, allowed, d, x):
-    """The ops that may join the group at depth d, whose newest member is x: the parent's above x, and the
-    successors of x whose predecessors have all run or joined, merged in ascending order."""
+def _next_cand(t, at, st, dep, cand, done, allowed, d, x, twin):
+    """The ops that may join the group at depth d, whose newest member is x: the parent's above x, x's twin
+    (x + 1, `optimus._twins`), and the successors of x whose predecessors (and twin) have all run or joined,
+    merged in ascending order."""
     parent, count = d - 1, dep[N_CAND, d - 1]
     k = c = 0
     while c < count and cand[parent, c] <= x:
         c += 1
+    if x + 1 < len(twin) and twin[x + 1] == x and _has(allowed, x + 1):  # below every successor and parent's
+        cand[d, k] = x + 1
+        k += 1
     for e in range(t[at[SUCC_PTR] + x], t[at[SUCC_PTR] + x + 1]):
         s = t[at[SUCC_IDX] + e]
         if not _has(allowed, s):
             continue
-        ready = True
+        ready = twin[s] < 0 or _has(done, twin[s]) or st[IN_GROUP, twin[s]] == 1
         for e2 in range(t[at[PRED_PTR] + s], t[at[PRED_PTR] + s + 1]):
             p = t[at[PRED_IDX] + e2]
             ready = ready and (_has(done, p) or st[IN_GROUP, p] == 1)
@@ -842,22 +847,25 @@ def _find(keys, slots, row):
 
 
 @njit(cache=True)
-def _ready(t, at, ready, group, after, allowed, out, seen, stamp):
+def _ready(t, at, ready, group, after, allowed, out, seen, stamp, twin):
     """`optimus._ready`: the ready ops after `group` ran on top of a down-set whose ready ops were `ready`
     (`seen`: a per-op scratch array, `stamp` a value not in it yet, so a successor of many members is
-    checked once)."""
+    checked once; `twin` as in `_grow`)."""
     n = at[OUT_H + 1] - at[OUT_H]
     for w in range(len(out)):
         out[w] = ready[w] & ~group[w]
     for i in range(n):
         if not _has(group, i):
             continue
-        for e in range(t[at[SUCC_PTR] + i], t[at[SUCC_PTR] + i + 1]):
-            s = t[at[SUCC_IDX] + e]
+        first, end = t[at[SUCC_PTR] + i], t[at[SUCC_PTR] + i + 1]
+        for e in range(first, end + 1):  # the successors, then the twin
+            s = t[at[SUCC_IDX] + e] if e < end else i + 1
+            if e == end and (s >= n or twin[s] != i):
+                continue
             if seen[s] == stamp or _has(after, s) or not _has(allowed, s):
                 continue
             seen[s] = stamp
-            ok = True
+            ok = twin[s] < 0 or _has(after, twin[s])
             for e2 in range(t[at[PRED_PTR] + s], t[at[PRED_PTR] + s + 1]):
                 ok = ok and _has(after, t[at[PRED_IDX] + e2])
             if ok:
@@ -905,12 +913,13 @@ def _still(t, at, before, done, group, after, stamp, mark):
 @njit(cache=True, nogil=True)
 def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
            param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
-           narrow_groups, bound_only):
+           narrow_groups, bound_only, twin, bound):
     """`optimus.chain_search` in compiled code: the same down-sets, groups and order.
 
     `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
     ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
-    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`. Returns (the chain's groups as
+    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`; `twin` as in `_grow`; `bound`: the
+    total of a known plan (down-sets whose cost plus `owes` exceed it are dropped; inf: none). Returns (the chain's groups as
     bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether the ISOA
     program could not run on a group, in which case nothing else is meaningful).
     """
@@ -996,6 +1005,19 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 if best[done] + cost < best[state]:
                     best[state], prev[state] = best[done] + cost, done
                     last_group[state, :] = w_group[k]
+        if bound < np.inf:  # down-sets that cannot beat a known plan
+            kept = [0]
+            kept.pop()
+            for state in level:
+                if not best[state] + owes[state] > bound:
+                    kept.append(state)
+            if len(level) and not len(kept):  # keep a way to the end (the beam may have dropped the optimum's)
+                pick = level[0]
+                for state in level:
+                    if best[state] + owes[state] < best[pick] + owes[pick]:
+                        pick = state
+                kept.append(pick)
+            level = kept
         narrow = evaluated > total
         keep = narrow_states if narrow else states
         if len(level) > keep:  # the beam: the most promising down-sets of this size
@@ -1026,7 +1048,7 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                 quota = narrow_groups if narrow else groups
                 more, stopped, too_big, log = _grow(t, at, st, dep, log, top, work, cand, keys[done], readies[done],
                                                allowed, room, param_room, shared, batch, word_bits, max_size, online,
-                                               quota, offered, offers, bound_only)
+                                               quota, offered, offers, bound_only, twin)
                 if too_big:
                     return np.zeros((0, width), np.uint64), evaluated, exact, np.inf, True
                 evaluated += more
@@ -1077,7 +1099,7 @@ def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, star
                     slots[slot] = a
                     keys[a, :] = after
                     stamp += 1
-                    _ready(t, at, readies[done], group, after, allowed, readies[a], seen, stamp)
+                    _ready(t, at, readies[done], group, after, allowed, readies[a], seen, stamp, twin)
                     owes[a] = _still(t, at, owes[done], keys[done], group, after, stamp, mark)
                     level_size = size + (size_q if alone < 0 else 1)
                     if head[level_size] < 0:

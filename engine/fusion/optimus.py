@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.fusion import core, dnnvm, efficient_s
-from engine.fusion.cost import Capacity, dram_bytes, params_stay
+from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
 from engine.fusion.floor import split_plan, whole_plan
 from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
+from engine.graph import OpKind
 
 INF = float("inf")
 
@@ -81,14 +82,18 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     """
     n = model.n
     ops = (1 << n) - 1 if within is None else within
+    # interchangeable ops run in index order (a symmetry of the whole search only: windows start anywhere)
+    twin = _twins(model) if within is None and not start and not bound_only else [-1] * n
+    twinned = any(t >= 0 for t in twin) and not whole_fanout and not max_size
+    bound = _known_plan(model, cap) if twinned else INF  # fans: most down-sets cannot beat the layer-wise plan
     if compiled:
-        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only)
+        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
         if found is not None:
             return found
     full = start | ops
     best = {start: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
     back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
-    sources = {start: sum(1 << i for i in model.members(ops) if not model.pred[i] & ~start)}  # down-set -> ops ready
+    sources = {start: _first_ready(model, start, ops, twin)}  # down-set -> ops ready
     levels: list[list[int]] = [[] for _ in range(n + 1)]  # down-sets by size
     levels[start.bit_count()].append(start)
     evaluated = 0
@@ -101,6 +106,11 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     for level in levels:
         for done in level:
             _settle(model, cap, done, pending.pop(done, []), best, back)
+        if bound < INF:  # down-sets that cannot beat a known plan
+            kept = [d for d in level if not best.get(d, INF) + still[d] > bound]
+            if level and not kept:  # keep a way to the end (the beam may have dropped the optimum's)
+                kept = [min(level, key=lambda d: best.get(d, INF) + still[d])]
+            level[:] = kept
         narrow = evaluated > limits.total
         width = limits.narrow_states if narrow else limits.states
         if len(level) > width:
@@ -119,7 +129,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                 cost = dram_bytes(model, b, cap)
                 if after not in sources:
                     levels[after.bit_count()].append(after)
-                    sources[after] = _ready(model, sources[done], b, after, ops)
+                    sources[after] = _ready(model, sources[done], b, after, ops, twin)
                     still[after] = _still(model, still[done], done, b)
                 if base + cost < best.get(after, INF):
                     best[after], back[after] = base + cost, (done, b)
@@ -183,7 +193,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                             not whole_fanout or not fanned[grown] & ~grown):
                         if after not in sources:
                             levels[after.bit_count()].append(after)
-                            sources[after] = _ready(model, sources[done], grown, after, ops)
+                            sources[after] = _ready(model, sources[done], grown, after, ops, twin)
                             still[after] = _still(model, still[done], done, grown)
                         if part.mask and not resident and not bound_only:
                             pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
@@ -194,11 +204,12 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                                 back[after] = (done, grown)
                     if grows and (not max_size or grown.bit_count() < max_size):
                         nxt = cand & ~b
-                        s = succ[x] & ops
+                        s = (succ[x] | _twin_after(twin, x)) & ops
                         while s:
                             sb = s & -s
                             s ^= sb
-                            if not pred[sb.bit_length() - 1] & ~after:
+                            y = sb.bit_length() - 1
+                            if not pred[y] & ~after and (twin[y] < 0 or after >> twin[y] & 1):
                                 nxt |= sb
                         stack.append((node, x, parts, nxt))
     if full not in best:
@@ -212,7 +223,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
 
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
-                     ops: int, bound_only: bool) -> tuple[list[int], int, bool, float] | None:
+                     ops: int, bound_only: bool, twin: list[int], bound: float
+                     ) -> tuple[list[int], int, bool, float] | None:
     """`chain_search` run by `core.search`, or None when its ISOA program cannot hold a group (`core._isoa`)."""
     n = model.n
 
@@ -222,13 +234,13 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
     tables, work = core.tables(model), core.workspace(model)
     lone = core.lone_costs(*tables, *work[:5], bits(ops), cap.fmap, cap.param, cap.shared, cap.per_band, model.batch,
                            model.word_bits)  # DRAM bytes of each op alone; -1 where it cannot run
-    ready = sum(1 << i for i in model.members(ops) if not model.pred[i] & ~start)
+    ready = _first_ready(model, start, ops, twin)
     batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
     chain, evaluated, exact, total, too_big = core.search(
         *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
         _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
         whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
-        bound_only)
+        bound_only, np.array(twin, np.int64), float(bound))
     if too_big:
         return None
     groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
@@ -313,20 +325,72 @@ def _runs_alone(model: FusionModel, ready: int) -> int:
     return -1
 
 
-def _ready(model: FusionModel, ready: int, group: int, done: int, ops: int) -> int:
-    """Ops of `ops` whose predecessors are all in `done`, from the ready set before `group` ran."""
+def _ready(model: FusionModel, ready: int, group: int, done: int, ops: int, twin: list[int]) -> int:
+    """Ops of `ops` whose predecessors (and twin) are all in `done`, from the ready set before `group` ran."""
     out = ready & ~group
     m = group
     while m:
         b = m & -m
         m ^= b
-        s = model.succ[b.bit_length() - 1] & ~done & ops
+        i = b.bit_length() - 1
+        s = (model.succ[i] | _twin_after(twin, i)) & ~done & ops
         while s:
             sb = s & -s
             s ^= sb
-            if not model.pred[sb.bit_length() - 1] & ~done:
+            y = sb.bit_length() - 1
+            if not model.pred[y] & ~done and (twin[y] < 0 or done >> twin[y] & 1):
                 out |= sb
     return out
+
+
+def _known_plan(model: FusionModel, cap: Capacity) -> float:
+    """The total of the better of two plans any search may compare with: every op alone, and one group of
+    all when it is connected and fits with its parameters on chip (inf when neither runs)."""
+    everything = (1 << model.n) - 1
+    lone = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
+    plans = [INF if None in lone else sum(lone)]
+    if model.is_connected(everything) and fits(model, everything, cap) and params_stay(model, everything, cap):
+        plans.append(least_bytes(model, everything))
+    return min(plans)
+
+
+def _first_ready(model: FusionModel, start: int, ops: int, twin: list[int]) -> int:
+    """Ops of `ops` whose predecessors (and twin) are all in the down-set `start`."""
+    return sum(1 << i for i in model.members(ops)
+               if not model.pred[i] & ~start and (twin[i] < 0 or start >> twin[i] & 1))
+
+
+def _twin_after(twin: list[int], i: int) -> int:
+    """The op whose twin is `i` (always i + 1), as a mask; 0 if none."""
+    return 1 << (i + 1) if i + 1 < len(twin) and twin[i + 1] == i else 0
+
+
+_TWIN_KINDS = frozenset({OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.NORM})
+
+
+def _twins(model: FusionModel) -> list[int]:
+    """Op -> the op just before it when the two are interchangeable, else -1.
+
+    Two neighbours in index order of one kind and attributes, reading the same tensors, with unshared weights
+    and outputs alike (bytes, rows, views, readers, being a network output) are swapped by an automorphism of
+    the graph that keeps every other op's place, so every partition costs what its image does. Running such
+    ops in index order (op i + 1 only with or after op i) therefore loses no optimum and makes one tensor
+    read by N alike ops N + 1 down-sets of them instead of 2^N (as `engine.allocation.mpmf._twins` does for
+    the footprint order).
+    """
+    ops, graph = model.graph.ops, model.graph
+
+    def signature(i: int):
+        op = ops[i]
+        if op.kind not in _TWIN_KINDS or model.shares_weights[i]:
+            return None
+        outs = tuple((model.tbytes[j], model.tgeo[j], model.held[j], model.consumer_mask[j],
+                      model.is_graph_output[j], model.views.get(model.tnames[j])) for j in model.outs[i])
+        return (op.kind, op.inputs, op.kernel, op.stride, op.padding, op.dilation, op.groups, op.macs,
+                tuple((graph.tensors[w].shape, model.weight_elems[w]) for w in op.weights), outs)
+
+    marks = [signature(i) for i in range(model.n)]
+    return [-1] + [i - 1 if marks[i] is not None and marks[i] == marks[i - 1] else -1 for i in range(1, model.n)]
 
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:

@@ -1,0 +1,80 @@
+"""One tensor read by many alike ops: `optimus` fixes the order of interchangeable readers and stays exact.
+
+Without that, every subset of the readers is a down-set (2^N); with it, N + 1. The brute force of
+tests/test_fusion_search.py is the oracle on small fans; wide fans must finish in seconds.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+
+import engine
+from engine.fusion import fuse, optimus
+from engine.fusion.cost import Capacity, model_of
+from engine.fusion.model import FusionModel
+from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
+from tests.test_fusion_search import brute_force
+
+
+def fan(readers: int, kind: str = "relu", mixed: bool = False) -> Graph:
+    """x -> conv -> `readers` ops reading its output (ReLUs, 3x3 pools or 1x1 convs; every other one a pool
+    when `mixed`) -> one sum of them all."""
+    shape = (1, 8, 8, 8)
+    tensors = [Tensor("x", shape), Tensor("c.w", (8, 8, 3, 3), is_weight=True), Tensor("c", shape)]
+    ops = [Op("c", OpKind.CONV, ("x",), ("c",), weights=("c.w",), kernel=(3, 3), stride=(1, 1), padding=(1,) * 4,
+              macs=conv_macs(shape, 8, (3, 3), 1))]
+    for i in range(readers):
+        name, this = f"r{i}", "pool" if mixed and i % 2 else kind
+        tensors.append(Tensor(name, shape))
+        if this == "relu":
+            ops.append(Op(name, OpKind.ELTWISE, ("c",), (name,)))
+        elif this == "pool":
+            ops.append(Op(name, OpKind.POOL, ("c",), (name,), kernel=(3, 3), stride=(1, 1), padding=(1,) * 4))
+        else:
+            tensors.append(Tensor(f"{name}.w", (8, 8, 1, 1), is_weight=True))
+            ops.append(Op(name, OpKind.CONV, ("c",), (name,), weights=(f"{name}.w",), kernel=(1, 1), stride=(1, 1),
+                          padding=(0,) * 4, macs=conv_macs(shape, 8, (1, 1), 1)))
+    tensors.append(Tensor("sum", shape))
+    ops.append(Op("sum", OpKind.ELTWISE, tuple(f"r{i}" for i in range(readers)), ("sum",)))
+    return Graph.build(f"fan{readers}", ops, tensors, ("x",), ("sum",))
+
+
+def _acc(buffer: int):
+    return engine.Accelerator.preset("optimus").with_buffer(buffer).with_pe_array(4, 4)
+
+
+@pytest.mark.parametrize("kind,mixed", [("relu", False), ("pool", False), ("conv", False), ("relu", True)])
+@pytest.mark.parametrize("buffer", [2048, 4096, 16384])
+def test_optimus_on_fans_equals_brute_force(kind, mixed, buffer):
+    graph = fan(4, kind, mixed)
+    plan = fuse(graph, _acc(buffer), method="optimus")
+    assert plan.status == "optimal"
+    assert plan.dram_bytes == brute_force(graph, _acc(buffer))
+
+
+def test_twins_are_alike_neighbours_only():
+    acc = _acc(4096)
+    for graph, expect in ((fan(4), [-1, -1, 1, 2, 3, -1]), (fan(4, "conv"), [-1, -1, 1, 2, 3, -1]),
+                          (fan(4, mixed=True), [-1] * 6)):
+        model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
+        assert optimus._twins(model) == expect
+
+
+@pytest.mark.parametrize("readers", [60, 400])
+def test_wide_fans_are_searched_exactly(readers):
+    """Without the twin order a fan of 60 readers has 2^60 down-sets and ends as a beam (timings: BENCHMARKS.md)."""
+    graph = fan(readers)
+    plan = fuse(graph, engine.Accelerator.preset("optimus"), method="optimus")
+    assert plan.status == "optimal"
+    assert sorted(op for group in plan.groups for op in group) == sorted(op.name for op in graph.ops)
+
+
+@pytest.mark.parametrize("kind,buffer", [("relu", 2048), ("conv", 2048), ("pool", 16384)])
+def test_compiled_and_python_loops_agree_on_fans(kind, buffer):
+    """The twin order and the known plan's cut are the same in both loops: same chain, count and total."""
+    graph, acc = fan(8, kind), _acc(buffer)
+    cap = Capacity.of(acc)
+    runs = [optimus.chain_search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap, compiled=c)
+            for c in (False, True)]
+    assert runs[0] == runs[1] and runs[0][2]
