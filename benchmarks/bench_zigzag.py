@@ -1,0 +1,148 @@
+"""Our blocking optimizer beside ZigZag (the peer of issue 16), layer by layer, on ZigZag's own accelerators.
+
+ZigZag 3.9.1 (pip `zigzag-dse`; Mei, Houshmand, Jain, Giraldo and Verhelst, "ZigZag: Enlarging Joint
+Architecture-Mapping Design Space Exploration for DNN Accelerators", IEEE Transactions on Computers 2021) runs in
+a throwaway virtual environment under the system's temporary folder, never in the project's: this script makes it
+once (`zigzag-dse==3.9.1` and `six`, which 3.9.1 imports without declaring it) and runs ZigZag's LOMA mapper on
+its example ResNet-18 (`inputs/workload/resnet18.onnx`: 21 conv and fc layers) for its `tpu_like` accelerator
+(with `inputs/mapping/tpu_like.yaml`) and its `eyeriss_like` one (ZigZag ships no Eyeriss mapping; its
+`default.yaml`, K on D1 and C on D2, clipped to the 14 x 12 array). Each layer keeps ZigZag's least-energy
+mapping. ZigZag's figures are cached in benchmarks/data/zigzag_*.json, so the table is rebuilt without ZigZag.
+
+Run: .venv/bin/python -m benchmarks.bench_zigzag            (table from the cached ZigZag results)
+     .venv/bin/python -m benchmarks.bench_zigzag --rerun    (reruns ZigZag first: minutes per accelerator)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from engine.blocking import Layer
+
+VERSION = "3.9.1"
+ENV = Path(tempfile.gettempdir()) / f"zigzag-{VERSION}-venv"
+DATA = Path(__file__).resolve().parent / "data"
+CASES = (("tpu_like", "tpu_like", "loma"), ("eyeriss_like", "default", "loma"))  # hardware yaml, mapping yaml, mapper
+WORKER = """
+import json, logging, sys, time
+from pathlib import Path
+import zigzag
+from zigzag.mapping.data_movement import DataMoveAttr
+from zigzag.mapping.temporal_mapping import TemporalMappingType
+from zigzag.stages.evaluation.cost_model_evaluation import CostModelStage
+from zigzag.stages.main import MainStage
+from zigzag.stages.mapping.salsa import SalsaStage
+from zigzag.stages.mapping.spatial_mapping_generation import SpatialMappingGeneratorStage
+from zigzag.stages.mapping.temporal_mapping_generator_stage import TemporalMappingGeneratorStage
+from zigzag.stages.parser.accelerator_parser import AcceleratorParserStage
+from zigzag.stages.parser.onnx_model_parser import ONNXModelParserStage
+from zigzag.stages.results.reduce_stages import MinimalEnergyStage
+from zigzag.stages.stage import Stage
+from zigzag.stages.workload_iterator import WorkloadStage
+
+logging.disable(logging.CRITICAL)
+
+
+class Timed(Stage):
+    # the seconds ZigZag spends on one layer: spatial mappings, temporal mapper and cost model
+    def run(self):
+        start = time.perf_counter()
+        for cme, _ in self.list_of_callables[0](self.list_of_callables[1:], **self.kwargs).run():
+            yield cme, time.perf_counter() - start
+
+
+hardware, mapping, mapper = sys.argv[1:4]
+inputs = Path(zigzag.__file__).parent / "inputs"
+stages = [ONNXModelParserStage, AcceleratorParserStage, WorkloadStage, Timed, MinimalEnergyStage,
+          SpatialMappingGeneratorStage, MinimalEnergyStage,
+          SalsaStage if mapper == "salsa" else TemporalMappingGeneratorStage, CostModelStage]
+main = MainStage(stages, workload=str(inputs / "workload/resnet18.onnx"),
+                 accelerator=str(inputs / f"hardware/{hardware}.yaml"), mapping=str(inputs / f"mapping/{mapping}.yaml"),
+                 dump_folder="outputs", loma_lpf_limit=6, loma_show_progress_bar=False, nb_mappings_generated=3,
+                 enable_mix_spatial_mapping_generation=False, access_same_data_considered_as_no_access=True,
+                 temporal_mapping_type=TemporalMappingType("uneven"))
+rows = []
+for cme, (layer, seconds) in main.run():
+    operands = {}
+    for op in layer.layer_operands:
+        mem_op = layer.memory_operand_links.layer_to_mem_op(op)
+        operands[str(op)] = [
+            {"memory": cme.accelerator.get_memory_level(mem_op, lv).name,
+             "loops": [[str(d), round(float(s), 4)] for d, s in cme.temporal_mapping.mapping_dic_stationary[op][lv]],
+             "elements": {str(k): v for k, v in cme.mapping.unit_mem_data_movement[op][lv]
+                          .get_attribute(DataMoveAttr.DATA_ELEM_MOVE_COUNT).data.items()},
+             "accesses": {str(k): v for k, v in cme.memory_word_access[op][lv].data.items()},
+             "energy_pj": round(float(sum(cme.mem_energy_breakdown_further[op][lv].data.values())), 3)}
+            for lv in range(cme.mapping.mem_level[op])]
+    rows.append({"name": layer.name, "type": layer.type, "seconds": round(seconds, 3),
+                 "dims": {str(d): int(s) for d, s in layer.layer_dim_sizes.items()},
+                 "relations": [str(r) for r in layer.dimension_relations], "padding": str(layer.padding),
+                 "precision_bits": {str(k): v for k, v in layer.operand_precision.data.items()},
+                 "energy_pj": round(cme.energy_total, 3), "mac_pj": round(cme.mac_energy, 3),
+                 "latency_cycles": cme.latency_total2, "ideal_temporal_cycles": cme.ideal_temporal_cycle,
+                 "utilisation": round(cme.mac_spatial_utilization, 4), "spatial": str(layer.spatial_mapping),
+                 "operands": operands})
+print("RESULT " + json.dumps(rows))
+"""
+
+
+def environment() -> Path:
+    """The throwaway environment's interpreter, made and filled on first use."""
+    exe = ENV / "bin" / "python"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(ENV)], check=True)
+        subprocess.run([str(exe), "-m", "pip", "install", "-q", f"zigzag-dse=={VERSION}", "six"], check=True,
+                       capture_output=True)
+    return exe
+
+
+def cache_path(hardware: str, mapper: str) -> Path:
+    return DATA / f"zigzag_{hardware}_{mapper}.json"
+
+
+def run_zigzag(hardware: str, mapping: str, mapper: str) -> list[dict]:
+    """ZigZag's least-energy mapping of every ResNet-18 layer on `hardware`, written to the cache and returned."""
+    proc = subprocess.run([str(environment()), "-c", WORKER, hardware, mapping, mapper], capture_output=True,
+                          text=True, timeout=7200, cwd=tempfile.gettempdir(), check=True)
+    rows = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")).removeprefix("RESULT "))
+    DATA.mkdir(exist_ok=True)
+    cache_path(hardware, mapper).write_text(json.dumps({"zigzag": VERSION, "hardware": hardware, "mapping": mapping,
+                                                        "mapper": mapper, "layers": rows}, indent=0) + "\n")
+    return rows
+
+
+def zigzag_layers(hardware: str, mapper: str) -> list[dict]:
+    """The cached ZigZag results of one accelerator and mapper."""
+    return json.loads(cache_path(hardware, mapper).read_text())["layers"]
+
+
+def layer_of(row: dict) -> Layer:
+    """Our `Layer` for one ZigZag layer record (conv: B, K, C, OX, OY, FX, FY; gemm: D, C, K)."""
+    d = row["dims"]
+    stride = {m[1]: int(m[2]) for m in (re.match(r"I([XY]) = (\d+)\*O", r) for r in row["relations"]) if m}
+    return Layer(X=d.get("OX", 1), Y=d.get("OY", d.get("D", 1)), C=d["C"], K=d["K"], N=d.get("B", 1),
+                 Fw=d.get("FX", 1), Fh=d.get("FY", 1), stride=(stride.get("X", 1), stride.get("Y", 1)),
+                 name=row["name"])
+
+
+def dram_elements(row: dict) -> int:
+    """Words ZigZag moves across DRAM's port (reads and writes, all operands)."""
+    return sum(sum(level["elements"].values()) for levels in row["operands"].values() for level in levels
+               if level["memory"] == "dram")
+
+
+def main(rerun: bool) -> None:
+    for hardware, mapping, mapper in CASES:
+        rows = run_zigzag(hardware, mapping, mapper) if rerun or not cache_path(hardware, mapper).exists() \
+            else zigzag_layers(hardware, mapper)
+        print(f"## {hardware} ({mapper}): {len(rows)} layers, {sum(r['seconds'] for r in rows):.0f} s, "
+              f"{sum(r['energy_pj'] for r in rows):.4g} pJ")
+
+
+if __name__ == "__main__":
+    main("--rerun" in sys.argv[1:])
