@@ -1,4 +1,5 @@
-"""Memory hierarchies to block for: `Memory` levels (shared or split into IB/KB/OB) ending in DRAM.
+"""Memory hierarchies to block for: `Memory` levels (shared or split into IB/KB/OB) ending in DRAM,
+each holding some operands and bypassing the others, optionally around a `SpatialArray` of PEs.
 
 Access energy per word follows Yang et al. Table 3 (pJ per 16-bit access by SRAM size and
 memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
@@ -6,11 +7,12 @@ memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
-from engine.blocking.layer import TENSORS
+from engine.blocking.layer import DIMS, TENSORS
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # access_energy_pj: re-exported
 
 KB = 1024
@@ -24,14 +26,22 @@ class Memory:
 
     `energy_pj` is the energy of one word access for the input, kernel and output data
     held here; `size_bytes=None` (and no split) marks the unbounded DRAM at the top.
+    `holds` names the operands kept here ("IWO" by default); the others bypass the level, so
+    their accesses go to the next level up that holds them.
     """
 
     name: str
     size_bytes: int | None = None
     split_bytes: tuple[int, int, int] | None = None
     energy_pj: tuple[float, float, float] = (TABLE3_DRAM_PJ,) * 3
+    holds: str = "IWO"
 
     def __post_init__(self):
+        if not isinstance(self.holds, str) or not self.holds or set(self.holds) - set(TENSORS) \
+                or len(set(self.holds)) != len(self.holds):
+            raise EngineError(f"memory '{self.name}': holds must name one or more of the operands I, W, O once each, "
+                              f"got {self.holds!r}")
+        object.__setattr__(self, "holds", "".join(T for T in TENSORS if T in self.holds))
         if self.split_bytes is not None:
             object.__setattr__(self, "split_bytes", tuple(self.split_bytes))
             if len(self.split_bytes) != 3 or any(not isinstance(b, int) or b < 0 for b in self.split_bytes):
@@ -41,6 +51,11 @@ class Memory:
                 raise EngineError(f"memory '{self.name}': give size_bytes or split_bytes, not both")
         elif self.size_bytes is not None and (not isinstance(self.size_bytes, int) or self.size_bytes < 1):
             raise EngineError(f"memory '{self.name}': size_bytes must be a positive whole number, got {self.size_bytes!r}")
+        if self.split_bytes and self.holds != "IWO":
+            for T, b in zip(TENSORS, self.split_bytes):
+                if T in self.holds and b == 0:
+                    raise EngineError(f"memory '{self.name}': operand {T} is held here with a capacity of 0 bytes; "
+                                      f"give it a positive capacity or leave it out of holds ({self.holds!r})")
         object.__setattr__(self, "energy_pj", tuple(float(e) for e in self.energy_pj))
         if len(self.energy_pj) != 3 or any(e < 0 for e in self.energy_pj):
             raise EngineError(f"memory '{self.name}': energy_pj must be three non-negative numbers (I, W, O)")
@@ -55,6 +70,10 @@ class Memory:
 
     def energy(self, tensor: str) -> float:
         return self.energy_pj[TENSORS.index(tensor)]
+
+    def keeps(self, tensor: str) -> bool:
+        """Whether this level holds `tensor` (rather than bypassing it)."""
+        return tensor in self.holds
 
     @classmethod
     def sram(cls, name: str, size_bytes: int, *, width_bits: int = 64, word_bits: int = 16) -> "Memory":
@@ -76,13 +95,82 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class SpatialArray:
+    """A PE array: named axes with their sizes, and the dataflow mapping loop dims onto the axes.
+
+    `dataflow` pairs a loop dim (one of `DIMS`) with the axis it unrolls over; several dims may
+    share an axis (their factors multiply). `noc_pj` is the energy (I, W, O) of one word delivered
+    to, or collected from, one PE over the array's network: an input or weight word is read once
+    from the level above the array and multicast to every PE that uses it, and partial sums are
+    reduced across the PEs that share an output (one add or forward per PE word).
+    """
+
+    axes: tuple[tuple[str, int], ...]
+    dataflow: tuple[tuple[str, str], ...]
+    noc_pj: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    name: str = "PE array"
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple((str(a), n) for a, n in self.axes))
+        object.__setattr__(self, "dataflow", tuple((d, str(a)) for d, a in self.dataflow))
+        names = [a for a, _ in self.axes]
+        if not self.axes or len(set(names)) != len(names):
+            raise EngineError(f"array '{self.name}': give one or more axes with distinct names, got {self.axes!r}")
+        for a, n in self.axes:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise EngineError(f"array '{self.name}': axis '{a}' size must be a whole number >= 1, got {n!r}")
+        dims = [d for d, _ in self.dataflow]
+        for d, a in self.dataflow:
+            if d not in DIMS:
+                raise EngineError(f"array '{self.name}': dataflow dim '{d}' is not a loop; use one of {', '.join(DIMS)}")
+            if a not in names:
+                raise EngineError(f"array '{self.name}': dataflow maps {d} to unknown axis '{a}'; axes: {', '.join(names)}")
+        if len(set(dims)) != len(dims):
+            raise EngineError(f"array '{self.name}': each dim may unroll over one axis only, got {self.dataflow!r}")
+        object.__setattr__(self, "noc_pj", tuple(float(e) for e in self.noc_pj))
+        if len(self.noc_pj) != 3 or any(e < 0 for e in self.noc_pj):
+            raise EngineError(f"array '{self.name}': noc_pj must be three non-negative numbers (I, W, O)")
+
+    @property
+    def pes(self) -> int:
+        return math.prod(n for _, n in self.axes)
+
+    def axis_of(self, dim: str) -> str | None:
+        return dict(self.dataflow).get(dim)
+
+    def check(self, unroll) -> None:
+        """Raise unless `unroll` (factors in `DIMS` order) follows the dataflow and fits every axis."""
+        sizes = dict(self.axes)
+        used = dict.fromkeys(sizes, 1)
+        for d, f in zip(DIMS, unroll):
+            if isinstance(f, bool) or not isinstance(f, int) or f < 1:
+                raise EngineError(f"array '{self.name}': unroll of {d} must be a whole number >= 1, got {f!r}")
+            if f == 1:
+                continue
+            axis = self.axis_of(d)
+            if axis is None:
+                raise EngineError(f"array '{self.name}': {d} unrolled by {f} but the dataflow "
+                                  f"({', '.join(f'{x}->{a}' for x, a in self.dataflow)}) does not map {d} to an axis")
+            used[axis] *= f
+        for axis, n in used.items():
+            if n > sizes[axis]:
+                raise EngineError(f"array '{self.name}': unroll of {n} on axis '{axis}' exceeds its {sizes[axis]} PEs")
+
+
+@dataclass(frozen=True)
 class Hierarchy:
-    """Memory levels from the one next to the MACs out to DRAM (unbounded, last)."""
+    """Memory levels from the one next to the MACs out to DRAM (unbounded, last, holding every operand).
+
+    With an `array`, the first `array_level` levels sit inside every PE (capacities per PE) and
+    the others outside the array, shared by all PEs.
+    """
 
     levels: tuple[Memory, ...]
     word_bits: int = 16
     mac_pj: float = MAC_PJ
     name: str = ""
+    array: SpatialArray | None = None
+    array_level: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
@@ -90,12 +178,31 @@ class Hierarchy:
             raise EngineError(f"hierarchy '{self.name}': needs at least one on-chip level and DRAM")
         if self.levels[-1].bounded or any(not m.bounded for m in self.levels[:-1]):
             raise EngineError(f"hierarchy '{self.name}': only the last level (DRAM) may be unbounded, and it must be")
+        top = self.levels[-1]
+        for T in TENSORS:
+            if not top.keeps(T):
+                raise EngineError(f"hierarchy '{self.name}': operand {T} has no level that can hold it: the last "
+                                  f"level '{top.name}' holds only {top.holds!r} and must hold I, W and O")
+        m = len(self.levels) - 1
+        if isinstance(self.array_level, bool) or not isinstance(self.array_level, int) \
+                or not 0 <= self.array_level <= m or (self.array is None and self.array_level):
+            raise EngineError(f"hierarchy '{self.name}': array_level must be between 0 and {m} (levels inside each "
+                              f"PE), and 0 without an array; got {self.array_level!r}")
         if not isinstance(self.word_bits, int) or not 1 <= self.word_bits <= 64:
             raise EngineError(f"hierarchy '{self.name}': word_bits must be between 1 and 64, got {self.word_bits!r}")
 
     @property
     def on_chip(self) -> tuple[Memory, ...]:
         return self.levels[:-1]
+
+    @property
+    def per_operand(self) -> bool:
+        """Whether some level bypasses an operand or a PE array is modelled (the per-operand search)."""
+        return self.array is not None or any(mem.holds != "IWO" for mem in self.levels)
+
+    def inside(self, level: int) -> bool:
+        """Whether level `level` sits inside every PE (below the array)."""
+        return level < self.array_level
 
     def capacity_words(self, level: int, tensor: str | None = None) -> int:
         """Words level `level` holds: its shared size, or `tensor`'s buffer when split."""
@@ -111,7 +218,8 @@ class Hierarchy:
             if n not in known:
                 raise UnknownNameError("memory level", n, known)
         kept = tuple(m for m in self.on_chip if m.name in names)
-        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name)
+        inner = sum(m.name in names for m in self.on_chip[:self.array_level])
+        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name, self.array, inner)
 
     # ---- the hierarchies of the paper's evaluation -------------------------
     @classmethod

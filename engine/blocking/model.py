@@ -27,22 +27,30 @@ BUFFER_NAMES = {"I": "IB", "W": "KB", "O": "OB"}
 
 @dataclass(frozen=True)
 class Blocking:
-    """Loop tiles per on-chip level and the loop order of each block above them.
+    """Loop tiles per on-chip level, the loop order of each block above them, and the spatial unrolling.
 
     `tiles[l]` gives, in `DIMS` order, the bounds of the loops inside memory level l
-    (cumulative: X_l in the paper's notation); `dims` are the layer's full bounds.
-    `orders[l]` orders (innermost first) the loops of the block between level l and
-    level l + 1, the last block iterating over DRAM.
+    (cumulative: X_l in the paper's notation); `dims` are the temporal bounds (the layer's
+    bounds, or with an array ceil(bound / unroll)). `orders[l]` orders (innermost first) the
+    loops of the block between level l and level l + 1, the last block iterating over DRAM.
+    `unroll` gives the factor each dim is unrolled by over the PE array (all 1 without one);
+    the spatial loops sit below every temporal loop, so a PE's tile of a dim is strided.
     """
 
     dims: tuple[int, ...]
     tiles: tuple[tuple[int, ...], ...]
     orders: tuple[tuple[str, ...], ...]
+    unroll: tuple[int, ...] = (1,) * len(DIMS)
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(self.dims))
         object.__setattr__(self, "tiles", tuple(tuple(t) for t in self.tiles))
         object.__setattr__(self, "orders", tuple(tuple(o) for o in self.orders))
+        object.__setattr__(self, "unroll", tuple(self.unroll))
+        if len(self.unroll) != len(DIMS) or any(isinstance(f, bool) or not isinstance(f, int) or f < 1
+                                                for f in self.unroll):
+            raise EngineError(f"blocking: unroll must give a whole factor >= 1 for each of {', '.join(DIMS)}, "
+                              f"got {self.unroll!r}")
         if len(self.tiles) != len(self.orders) or not self.tiles:
             raise EngineError("blocking: give one tile and one loop order per on-chip level")
         for o in self.orders:
@@ -58,12 +66,17 @@ class Blocking:
                                       f"the enclosing bound {b}")
 
     @classmethod
-    def of(cls, layer: Layer, *tiles: dict, orders=None) -> "Blocking":
+    def of(cls, layer: Layer, *tiles: dict, orders=None, unroll: dict | None = None) -> "Blocking":
         """A blocking from one dict per on-chip level (dim -> bound); a dim left out keeps the bound below.
 
         `orders` are strings or tuples of dim names, innermost first; a block's missing
-        dims follow in `DIMS` order. Default: `DIMS` order for every block.
+        dims follow in `DIMS` order. Default: `DIMS` order for every block. `unroll` maps
+        dims to their factor over the PE array (tiles are then in temporal steps).
         """
+        unknown = set(unroll or {}) - set(DIMS)
+        if unknown:
+            raise EngineError(f"blocking: unknown unrolled loop(s) {sorted(unknown)}; use {', '.join(DIMS)}")
+        factors = tuple((unroll or {}).get(d, 1) for d in DIMS)
         rows, prev = [], dict.fromkeys(DIMS, 1)
         for t in tiles:
             unknown = set(t) - set(DIMS)
@@ -76,12 +89,59 @@ class Blocking:
         for o in orders:
             o = _split_order(o) if isinstance(o, str) else tuple(o)
             full.append(o + tuple(d for d in DIMS if d not in o))
-        return cls(layer.dims, tuple(rows), tuple(full))
+        return cls(SpatialView.of(layer, factors).dims, tuple(rows), tuple(full), factors)
 
     def trips(self, block: int) -> dict[str, int]:
         """Iterations of each loop of block `block` (the loops between level `block` and the next)."""
         outer = self.tiles[block + 1] if block + 1 < len(self.tiles) else self.dims
         return {d: b // a for d, a, b in zip(DIMS, self.tiles[block], outer)}
+
+
+@dataclass(frozen=True)
+class SpatialView:
+    """A layer seen through a spatial unrolling: temporal bounds, one PE's loop nest, the padded whole.
+
+    The unrolled loops are innermost, so PE j of a dim unrolled by s handles indices j, j + s, ...:
+    its nest has the temporal bounds with stride (or dilation) times s. Bounds that the factor
+    does not divide are padded up (ceil): idle PEs, and the padded words counted as moved (an
+    overestimate of at most the padding fraction).
+    """
+
+    layer: Layer
+    unroll: tuple[int, ...]
+    pe: Layer  # one PE's loop nest (temporal bounds, strided)
+    padded: Layer  # the layer padded to multiples of the unrolling
+
+    @classmethod
+    def of(cls, layer: Layer, unroll) -> "SpatialView":
+        unroll = tuple(unroll)
+        t = {d: -(-getattr(layer, d) // f) for d, f in zip(DIMS, unroll)}
+        s = dict(zip(DIMS, unroll))
+        (sx, sy), (dx, dy) = layer.stride, layer.dilation
+        pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
+                   has_weights=layer.has_weights)
+        padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
+                       has_weights=layer.has_weights)
+        return cls(layer, unroll, pe, padded)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.pe.dims
+
+    @property
+    def lanes(self) -> int:
+        """PEs the unrolling keeps busy (padded lanes included)."""
+        return math.prod(self.unroll)
+
+    def words(self, tensor: str, tile, inside: bool) -> int:
+        """Words of `tensor` a temporal tile touches: in all busy PEs together (inside), or in the array's whole tile."""
+        if inside:
+            return self.pe.footprint(tensor, tile) * self.lanes
+        return self.padded.footprint(tensor, tuple(a * f for a, f in zip(tile, self.unroll)))
+
+    def stored(self, tensor: str, tile, inside: bool) -> int:
+        """Words of `tensor` a level keeps for a temporal tile: per PE (inside), or the array's whole tile."""
+        return self.pe.footprint(tensor, tile) if inside else self.words(tensor, tile, False)
 
 
 def _split_order(text: str) -> tuple[str, ...]:
@@ -124,10 +184,18 @@ class Cost:
     mac_pj: float
     fits: bool
     overflow: tuple[str, ...]
+    cycles: int = 0  # temporal steps of the nest, all groups (one MAC per busy PE per step)
+    pes: int = 1  # PEs of the array (1 without one)
 
     @property
     def memory_pj(self) -> float:
+        """Energy of the memory accesses and of the array's multicast and reduction (pJ)."""
         return sum(a.energy_pj for a in self.accesses)
+
+    @property
+    def utilisation(self) -> float:
+        """Useful MACs / (PEs x steps): below 1 when the unrolling leaves PEs idle or pads a bound."""
+        return self.macs / (self.pes * self.cycles) if self.cycles else 1.0
 
     @property
     def total_pj(self) -> float:
@@ -164,72 +232,112 @@ def run_length(tensor: str, loops) -> int:
     return run
 
 
-def stored_levels(tensor: str, blocking: Blocking) -> list[int]:
-    """On-chip levels that keep `tensor`: level 0, and each level whose tile of it differs from the one below."""
+def holders(hierarchy: Hierarchy, tensor: str) -> list[int]:
+    """The levels that hold `tensor`, innermost first, ending with the last (DRAM)."""
+    return [l for l, mem in enumerate(hierarchy.levels) if mem.keeps(tensor)]
+
+
+def stored_levels(tensor: str, blocking: Blocking, hierarchy: Hierarchy | None = None) -> list[int]:
+    """On-chip levels that keep `tensor`: its innermost holder, and each holder whose tile of it differs from
+    the previous holder's (with no hierarchy: every level holds every tensor)."""
     idx = [DIMS.index(d) for d in RELEVANT[tensor]]
-    t = blocking.tiles
-    return [0] + [l for l in range(1, len(t)) if any(t[l][i] != t[l - 1][i] for i in idx)]
+    t, m = blocking.tiles, len(blocking.tiles)
+    held = [l for l in holders(hierarchy, tensor) if l < m] if hierarchy else list(range(m))
+    return held[:1] + [h for p, h in zip(held, held[1:]) if any(t[h][i] != t[p][i] for i in idx)]
 
 
 def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
-    """Accesses and energy per level and tensor of `blocking` for `layer` on `hierarchy`."""
+    """Accesses and energy per level and tensor of `blocking` for `layer` on `hierarchy`.
+
+    Each operand moves through the levels that hold it; the MACs read it from its innermost
+    holder (through the array's network when that holder is outside the PEs), and a stored tile
+    is refilled from the next level up that keeps the operand.
+    """
     m = len(hierarchy.on_chip)
     if len(blocking.tiles) != m:
         raise EngineError(f"blocking has {len(blocking.tiles)} tile levels but hierarchy '{hierarchy.name}' has "
                           f"{m} on-chip levels ({', '.join(x.name for x in hierarchy.on_chip)})")
-    if blocking.dims != layer.dims:
-        raise EngineError(f"blocking was made for bounds {blocking.dims}, layer '{layer.name}' has {layer.dims}")
+    if hierarchy.array is not None:
+        hierarchy.array.check(blocking.unroll)
+    elif any(f > 1 for f in blocking.unroll):
+        raise EngineError(f"blocking unrolls {dict(zip(DIMS, blocking.unroll))} but hierarchy '{hierarchy.name}' "
+                          "has no PE array")
+    view = SpatialView.of(layer, blocking.unroll)
+    if blocking.dims != view.dims:
+        raise EngineError(f"blocking was made for bounds {blocking.dims}, layer '{layer.name}' has {view.dims} "
+                          f"(unrolled by {blocking.unroll})")
     loops = [[(d, blocking.trips(b)[d]) for d in blocking.orders[b]] for b in range(m)]
-    macs = math.prod(layer.dims)
+    cycles = math.prod(view.dims)
     g = layer.groups
+    inside = hierarchy.inside
     reads = {(l, T): 0 for l in range(m + 1) for T in TENSORS}
-    writes, fills, stored, passing = (dict.fromkeys(reads, 0) for _ in range(4))
+    writes, fills, stored, passing, noc = (dict.fromkeys(reads, 0) for _ in range(5))
     for T in layer.tensors:
-        size = layer.size(T)
-        keep = stored_levels(T, blocking)
-        for i, l in enumerate(keep):
-            src = keep[i + 1] if i + 1 < len(keep) else m
-            above = [lp for b in range(l, m) for lp in loops[b]]
-            fp = layer.footprint(T, blocking.tiles[l])
-            stored[l, T] = fp
-            f = fp * math.prod(t for _, t in above) // run_length(T, above)
-            moved = 2 * f - size if T == "O" else f
-            for k in range(l + 1, src):
-                passing[k, T] += moved
-            if T == "O":
-                reads[src, T] += f - size
-                writes[src, T] += f
-                fills[l, T] += f - size
+        held = holders(hierarchy, T)
+        full = view.dims
+
+        def moved(count, tile, level, T=T):
+            """(words, first-fill words) of `count` loads of a tile into `level`'s side of the array."""
+            return count * view.words(T, tile, inside(level)), view.words(T, full, inside(level))
+
+        # the MACs read their operands from the innermost holder, one word per busy PE per step
+        keep = stored_levels(T, blocking, hierarchy)
+        chain = [(None, held[0]), *zip(keep, [*keep[1:], m])]
+        for child, src in chain:
+            if child is None:
+                count, tile, side = cycles, (1,) * len(DIMS), 0
             else:
-                reads[src, T] += f
-                fills[l, T] += f
-        if T == "O":
-            reads[0, T] += macs - size
-            writes[0, T] += macs
-        else:
-            reads[0, T] += macs
+                above = [lp for b in range(child, m) for lp in loops[b]]
+                count = math.prod(t for _, t in above) // run_length(T, above)
+                tile, side = blocking.tiles[child], child
+                stored[child, T] = view.stored(T, tile, inside(child))
+            f_child, size_child = moved(count, tile, side)
+            f_src, size_src = moved(count, tile, src)
+            if T == "O":
+                reads[src, T] += f_src - size_src
+                writes[src, T] += f_src
+                if child is not None:
+                    fills[child, T] += f_child - size_child
+            else:
+                reads[src, T] += f_src
+                if child is not None:
+                    fills[child, T] += f_child
+            if hierarchy.array is not None and (child is None or inside(child)) and not inside(src):
+                f_pe, size_pe = count * view.words(T, tile, True), view.words(T, full, True)
+                noc[src, T] += 2 * f_pe - size_pe if T == "O" else f_pe  # every busy PE's words cross the network
+            for k in range(side + 1 if child is not None else 0, src):
+                if hierarchy.levels[k].keeps(T):
+                    passing[k, T] += 2 * f_src - size_src if T == "O" else f_src
     overflow = _overflow(layer, hierarchy, stored, m)
-    acc = tuple(LevelAccess(hierarchy.levels[l].name, T, g * reads[l, T], g * writes[l, T], g * fills[l, T],
-                            stored[l, T], g * (reads[l, T] + writes[l, T]) * hierarchy.levels[l].energy(T),
-                            g * passing[l, T])
-                for l in range(m + 1) for T in layer.tensors)
-    return Cost(acc, g * macs, g * macs * hierarchy.mac_pj, not overflow, overflow)
+    acc = [LevelAccess(hierarchy.levels[l].name, T, g * reads[l, T], g * writes[l, T], g * fills[l, T],
+                       stored[l, T], g * (reads[l, T] + writes[l, T]) * hierarchy.levels[l].energy(T),
+                       g * passing[l, T])
+           for l in range(m + 1) for T in layer.tensors]
+    if hierarchy.array is not None:
+        e = dict(zip(TENSORS, hierarchy.array.noc_pj))
+        acc += [LevelAccess(hierarchy.array.name, T, g * sum(noc[l, T] for l in range(m + 1)), 0, 0, 0,
+                            g * sum(noc[l, T] for l in range(m + 1)) * e[T]) for T in layer.tensors]
+    macs = g * math.prod(layer.dims)
+    pes = hierarchy.array.pes if hierarchy.array else 1
+    return Cost(tuple(acc), macs, macs * hierarchy.mac_pj, not overflow, overflow, g * cycles, pes)
 
 
 def _overflow(layer: Layer, hierarchy: Hierarchy, stored: dict, m: int) -> tuple[str, ...]:
-    """Messages for each on-chip level (or IB/KB/OB) whose tiles do not fit."""
+    """Messages for each on-chip level (or IB/KB/OB) whose tiles do not fit (per PE inside the array)."""
     out = []
     for l in range(m):
         mem = hierarchy.levels[l]
+        held = [T for T in layer.tensors if mem.keeps(T)]
+        per = " per PE" if hierarchy.inside(l) else ""
         if mem.split_bytes:
-            for T in layer.tensors:
+            for T in held:
                 cap = hierarchy.capacity_words(l, T)
                 if stored[l, T] > cap:
-                    out.append(f"{mem.name} {BUFFER_NAMES[T]}: tile of {stored[l, T]} words > {cap} words")
+                    out.append(f"{mem.name} {BUFFER_NAMES[T]}: tile of {stored[l, T]} words > {cap} words{per}")
         else:
-            used, cap = sum(stored[l, T] for T in layer.tensors), hierarchy.capacity_words(l)
+            used, cap = sum(stored[l, T] for T in held), hierarchy.capacity_words(l)
             if used > cap:
-                out.append(f"{mem.name}: tiles of {used} words > {cap} words")
+                out.append(f"{mem.name}: tiles of {used} words > {cap} words{per}")
     return tuple(out)
 
 

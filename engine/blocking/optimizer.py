@@ -31,7 +31,7 @@ import numpy as np
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, REUSE_GROUP, TENSORS, Layer
-from engine.blocking.model import Blocking, Cost, describe, evaluate
+from engine.blocking.model import Blocking, Cost, SpatialView, describe, evaluate
 from engine.errors import EngineError, UnknownNameError
 
 # Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
@@ -115,46 +115,65 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 def _min_level0_words(layer: Layer, hierarchy: Hierarchy) -> None:
-    """Raise when even a one-element tile cannot sit in the innermost level."""
+    """Raise when a level cannot hold even a one-element tile of the operands it is the innermost holder of."""
     one = (1,) * len(DIMS)
-    mem = hierarchy.levels[0]
-    need = {T: layer.footprint(T, one) for T in layer.tensors}
-    if mem.split_bytes:
-        bad = [T for T in layer.tensors if need[T] > hierarchy.capacity_words(0, T)]
-    else:
-        bad = ["all"] if sum(need.values()) > hierarchy.capacity_words(0) else []
-    if bad:
-        raise EngineError(f"layer '{layer.name}': level '{mem.name}' ({mem.total_bytes} bytes) cannot hold even a "
-                          f"one-element tile ({sum(need.values())} words); leave it out with levels=...")
+    first = {T: next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T)) for T in layer.tensors}
+    for l, mem in enumerate(hierarchy.on_chip):
+        mine = [T for T in layer.tensors if first[T] == l]
+        need = {T: layer.footprint(T, one) for T in mine}
+        if mem.split_bytes:
+            bad = [T for T in mine if need[T] > hierarchy.capacity_words(l, T)]
+        else:
+            bad = mine if sum(need.values()) > hierarchy.capacity_words(l) else []
+        if bad:
+            caps = ", ".join(f"{T}: {hierarchy.capacity_words(l, T)} words" for T in bad)
+            raise EngineError(f"layer '{layer.name}': level '{mem.name}' ({mem.total_bytes} bytes; {caps}) cannot "
+                              f"hold even a one-element tile of operand(s) {', '.join(bad)} "
+                              f"({sum(need.values())} words); leave it out with levels=...")
 
 
-@lru_cache(maxsize=32)
-def _grid(layer: Layer) -> "_Grid":
-    """The tile grid of a layer, shared by the searches of co-design and multi-core over many hierarchies."""
-    return _Grid(layer)
+@lru_cache(maxsize=64)
+def _grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> "_Grid":
+    """The tile grid of a layer (under a spatial unrolling), shared by the searches over many hierarchies."""
+    return _Grid(layer, unroll)
 
 
 class _Grid:
-    """Every tile (a divisor of each bound), with footprints, as numpy columns."""
+    """Every temporal tile (a divisor of each temporal bound), with footprints, as numpy columns.
 
-    def __init__(self, layer: Layer):
+    `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array),
+    `fp_pe[T]` those of all busy PEs' tiles together, `per_pe[T]` one PE's.
+    """
+
+    def __init__(self, layer: Layer, unroll: tuple[int, ...] | None = None):
         self.layer = layer
-        self.divs = [np.array(divisors(n), dtype=np.int64) for n in layer.dims]
+        self.view = SpatialView.of(layer, unroll or (1,) * len(DIMS))
+        dims = self.view.dims
+        self.divs = [np.array(divisors(n), dtype=np.int64) for n in dims]
         shape = tuple(len(d) for d in self.divs)
         self.idx = np.indices(shape).reshape(len(DIMS), -1).T  # (G, 7) divisor positions
         self.val = np.stack([self.divs[j][self.idx[:, j]] for j in range(len(DIMS))], axis=1)  # (G, 7) bounds
         self.size = len(self.val)
-        self.fp = {T: _footprints(layer, T, self.val) for T in TENSORS}
-        self.above = np.prod(np.array(layer.dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
+        s = np.array(self.view.unroll, dtype=np.int64)
+        self.fp = {T: _footprints(self.view.padded, T, self.val * s) for T in TENSORS}
+        self.per_pe = {T: _footprints(self.view.pe, T, self.val) for T in TENSORS}
+        self.fp_pe = {T: self.per_pe[T] * self.view.lanes for T in TENSORS}
+        self.full = {T: float(self.view.words(T, dims, False)) for T in layer.tensors}  # words of the whole layer
+        self.full_pe = {T: float(self.view.words(T, dims, True)) for T in layer.tensors}
+        self.above = np.prod(np.array(dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
         # per tensor T: product of the tile's bounds over the loops that reuse T (REUSE_GROUP)
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
         self.group = {T: np.prod([cols[d] for d in REUSE_GROUP[T]], axis=0) for T in TENSORS}
-        self.full_group = {T: float(math.prod(getattr(layer, d) for d in REUSE_GROUP[T])) for T in TENSORS}
+        self.full_group = {T: float(math.prod(dims[DIMS.index(d)] for d in REUSE_GROUP[T])) for T in TENSORS}
         # per dim: divides[j][a, b] is True when divisor a divides divisor b
         self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
 
     def tile(self, i: int) -> tuple[int, ...]:
         return tuple(int(v) for v in self.val[i])
+
+    def kept(self, hierarchy: Hierarchy, level: int, T: str) -> np.ndarray:
+        """Words of `T` that `level` keeps for each tile: per PE inside the array, the whole tile outside."""
+        return self.per_pe[T] if hierarchy.inside(level) else self.fp[T]
 
 
 def _footprints(layer: Layer, tensor: str, val: np.ndarray) -> np.ndarray:
@@ -171,29 +190,32 @@ def _footprints(layer: Layer, tensor: str, val: np.ndarray) -> np.ndarray:
 
 
 def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> np.ndarray:
-    """Whether the words kept at `level` (tensor -> array) fit its shared or split capacity."""
+    """Whether the words kept at `level` (tensor -> array; the operands it holds) fit its shared or split capacity."""
     mem = hierarchy.levels[level]
+    held = [T for T in layer.tensors if mem.keeps(T)]
     if mem.split_bytes:
         ok = True
-        for T in layer.tensors:
+        for T in held:
             ok = ok & (used[T] <= hierarchy.capacity_words(level, T))
         return ok
-    return sum(used[T] for T in layer.tensors) <= hierarchy.capacity_words(level)
+    return sum(used[T] for T in held) <= hierarchy.capacity_words(level)
 
 
-def _refill_words(layer: Layer, grid: _Grid, a, b):
+def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False):
     """Words of each tensor moved into tiles `a` from their parents `b`, one dict per canonical order, and per
     tensor whether its tile changes from `a` to `b` (it is stored in the parent, rather than passing through).
 
     `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block). A tile of
     `a` is loaded `above(a) / run` times, where run is the reuse by the block's first loops (Table 2);
-    outputs move both ways (written back, and read again except the first fill).
+    outputs move both ways (written back, and read again except the first fill). Words are those
+    of the array's whole tile, or with `pe` those of every busy PE's own tile.
     """
     if b is None:
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
     else:
         group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
-    base = {T: grid.fp[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
+    fp, full = (grid.fp_pe, grid.full_pe) if pe else (grid.fp, grid.full)
+    base = {T: fp[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
     changed = {}
     for T in layer.tensors:
         o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
@@ -205,101 +227,214 @@ def _refill_words(layer: Layer, grid: _Grid, a, b):
         per = {}
         for T in layer.tensors:
             fills = base[T] / np.where(first == g.index(T), group[T], 1.0)
-            per[T] = 2 * fills - layer.size(T) if T == "O" else fills
+            per[T] = 2 * fills - full[T] if T == "O" else fills
         words.append(per)
     return words, changed
 
 
-def _refill_costs(layer: Layer, hierarchy: Hierarchy, grid: _Grid, a, b, parent_level: int, charge_all: bool):
-    """Energy (pJ) of keeping tiles `a` (level parent_level - 1) filled from `parent_level`.
+@dataclass(frozen=True)
+class _Routes:
+    """Where each operand goes at each level boundary of a hierarchy (the per-operand model's static part).
 
-    Returns one cost array per canonical order, and the words each tensor keeps in the parent.
-    A tensor whose tile does not change passes through the parent (charge_all=False): it is
-    charged at the next boundary, with the same count.
+    A tile of T is charged at the first boundary above its last holder where it grows, to the
+    next level up that holds T (a level in between that bypasses T does not see it). So the DP
+    carries, per level and per operand the level bypasses, one bit: whether T's tile is still the
+    one its last holder keeps ("clean"); operands a level holds are always clean there.
     """
-    words, changed = _refill_words(layer, grid, a, b)
-    mem = hierarchy.levels[parent_level]
-    kept = {} if charge_all else {T: np.where(changed[T], grid.fp[T][b], 0.0) for T in layer.tensors}
-    costs = []
-    for per in words:
-        cost = np.zeros(len(a))
+
+    h0: dict  # T -> its innermost holder (m when only DRAM holds it)
+    flags: tuple  # per on-chip level: the operands with a clean bit there (held below, bypassing this level)
+    coef: dict  # (boundary l, T) -> (pJ per PE word, pJ per array word) of a charge at that boundary
+
+
+def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
+    m = len(hierarchy.on_chip)
+    held = {T: [l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T)] for T in layer.tensors}
+    h0 = {T: held[T][0] for T in layer.tensors}
+    flags = tuple(tuple(T for T in layer.tensors if h0[T] < l and not hierarchy.levels[l].keeps(T))
+                  for l in range(m))
+    noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
+    coef = {}
+    for l in range(m):
         for T in layer.tensors:
-            moved = mem.energy(T) * per[T]
-            cost += moved if charge_all else np.where(changed[T], moved, 0.0)
-        costs.append(cost)
-    return costs, kept
+            if h0[T] > l:
+                continue
+            below = max(h for h in held[T] if h <= l)
+            up = min(h for h in held[T] if h > l)
+            e = hierarchy.levels[up].energy(T)
+            if hierarchy.inside(up):
+                coef[l, T] = (e, 0.0)
+            else:
+                coef[l, T] = (noc[T] if hierarchy.inside(below) else 0.0, e)
+    return _Routes(h0, flags, coef)
+
+
+def _charges(layer, grid: _Grid, routes: _Routes, a, b, l: int):
+    """Per canonical order, per operand: the energy (pJ) of charging T's refills at boundary l; and `changed`."""
+    words, changed = _refill_words(layer, grid, a, b)
+    need_pe = any(routes.coef.get((l, T), (0, 0))[0] for T in layer.tensors)
+    words_pe = _refill_words(layer, grid, a, b, pe=True)[0] if need_pe else None
+    out = []
+    for o, per in enumerate(words):
+        costs = {}
+        for T in layer.tensors:
+            if (l, T) not in routes.coef:
+                continue
+            c_pe, c_arr = routes.coef[l, T]
+            costs[T] = c_arr * per[T] + (c_pe * words_pe[o][T] if c_pe else 0.0)
+        out.append(costs)
+    return out, changed
+
+
+def _states(flags) -> range:
+    return range(2 ** len(flags))
+
+
+def _clean(routes: _Routes, hierarchy: Hierarchy, l: int, state: int, T: str) -> bool:
+    """Whether T's tile at level l is still its last holder's, under the clean bits `state` of level l."""
+    if hierarchy.levels[l].keeps(T):
+        return True
+    return bool(state >> routes.flags[l].index(T) & 1)
 
 
 def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
-    """Dynamic program over levels, DRAM inwards; value[l][tile] = least energy above level l.
+    """Least-energy blocking: for each spatial unrolling (best first, bounded), the DP over levels.
 
-    Branch and bound (three or more levels): feasible blockings found first cap the energy
-    (`_upper_bound`), so tiles whose energy above them, or whose refills alone (`_refill_floor`),
-    already exceed that cap minus level 0's fixed MAC operand reads are never paired. The
-    optimum is kept.
+    Without a PE array there is one unrolling (none), so this is the DP alone.
     """
     _min_level0_words(layer, hierarchy)
-    grid = _grid(layer)
-    cand = _candidates(layer, hierarchy, grid)
-    # with two levels the only pairing step is level 0's, already pruned by `_growable`: no bound needed
-    cap, evaluated = _upper_bound(layer, hierarchy, grid, cand) if len(hierarchy.on_chip) > 2 else (np.inf, 0)
-    budget = cap - _level0_pj(layer, hierarchy)
+    best, best_pj, evaluated = None, np.inf, 0
+    for bound, unroll in sorted((_unroll_floor(layer, hierarchy, u), u) for u in _unrolls(layer, hierarchy)):
+        if bound >= best_pj * (1 - 1e-12):
+            break
+        blocking, n = _exact_unrolled(layer, hierarchy, unroll)
+        evaluated += n
+        if blocking is None:
+            continue
+        pj = evaluate(layer, hierarchy, blocking).memory_pj
+        if pj < best_pj * (1 - 1e-12):
+            best, best_pj = blocking, pj
+    if best is None:
+        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+    return best, evaluated
+
+
+def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
+    """The spatial unrollings worth searching: per dim on an axis, the least factor for each number of
+    temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each axis."""
+    array = hierarchy.array
+    if array is None:
+        return [(1,) * len(DIMS)]
+    per_axis = []
+    for axis, size in array.axes:
+        dims = [d for d, a in array.dataflow if a == axis]
+        options = []
+        for d in dims:
+            n = getattr(layer, d)
+            options.append(sorted({-(-n // -(-n // f)) for f in range(1, min(size, n) + 1)}))
+        per_axis.append([dict(zip(dims, c)) for c in itertools.product(*options) if math.prod(c) <= size])
+    out = []
+    for combo in itertools.product(*per_axis):
+        u = {k: v for part in combo for k, v in part.items()}
+        out.append(tuple(u.get(d, 1) for d in DIMS))
+    return out
+
+
+def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
+    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed) plus
+    every word of each operand held on chip loaded once from DRAM."""
+    grid = _grid(layer, unroll)
+    dram = hierarchy.levels[-1]
+    m = len(hierarchy.on_chip)
+    routes = _routes(layer, hierarchy)
+    return _level0_pj(layer, hierarchy, grid) + sum(dram.energy(T) * grid.full[T] for T in layer.tensors
+                                                    if routes.h0[T] < m)
+
+
+def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll) -> tuple[Blocking | None, int]:
+    """The DP over levels for one unrolling, DRAM inwards; value[l][state, tile] = least energy above level l.
+
+    Branch and bound (three or more levels, every level holding every operand, no array): feasible
+    blockings found first cap the energy (`_upper_bound`), so tiles whose energy above them, or whose
+    refills alone (`_refill_floor`), already exceed that cap minus level 0's fixed MAC operand reads
+    are never paired. The optimum is kept.
+    """
+    grid = _grid(layer, unroll)
+    routes = _routes(layer, hierarchy)
+    cand = _candidates(layer, hierarchy, grid, routes)
+    if hierarchy.per_operand or len(hierarchy.on_chip) <= 2:
+        # two levels: the only pairing step is level 0's, already pruned by `_growable`
+        return _dp(layer, hierarchy, grid, routes, cand, np.inf)
+    cap, evaluated = _upper_bound(layer, hierarchy, grid, routes, cand)
+    budget = cap - _level0_pj(layer, hierarchy, grid)
     budget += 1e-9 * abs(budget)
     cand = [ok & (_refill_floor(layer, hierarchy, grid, l) <= budget) for l, ok in enumerate(cand)]
-    blocking, n = _dp(layer, hierarchy, grid, cand, budget)
-    if blocking is None:
-        raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
+    blocking, n = _dp(layer, hierarchy, grid, routes, cand, budget)
     return blocking, evaluated + n
 
 
-def _dp(layer, hierarchy, grid: _Grid, cand, budget: float, *, parents: int | None = None):
+def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, parents: int | None = None):
     """The dynamic program over candidate tiles: the best blocking within `budget` (pJ above level 0), or None.
 
     `parents` limits each inner step to that many parent tiles of least energy above them
     (a quick, inexact search whose result is an upper bound).
     """
     m = len(hierarchy.on_chip)
-    value = [None] * m
-    parent = [None] * m
-    best_order = [None] * m
-    evaluated = 0
-    # last on-chip level: its block iterates over DRAM
+    value, parent, pstate, best_order = [None] * m, [None] * m, [None] * m, [None] * m
+    # last on-chip level: its block iterates over DRAM; a clean operand is charged there
     a = np.flatnonzero(cand[m - 1])
-    costs, _ = _refill_costs(layer, hierarchy, grid, a, None, m, charge_all=True)
-    costs = np.stack(costs)
-    evaluated += costs.size
-    value[m - 1] = np.full(grid.size, np.inf)
-    value[m - 1][a] = costs.min(axis=0)
-    best_order[m - 1] = np.zeros(grid.size, dtype=np.int64)
-    best_order[m - 1][a] = costs.argmin(axis=0)
+    charges, _ = _charges(layer, grid, routes, a, None, m - 1)
+    n_states = len(_states(routes.flags[m - 1]))
+    value[m - 1] = np.full((n_states, grid.size), np.inf)
+    best_order[m - 1] = np.zeros((n_states, grid.size), dtype=np.int64)
+    for f in range(n_states):
+        costs = np.stack([sum((c[T] for T in c if _clean(routes, hierarchy, m - 1, f, T)), np.zeros(len(a)))
+                          for c in charges])
+        value[m - 1][f, a] = costs.min(axis=0)
+        best_order[m - 1][f, a] = costs.argmin(axis=0)
+    evaluated = 3 * len(a) * n_states
     for l in range(m - 2, -1, -1):
         value[l + 1][value[l + 1] > budget] = np.inf  # cannot be part of a blocking under the cap
         if parents is not None and np.isfinite(value[l + 1]).sum() > parents:
-            value[l + 1][value[l + 1] > np.partition(value[l + 1], parents)[parents]] = np.inf
-        value[l], parent[l], best_order[l], n = _inner_step(layer, hierarchy, grid, cand[l], cand[l + 1], value[l + 1], l)
+            value[l + 1][value[l + 1] > np.partition(value[l + 1].ravel(), parents)[parents]] = np.inf
+        value[l], parent[l], pstate[l], best_order[l], n = _inner_step(layer, hierarchy, grid, routes, cand[l],
+                                                                       cand[l + 1], value[l + 1], l)
         evaluated += n
-    # level 0 keeps every tensor; the MAC operand reads are the same for every tile
-    total = np.where(cand[0], value[0], np.inf)
+    # level 0 has no clean bits (an operand held below it is held at it); the MAC operand words are fixed
+    total = np.where(cand[0], value[0][0], np.inf)
     start = int(np.argmin(total))
     if not np.isfinite(total[start]):
         return None, evaluated
-    tiles, orders, i = [], [], start
+    tiles, orders, i, f = [], [], start, 0
     order_names = tuple(CANONICAL)
     for l in range(m):
         tiles.append(grid.tile(i))
-        orders.append(CANONICAL[order_names[int(best_order[l][i])]])
+        orders.append(CANONICAL[order_names[int(best_order[l][f, i])]])
         if l < m - 1:
-            i = int(parent[l][i])
-    return Blocking(layer.dims, tuple(tiles), tuple(orders)), evaluated
+            i, f = int(parent[l][f, i]), int(pstate[l][f, i])
+    return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll), evaluated
 
 
-def _level0_pj(layer: Layer, hierarchy: Hierarchy) -> float:
-    """Energy (pJ, one group) of the MAC operand reads and partial-sum writes at level 0: the same for every blocking."""
-    macs, mem = math.prod(layer.dims), hierarchy.levels[0]
-    return sum(mem.energy(T) * (2 * macs - layer.size(T) if T == "O" else macs) for T in layer.tensors)
+def _level0_pj(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> float:
+    """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
+    from each operand's innermost holder (multicast across the array when that holder is outside it)."""
+    steps = math.prod(grid.view.dims)
+    ones = (1,) * len(DIMS)
+    noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
+    total = 0.0
+    for T in layer.tensors:
+        h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
+        inside = hierarchy.inside(h0)
+        words = [steps * grid.view.words(T, ones, inside), grid.view.words(T, grid.view.dims, inside)]
+        pj = hierarchy.levels[h0].energy(T) * (2 * words[0] - words[1] if T == "O" else words[0])
+        if hierarchy.array is not None and not inside:
+            pe = steps * grid.view.lanes, grid.full_pe[T]
+            pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
+        total += pj
+    return total
 
 
-def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, cand) -> tuple[float, int]:
+def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, routes: _Routes, cand) -> tuple[float, int]:
     """Energy (pJ, one group) of a good feasible blocking, inf when none is found; and the pairs scored.
 
     Two quick searches: the exact optimum with one level above level 0 left out (that level
@@ -317,7 +452,7 @@ def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, cand) -> tuple
         found.append(Blocking(layer.dims, (*b.tiles[:j], b.tiles[j - 1], *b.tiles[j:]),
                               (*b.orders[:j - 1], DIMS, *b.orders[j - 1:])))
     if m > 1:
-        b, n = _dp(layer, hierarchy, grid, cand, np.inf, parents=PARENT_CAP)
+        b, n = _dp(layer, hierarchy, grid, routes, cand, np.inf, parents=PARENT_CAP)
         evaluated += n
         found += [b] if b is not None else []
     costs = [evaluate(layer, hierarchy, b) for b in found]
@@ -330,52 +465,83 @@ def _refill_floor(layer: Layer, hierarchy: Hierarchy, grid: _Grid, l: int) -> np
     Whatever the order and the levels above, each distinct tile of a tensor (the input with its
     halo) is loaded at least once, at no less than the cheapest per-word energy above level l.
     This holds also when the tensor passes through level l: the tile below has the same extent.
+    (Used only when every level holds every operand and there is no array.)
     """
     total = np.zeros(grid.size)
     above = hierarchy.levels[l + 1:]
     for T in layer.tensors:
         distinct = grid.above * grid.group[T] / grid.full_group[T]
         fills = grid.fp[T] * distinct
-        words = 2 * fills - layer.size(T) if T == "O" else fills
+        words = 2 * fills - grid.full[T] if T == "O" else fills
         total += min(mem.energy(T) for mem in above) * words
     return total
 
 
-def _candidates(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> list[np.ndarray]:
-    """Tiles each level might hold: level 0 keeps all of its tile; a higher level must keep each
-    tensor whose tile is too big for every level below it (a smaller one could have stayed below)."""
-    out = [_capacity_ok(hierarchy, 0, layer, grid.fp)]
-    below = {T: hierarchy.capacity_words(0, T) for T in TENSORS}
-    for l in range(1, len(hierarchy.on_chip)):
-        must = {T: np.where(grid.fp[T] > below[T], grid.fp[T], 0.0) for T in TENSORS}
+def _candidates(layer: Layer, hierarchy: Hierarchy, grid: _Grid, routes: _Routes) -> list[np.ndarray]:
+    """Tiles each level might hold: a level keeps (at least) each operand whose innermost holder it is, and
+    each it holds whose tile is too big for every holder below (a smaller one could have stayed below)."""
+    out = []
+    below = dict.fromkeys(layer.tensors, -1)
+    for l in range(len(hierarchy.on_chip)):
+        mem = hierarchy.levels[l]
+        must = {}
+        for T in layer.tensors:
+            kept = grid.kept(hierarchy, l, T)
+            if not mem.keeps(T):
+                must[T] = np.zeros(grid.size)
+            elif routes.h0[T] == l:
+                must[T] = kept
+            else:
+                must[T] = np.where(below[T] < 0, 0.0, np.where(grid.kept(hierarchy, below[T], T)
+                                                                > hierarchy.capacity_words(below[T], T), kept, 0.0))
         out.append(_capacity_ok(hierarchy, l, layer, must))
-        below = {T: max(below[T], hierarchy.capacity_words(l, T)) for T in TENSORS}
+        below.update({T: l for T in layer.tensors if mem.keeps(T)})
     return out
 
 
-def _inner_step(layer, hierarchy, grid: _Grid, child_ok, parent_ok, parent_value, l):
-    """value[l] from value[l + 1]: for each child tile, the best parent tile and block order."""
-    value = np.full(grid.size, np.inf)
-    best_parent = np.full(grid.size, -1, dtype=np.int64)
-    best_order = np.zeros(grid.size, dtype=np.int64)
-    a, b = _pairs(grid, child_ok, parent_ok & np.isfinite(parent_value), prune=(l == 0))
+def _inner_step(layer, hierarchy, grid: _Grid, routes: _Routes, child_ok, parent_ok, parent_value, l):
+    """value[l] from value[l + 1]: for each child tile and clean bits, the best parent tile, its bits and the order."""
+    n_states = len(_states(routes.flags[l]))
+    value = np.full((n_states, grid.size), np.inf)
+    best_parent = np.full((n_states, grid.size), -1, dtype=np.int64)
+    best_state = np.zeros((n_states, grid.size), dtype=np.int64)
+    best_order = np.zeros((n_states, grid.size), dtype=np.int64)
+    up = hierarchy.levels[l + 1]
+    a, b = _pairs(grid, child_ok, parent_ok & np.isfinite(parent_value).any(axis=0),
+                  prune=(l == 0 and not hierarchy.per_operand))
     for s in range(0, len(a), PAIR_CHUNK):
         ca, cb = a[s:s + PAIR_CHUNK], b[s:s + PAIR_CHUNK]
-        costs, kept = _refill_costs(layer, hierarchy, grid, ca, cb, l + 1, charge_all=False)
-        costs = np.stack(costs)
-        arg = costs.argmin(axis=0)
-        best = np.where(_capacity_ok(hierarchy, l + 1, layer, kept),
-                        costs[arg, np.arange(len(ca))] + parent_value[cb], np.inf)
-        # pairs come grouped by child: take each group's first minimum
+        charges, changed = _charges(layer, grid, routes, ca, cb, l)
         starts = np.flatnonzero(np.r_[True, ca[1:] != ca[:-1]])
-        low = np.minimum.reduceat(best, starts)
-        hits = np.flatnonzero(best == np.repeat(low, np.diff(np.r_[starts, len(ca)])))
-        pick = hits[np.searchsorted(hits, starts)]
-        sel = pick[best[pick] < value[ca[pick]]]
-        value[ca[sel]] = best[sel]
-        best_parent[ca[sel]] = cb[sel]
-        best_order[ca[sel]] = arg[sel]
-    return value, best_parent, best_order, 3 * len(a)
+        for f in range(n_states):
+            clean = {T: _clean(routes, hierarchy, l, f, T) for T in layer.tensors if routes.h0[T] <= l}
+            costs = np.stack([sum((np.where(changed[T], c[T], 0.0) for T in c if clean[T]), np.zeros(len(ca)))
+                              for c in charges])
+            arg = costs.argmin(axis=0)
+            nxt = np.zeros(len(ca), dtype=np.int64)  # the parent's clean bits
+            for i, T in enumerate(routes.flags[l + 1]):
+                nxt |= ((~changed[T]) & clean[T]).astype(np.int64) << i
+            kept = {}
+            for T in layer.tensors:
+                if routes.h0[T] == l + 1:
+                    kept[T] = grid.kept(hierarchy, l + 1, T)[cb]
+                elif routes.h0[T] <= l and up.keeps(T):
+                    stored = changed[T] | (not clean[T])
+                    kept[T] = np.where(stored, grid.kept(hierarchy, l + 1, T)[cb], 0.0)
+                else:
+                    kept[T] = np.zeros(len(ca))
+            best = np.where(_capacity_ok(hierarchy, l + 1, layer, kept),
+                            costs[arg, np.arange(len(ca))] + parent_value[nxt, cb], np.inf)
+            # pairs come grouped by child: take each group's first minimum
+            low = np.minimum.reduceat(best, starts)
+            hits = np.flatnonzero(best == np.repeat(low, np.diff(np.r_[starts, len(ca)])))
+            pick = hits[np.searchsorted(hits, starts)]
+            sel = pick[best[pick] < value[f, ca[pick]]]
+            value[f, ca[sel]] = best[sel]
+            best_parent[f, ca[sel]] = cb[sel]
+            best_state[f, ca[sel]] = nxt[sel]
+            best_order[f, ca[sel]] = arg[sel]
+    return value, best_parent, best_state, best_order, 3 * len(a) * n_states
 
 
 def _pairs(grid: _Grid, child_ok, parent_ok, *, prune: bool):
@@ -484,33 +650,56 @@ def _primes(n: int) -> list[int]:
 
 
 # ---- brute force (the oracle) ------------------------------------------------------
-def every_blocking(layer: Layer, levels: int):
+def every_blocking(layer: Layer, levels: int, unroll: tuple[int, ...] | None = None):
     """Every chain of divisor tiles, as (tiles in canonical order, the blockings of every order of each block's
-    non-unit loops): the space the brute-force oracles score. A caller may skip a chain before its orders."""
-    per_dim = [list(_chains(n, levels)) for n in layer.dims]
+    non-unit loops): the space the brute-force oracles score. A caller may skip a chain before its orders.
+    With `unroll`, tiles are over the temporal bounds that unrolling leaves."""
+    unroll = unroll or (1,) * len(DIMS)
+    dims = SpatialView.of(layer, unroll).dims
+    per_dim = [list(_chains(n, levels)) for n in dims]
     n_chains = math.prod(len(c) for c in per_dim)
     if n_chains > EXHAUSTIVE_LIMIT:
         raise EngineError(f"layer '{layer.name}': {n_chains} tile chains is too many to enumerate; use method='exact'")
     for combo in itertools.product(*per_dim):
         tiles = tuple(tuple(combo[j][l] for j in range(len(DIMS))) for l in range(levels))
-        base = Blocking(layer.dims, tiles, (DIMS,) * levels)
+        base = Blocking(dims, tiles, (DIMS,) * levels, unroll)
         block_orders = []
         for b in range(levels):
             moving = [d for d, t in base.trips(b).items() if t > 1]
             rest = tuple(d for d in DIMS if d not in moving)
             block_orders.append([p + rest for p in itertools.permutations(moving)])
-        yield base, (Blocking(layer.dims, tiles, orders) for orders in itertools.product(*block_orders))
+        yield base, (Blocking(dims, tiles, orders, unroll) for orders in itertools.product(*block_orders))
+
+
+def every_unroll(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
+    """Every spatial unrolling the array allows: each mapped dim by any factor up to its bound, within each axis."""
+    array = hierarchy.array
+    if array is None:
+        return [(1,) * len(DIMS)]
+    sizes = dict(array.axes)
+    options = [range(1, min(getattr(layer, d), sizes[array.axis_of(d)]) + 1) if array.axis_of(d) else (1,)
+               for d in DIMS]
+    out = []
+    for u in itertools.product(*options):
+        used = dict.fromkeys(sizes, 1)
+        for d, f in zip(DIMS, u):
+            if f > 1:
+                used[array.axis_of(d)] *= f
+        if all(used[a] <= sizes[a] for a in sizes):
+            out.append(u)
+    return out
 
 
 def _exhaustive(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
-    """Score every blocking of `every_blocking` with `evaluate`."""
+    """Score every blocking of `every_blocking`, under every unrolling of `every_unroll`, with `evaluate`."""
     best, best_key, evaluated = None, None, 0
-    for _, blockings in every_blocking(layer, len(hierarchy.on_chip)):
-        for blocking in blockings:
-            cost = evaluate(layer, hierarchy, blocking)
-            evaluated += 1
-            if cost.fits and (best_key is None or cost.memory_pj < best_key - 1e-9 * abs(best_key)):
-                best, best_key = blocking, cost.memory_pj
+    for unroll in every_unroll(layer, hierarchy):
+        for _, blockings in every_blocking(layer, len(hierarchy.on_chip), unroll):
+            for blocking in blockings:
+                cost = evaluate(layer, hierarchy, blocking)
+                evaluated += 1
+                if cost.fits and (best_key is None or cost.memory_pj < best_key - 1e-9 * abs(best_key)):
+                    best, best_key = blocking, cost.memory_pj
     if best is None:
         raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
     return best, evaluated
