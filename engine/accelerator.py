@@ -17,6 +17,12 @@ MB = 1024 * KB
 
 # Per-word access energies (pJ) of the Eyeriss normalised table (MAC = 1 pJ at 16 bits).
 EYERISS_ENERGY = {"mac": 1.0, "rf": 1.0, "array": 2.0, "buffer": 6.0, "dram": 200.0}
+# Per-16-bit-word read energies (pJ) of ZigZag's example accelerators (ZigZag, Mei et al., IEEE TC 2021;
+# the tpu_like and eyeriss_like inputs of zigzag-dse 3.9): twice the per-byte figures, no array energy.
+TABLES = {"eyeriss": EYERISS_ENERGY,
+          "tpu-like": {"mac": 0.08, "rf": 0.19, "array": 0.0, "buffer": 3.2512, "dram": 175.0},
+          "eyeriss-like": {"mac": 1.0, "rf": 2.0, "array": 0.0, "buffer": 4.1667, "dram": 250.0}}
+ENERGY_TABLES = (*TABLES, "yang")
 
 
 
@@ -51,6 +57,7 @@ class Accelerator:
     output_buffer_bytes: int | None = None
     energy: str = "eyeriss"
     source: str = ""
+    hierarchy: str = ""  # a per-operand blocking hierarchy (engine.blocking presets), "" for RF / buffer / DRAM
 
     def __post_init__(self):
         split = (self.input_buffer_bytes, self.weight_buffer_bytes, self.output_buffer_bytes)
@@ -67,8 +74,8 @@ class Accelerator:
         _check_int(self.name, "word bits", self.word_bits, 1, 64)
         _check_float(self.name, "clock (Hz)", self.clock_hz, 1e3, 1e11)
         _check_float(self.name, "DRAM bandwidth (bytes/s)", self.dram_bandwidth, 1e3, 1e14)
-        if self.energy not in ("eyeriss", "yang"):
-            raise UnknownNameError("energy table", self.energy, ("eyeriss", "yang"))
+        if self.energy not in ENERGY_TABLES:
+            raise UnknownNameError("energy table", self.energy, ENERGY_TABLES)
 
     # ---- presets ---------------------------------------------------------
     @staticmethod
@@ -128,7 +135,7 @@ class Accelerator:
             else:
                 bufs = (MemoryLevel("buffer", self.buffer_bytes, pj(self.buffer_bytes)),)
             return (rf, *bufs, MemoryLevel("DRAM", None, TABLE3_DRAM_PJ * scale))
-        e = {k: v * scale for k, v in EYERISS_ENERGY.items()}
+        e = {k: v * scale for k, v in TABLES[self.energy].items()}
         return (MemoryLevel("RF", self.rf_bytes, e["rf"]),
                 MemoryLevel("buffer", self.buffer_bytes, e["buffer"]),
                 MemoryLevel("DRAM", None, e["dram"]))
@@ -141,7 +148,7 @@ class Accelerator:
                      "array": access_energy_pj(self.buffer_bytes), "buffer": access_energy_pj(self.buffer_bytes),
                      "dram": TABLE3_DRAM_PJ}
         else:
-            table = EYERISS_ENERGY
+            table = TABLES[self.energy]
         if component not in table:
             raise UnknownNameError("energy component", component, table)
         return table[component] * scale

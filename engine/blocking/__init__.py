@@ -9,13 +9,13 @@ any blocking (accesses and energy per level, Eq. 1), `block` finds the least-ene
 from engine.blocking.baselines import diannao_baseline, im2col, lowered_cost
 from engine.blocking.codesign import CodesignResult, codesign
 from engine.blocking.counts import OpAccessCounts, layer_access_counts
-from engine.blocking.hierarchy import Hierarchy, Memory, access_energy_pj
+from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray, access_energy_pj
 from engine.blocking.layer import DIMS, TENSORS, Layer, table4
 from engine.blocking.model import Blocking, Cost, LevelAccess, describe, evaluate
 from engine.blocking.multicore import MulticoreResult, multicore
 from engine.blocking.optimizer import BlockingResult, block
 
-__all__ = ["DIMS", "TENSORS", "Layer", "table4", "Hierarchy", "Memory", "access_energy_pj", "Blocking", "Cost",
+__all__ = ["DIMS", "TENSORS", "Layer", "table4", "Hierarchy", "Memory", "SpatialArray", "access_energy_pj", "Blocking", "Cost",
            "LevelAccess", "describe", "evaluate", "BlockingResult", "block", "codesign", "CodesignResult",
            "multicore", "MulticoreResult", "layer_access_counts", "OpAccessCounts", "diannao_baseline", "im2col",
            "lowered_cost"]

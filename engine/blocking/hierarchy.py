@@ -249,7 +249,12 @@ class Hierarchy:
 
     @classmethod
     def from_accelerator(cls, acc: Accelerator) -> "Hierarchy":
-        """An accelerator's RF, global buffer (or IB/KB/OB) and DRAM, with its own per-word energies."""
+        """An accelerator's per-PE RF, its PE array with the preset's dataflow, its global buffer (or IB/KB/OB) and
+        DRAM, with its own per-word energies; a per-operand preset (`acc.hierarchy`) builds its own memories."""
+        if acc.hierarchy:
+            if acc.hierarchy not in PRESETS:
+                raise UnknownNameError("blocking hierarchy", acc.hierarchy, PRESETS)
+            return PRESETS[acc.hierarchy](acc)
         lv = acc.levels
         rf, dram = lv[0], lv[-1]
         levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3)]
@@ -261,4 +266,73 @@ class Hierarchy:
         else:
             levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3))
         levels.append(Memory("DRAM", energy_pj=(dram.energy_pj,) * 3))
-        return cls(tuple(levels), acc.word_bits, acc.energy_pj("mac"), name=acc.name)
+        return cls(tuple(levels), acc.word_bits, acc.energy_pj("mac"), name=acc.name,
+                   array=pe_array(acc, (acc.energy_pj("array"),) * 3), array_level=1)
+
+    @classmethod
+    def preset(cls, name: str) -> "Hierarchy":
+        """A per-operand preset ("tpu-like", "eyeriss-like") at its accelerator preset's sizes."""
+        if name not in PRESETS:
+            raise UnknownNameError("blocking hierarchy", name, PRESETS)
+        return PRESETS[name](Accelerator.preset(name))
+
+
+# The dataflows of data/accelerators.toml: which loop dims unroll over the PE rows and the PE columns.
+DATAFLOWS = {
+    "Ow|Cout": (("X", "rows"), ("K", "cols")),  # the fusion model's: output columns x output channels
+    "Cin|Cout": (("C", "rows"), ("K", "cols")),  # DianNao's NFU (Yang et al.) and a weight-stationary TPU
+    # Eyeriss: filter rows on PE rows, output rows on PE columns, replicated over channels and filters
+    "row-stationary": (("Fh", "rows"), ("C", "rows"), ("Y", "cols"), ("K", "cols")),
+    "output-stationary": (("Y", "rows"), ("X", "cols")),  # ShiDianNao: one output pixel per PE
+    "4x4-patch|Cout": (("X", "rows"), ("Y", "rows"), ("K", "cols")),  # Exynos NPU: 4x4 output patches x channels
+}
+
+
+def pe_array(acc: Accelerator, noc_pj) -> SpatialArray:
+    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`)."""
+    if acc.dataflow not in DATAFLOWS:
+        raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, DATAFLOWS)
+    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj)
+
+
+def tpu_like(acc: Accelerator) -> Hierarchy:
+    """ZigZag's tpu_like example accelerator (Mei et al., "ZigZag: Enlarging Joint Architecture-Mapping Design
+    Space Exploration for DNN Accelerators", IEEE Trans. Computers 2021; zigzag-dse 3.9), after the TPU (Jouppi
+    et al., ISCA 2017): per PE a weight register file (W only, 128 B) and an accumulator (one partial sum), a 2 MB
+    SRAM holding inputs and outputs (weights bypass it), DRAM; C on the rows, K on the columns.
+
+    Energies per 8-bit word from ZigZag's per-access costs: registers 0.095 (W) and 0.021 (O), SRAM 416.16 pJ
+    per 2048-bit read (1.6256 pJ a byte), DRAM 700 pJ per 64-bit read (87.5 pJ a byte), MAC 0.04 pJ. The
+    accumulator's 16-bit partial sum counts as one word; multicast and reduction are free, as in ZigZag.
+    """
+    wb = acc.word_bits // 8 or 1
+    scale = acc.word_bits / 8
+    levels = (Memory("O-reg", split_bytes=(0, 0, wb), energy_pj=(0, 0, 0.021 * scale), holds="O"),
+              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), energy_pj=(0, 0.095 * scale, 0), holds="W"),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, energy_pj=(1.6256 * scale, 0, 1.6256 * scale), holds="IO"),
+              Memory("DRAM", energy_pj=(87.5 * scale,) * 3))
+    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2)
+
+
+def eyeriss_like(acc: Accelerator) -> Hierarchy:
+    """Eyeriss (Chen, Krishna, Emer, Sze, "Eyeriss: An Energy-Efficient Reconfigurable Accelerator for Deep
+    Convolutional Neural Networks", ISSCC 2016 / JSSC 2017): 12 x 14 PEs, row-stationary; memories and per-access
+    energies of ZigZag's eyeriss_like example (Mei et al., IEEE Trans. Computers 2021).
+
+    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits); then an 8 KB
+    partial-sum SRAM, a 64 KB weight SRAM and a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`), DRAM.
+    Per 8-bit word: RFs 1.0 pJ (psum RF 1.5 per access), 8 KB 10 pJ and 64 KB 20 pJ per 128 bits, 1 MB 100 pJ
+    per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ; the array's network is free, as in ZigZag.
+    """
+    s = acc.word_bits / 8
+    levels = (Memory("I-RF", split_bytes=(64, 0, 0), energy_pj=(1.0 * s, 0, 0), holds="I"),
+              Memory("W-RF", split_bytes=(0, 64, 0), energy_pj=(0, 1.0 * s, 0), holds="W"),
+              Memory("O-RF", split_bytes=(0, 0, 8), energy_pj=(0, 0, 1.5 * s), holds="O"),
+              Memory("O-8KB", split_bytes=(0, 0, 8 * KB), energy_pj=(0, 0, 10 / 16 * s), holds="O"),
+              Memory("W-64KB", split_bytes=(0, 64 * KB, 0), energy_pj=(0, 20 / 16 * s, 0), holds="W"),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, energy_pj=(100 / 48 * s, 0, 100 / 48 * s), holds="IO"),
+              Memory("DRAM", energy_pj=(125 * s,) * 3))
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 3)
+
+
+PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}

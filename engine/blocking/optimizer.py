@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -102,10 +102,37 @@ def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> Blo
     if method not in METHODS:
         raise UnknownNameError("blocking method", method, METHODS)
     start = time.perf_counter()
-    search = exact_blocking if method == "exact" else _exhaustive
-    blocking, evaluated = search(layer, hierarchy)
-    cost = evaluate(layer, hierarchy, blocking)
-    return BlockingResult(layer, hierarchy, blocking, cost, method, True, evaluated, time.perf_counter() - start)
+    best, evaluated = None, 0
+    for h in level_orders(hierarchy):
+        cap = best[2].memory_pj / layer.groups if best else np.inf  # one group's energy to beat
+        try:
+            blocking, n = exact_blocking(layer, h, cap) if method == "exact" else _exhaustive(layer, h)
+        except EngineError:
+            if h is hierarchy:
+                raise
+            continue
+        evaluated += n
+        if blocking is None:
+            continue
+        cost = evaluate(layer, h, blocking)
+        if best is None or cost.memory_pj < best[2].memory_pj * (1 - 1e-12):
+            best = (h, blocking, cost)
+    return BlockingResult(layer, *best, method, True, evaluated, time.perf_counter() - start)
+
+
+def level_orders(hierarchy: Hierarchy) -> list[Hierarchy]:
+    """The hierarchy, then each reordering of its on-chip levels that keeps every operand's own chain of levels
+    (and which levels sit inside the PEs): levels holding disjoint operands may cut the loop nest in either order."""
+    on_chip, k = hierarchy.on_chip, hierarchy.array_level
+    out = [hierarchy]
+    for perm in itertools.permutations(range(len(on_chip))):
+        if list(perm) == sorted(perm) or sorted(perm[:k]) != list(range(k)):
+            continue
+        pos = {lv: i for i, lv in enumerate(perm)}
+        if all(pos[i] < pos[j] for i in range(len(on_chip)) for j in range(i + 1, len(on_chip))
+               if set(on_chip[i].holds) & set(on_chip[j].holds)):
+            out.append(replace(hierarchy, levels=(*(on_chip[i] for i in perm), hierarchy.levels[-1])))
+    return out
 
 
 # ---- shared tables ---------------------------------------------------------------
@@ -297,24 +324,26 @@ def _clean(routes: _Routes, hierarchy: Hierarchy, l: int, state: int, T: str) ->
     return bool(state >> routes.flags[l].index(T) & 1)
 
 
-def exact_blocking(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
-    """Least-energy blocking: for each spatial unrolling (best first, bounded), the DP over levels.
+def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> tuple[Blocking | None, int]:
+    """Least-energy blocking: for each spatial unrolling (least bound first), the DP over levels, with the best
+    energy so far (or `cap`, pJ of one group) as its budget. Without a PE array there is one unrolling (none).
 
-    Without a PE array there is one unrolling (none), so this is the DP alone.
+    Raises when nothing fits and no `cap` was given; returns (None, n) when nothing beats `cap`.
     """
     _min_level0_words(layer, hierarchy)
-    best, best_pj, evaluated = None, np.inf, 0
-    for bound, unroll in sorted((_unroll_floor(layer, hierarchy, u), u) for u in _unrolls(layer, hierarchy)):
+    best, best_pj, evaluated = None, cap, 0
+    floors = sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
+    for bound, _, unroll in floors:
         if bound >= best_pj * (1 - 1e-12):
             break
-        blocking, n = _exact_unrolled(layer, hierarchy, unroll)
+        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
         evaluated += n
         if blocking is None:
             continue
-        pj = evaluate(layer, hierarchy, blocking).memory_pj
+        pj = evaluate(layer, hierarchy, blocking).memory_pj / layer.groups
         if pj < best_pj * (1 - 1e-12):
             best, best_pj = blocking, pj
-    if best is None:
+    if best is None and cap == np.inf:
         raise EngineError(f"layer '{layer.name}' has no blocking that fits hierarchy '{hierarchy.name}'")
     return best, evaluated
 
@@ -343,32 +372,36 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
 def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
     """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed) plus
     every word of each operand held on chip loaded once from DRAM."""
-    grid = _grid(layer, unroll)
+    view = SpatialView.of(layer, unroll)
     dram = hierarchy.levels[-1]
-    m = len(hierarchy.on_chip)
-    routes = _routes(layer, hierarchy)
-    return _level0_pj(layer, hierarchy, grid) + sum(dram.energy(T) * grid.full[T] for T in layer.tensors
-                                                    if routes.h0[T] < m)
+    on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
+    return _level0_pj(layer, hierarchy, view) + sum(dram.energy(T) * view.words(T, view.dims, False)
+                                                    for T in on_chip)
 
 
-def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll) -> tuple[Blocking | None, int]:
+def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
     """The DP over levels for one unrolling, DRAM inwards; value[l][state, tile] = least energy above level l.
 
-    Branch and bound (three or more levels, every level holding every operand, no array): feasible
-    blockings found first cap the energy (`_upper_bound`), so tiles whose energy above them, or whose
-    refills alone (`_refill_floor`), already exceed that cap minus level 0's fixed MAC operand reads
-    are never paired. The optimum is kept.
+    Branch and bound: a feasible blocking found first (the given `cap`, else a quick search) caps the
+    energy, so a tile whose energy above it already exceeds that cap minus the fixed MAC operand words is
+    never paired. With three or more levels, each holding every operand, and no array, the tiles whose
+    refills alone (`_refill_floor`) exceed it are dropped too. The optimum is kept.
     """
     grid = _grid(layer, unroll)
     routes = _routes(layer, hierarchy)
     cand = _candidates(layer, hierarchy, grid, routes)
-    if hierarchy.per_operand or len(hierarchy.on_chip) <= 2:
-        # two levels: the only pairing step is level 0's, already pruned by `_growable`
-        return _dp(layer, hierarchy, grid, routes, cand, np.inf)
-    cap, evaluated = _upper_bound(layer, hierarchy, grid, routes, cand)
-    budget = cap - _level0_pj(layer, hierarchy, grid)
+    evaluated = 0
+    if len(hierarchy.on_chip) > 2 and cap == np.inf:
+        cap, evaluated = _upper_bound(layer, hierarchy, grid, routes, cand)
+    if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
+        blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
+        return blocking, evaluated + n
+    budget = cap - _level0_pj(layer, hierarchy, grid.view)
     budget += 1e-9 * abs(budget)
-    cand = [ok & (_refill_floor(layer, hierarchy, grid, l) <= budget) for l, ok in enumerate(cand)]
+    if budget < 0:
+        return None, evaluated
+    if not hierarchy.per_operand:
+        cand = [ok & (_refill_floor(layer, hierarchy, grid, l) <= budget) for l, ok in enumerate(cand)]
     blocking, n = _dp(layer, hierarchy, grid, routes, cand, budget)
     return blocking, evaluated + n
 
@@ -415,20 +448,20 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
     return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll), evaluated
 
 
-def _level0_pj(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> float:
+def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
     """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
     from each operand's innermost holder (multicast across the array when that holder is outside it)."""
-    steps = math.prod(grid.view.dims)
+    steps = math.prod(view.dims)
     ones = (1,) * len(DIMS)
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
     total = 0.0
     for T in layer.tensors:
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
-        words = [steps * grid.view.words(T, ones, inside), grid.view.words(T, grid.view.dims, inside)]
+        words = [steps * view.words(T, ones, inside), view.words(T, view.dims, inside)]
         pj = hierarchy.levels[h0].energy(T) * (2 * words[0] - words[1] if T == "O" else words[0])
         if hierarchy.array is not None and not inside:
-            pe = steps * grid.view.lanes, grid.full_pe[T]
+            pe = steps * view.lanes, view.words(T, view.dims, True)
             pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
         total += pj
     return total
@@ -442,7 +475,7 @@ def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, routes: _Route
     valid at the same cost), and the DP restricted to the `PARENT_CAP` cheapest parents per level.
     """
     m, found, evaluated = len(hierarchy.on_chip), [], 0
-    for j in range(1, m):
+    for j in range(1, 1 if hierarchy.per_operand else m):
         sub = hierarchy.keep([x.name for i, x in enumerate(hierarchy.on_chip) if i != j])
         try:
             b, n = exact_blocking(layer, sub)
@@ -553,6 +586,8 @@ def _pairs(grid: _Grid, child_ok, parent_ok, *, prune: bool):
     """
     children = np.flatnonzero(child_ok)
     n = len(DIMS)
+    if not children.size or not parent_ok.any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     radix = [int(np.prod([len(d) for d in grid.divs[j + 1:]])) for j in range(n)]
     if not prune:
         parents = np.flatnonzero(parent_ok)

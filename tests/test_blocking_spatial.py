@@ -1,0 +1,166 @@
+"""Per-operand hierarchies and the spatial PE array: the model against a walk of every PE's data, the exact
+search against brute force over every tile chain, loop order, unrolling and level order, and bad input."""
+
+import itertools
+import math
+import random
+
+import pytest
+
+from engine.blocking import Blocking, Hierarchy, Layer, Memory, SpatialArray, block, evaluate
+from engine.blocking.layer import DIMS, RELEVANT
+from engine.blocking.model import SpatialView, holders, stored_levels
+from engine.blocking.optimizer import _chains, every_unroll
+from engine.errors import EngineError
+
+
+def tpu_like(rows=4, cols=4, sram=256):
+    """A small weight-stationary array: per-PE weight and accumulator registers, an I/O SRAM, DRAM."""
+    arr = SpatialArray((("rows", rows), ("cols", cols)), (("C", "rows"), ("K", "cols")), noc_pj=(0.5, 0.7, 0.9))
+    return Hierarchy((Memory("O-reg", split_bytes=(0, 0, 4), energy_pj=(0, 0, 0.2), holds="O"),
+                      Memory("W-reg", split_bytes=(0, 2, 0), energy_pj=(0, 0.1, 0), holds="W"),
+                      Memory("SRAM", size_bytes=sram, energy_pj=(3, 3, 4), holds="IO"),
+                      Memory.dram()), array=arr, array_level=2, name="tpu-small")
+
+
+def row_stationary():
+    """A shared per-PE RF, a buffer that weights bypass, and Fh x Y over a 3 x 2 array (Eyeriss-like)."""
+    arr = SpatialArray((("rows", 3), ("cols", 2)), (("Fh", "rows"), ("Y", "cols")), noc_pj=(1, 1, 1))
+    return Hierarchy((Memory("RF", size_bytes=16, energy_pj=(0.3, 0.3, 0.3)),
+                      Memory("buf", size_bytes=128, energy_pj=(2, 2, 2), holds="IO"),
+                      Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="rs-small")
+
+
+# ---- the model against a walk of every PE's data ----------------------------------------------
+def words(layer, T, unroll, starts, extents, pe=None):
+    """The distinct words of T that temporal extents (per dim, from `starts`) touch on one PE (`pe`: its index
+    per dim) or on the whole array, enumerated index by index."""
+    ranges = []
+    for d, s, t0, n in zip(DIMS, unroll, starts, extents):
+        js = [pe[DIMS.index(d)]] if pe is not None else range(s)
+        ranges.append([t * s + j for t in range(t0, t0 + n) for j in js])
+    x, y, c, k, n_, fw, fh = ranges
+    (sx, sy), (dx, dy) = layer.stride, layer.dilation
+    if T == "I":
+        return len({(b, ch, a * sx + p * dx, r * sy + q * dy) for b in n_ for ch in c for a in x for p in fw
+                    for r in y for q in fh})
+    if T == "W":
+        return len({(kk, ch, p, q) for kk in k for ch in c for p in fw for q in fh})
+    return len({(b, kk, a, r) for b in n_ for kk in k for a in x for r in y})
+
+
+def simulate(layer, h, b):
+    """Walk every temporal step; count a refill whenever a stored tile's indices change; words by enumeration.
+
+    Returns {(level, T): accesses} and {T: network words}.
+    """
+    m = len(b.tiles)
+    loops = [(blk, d, b.trips(blk)[d]) for blk in reversed(range(m)) for d in reversed(b.orders[blk])]
+    loops += [(-1, d, t) for d, t in zip(DIMS, b.tiles[0])]  # the steps inside level 0's tile
+    pes = list(itertools.product(*(range(s) for s in b.unroll)))
+    acc, noc = {}, dict.fromkeys("IWO", 0)
+    ones, zero = (1,) * len(DIMS), (0,) * len(DIMS)
+
+    def units(T, level, tile, start=zero):
+        if h.inside(level):
+            return sum(words(layer, T, b.unroll, start, tile, pe) for pe in pes)
+        return words(layer, T, b.unroll, start, tile)
+
+    for T in layer.tensors:
+        keep = stored_levels(T, b, h)
+        chain = [(None, holders(h, T)[0])] + list(zip(keep, [*keep[1:], m]))
+        last, seen = {}, set()
+        for point in itertools.product(*(range(t) for _, _, t in loops)):
+            for child, src in chain:
+                lo = -1 if child is None else child
+                key = tuple(p for p, (blk, d, _) in zip(point, loops) if blk >= lo and d in RELEVANT[T])
+                if child is not None and last.get(child) == key:
+                    continue
+                last[child] = key
+                tile = ones if child is None else b.tiles[child]
+                n_src = units(T, src, tile)
+                n_pe = units(T, 0, tile) if h.array and not h.inside(src) and (child is None or h.inside(child)) else 0
+                first = (child, key) not in seen if child is not None else (key not in seen)
+                seen.add((child, key) if child is not None else key)
+                if T == "O":
+                    acc[src, T] = acc.get((src, T), 0) + n_src * (1 if first else 2)
+                    noc[T] += n_pe * (1 if first else 2)
+                else:
+                    acc[src, T] = acc.get((src, T), 0) + n_src
+                    noc[T] += n_pe
+    return acc, noc
+
+
+def random_blocking(layer, h, rng):
+    unroll = rng.choice(every_unroll(layer, h))
+    dims = SpatialView.of(layer, unroll).dims
+    m = len(h.on_chip)
+    chains = [rng.choice(list(_chains(n, m))) for n in dims]
+    tiles = tuple(tuple(c[l] for c in chains) for l in range(m))
+    return Blocking(dims, tiles, tuple(tuple(rng.sample(DIMS, len(DIMS))) for _ in range(m)), unroll)
+
+
+WALK = [(Layer(X=3, Y=2, C=3, K=5, Fw=2, name="conv"), tpu_like(2, 4)),
+        (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
+        (Layer(X=2, Y=4, C=2, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided"), row_stationary())]
+
+
+@pytest.mark.parametrize("layer, h", WALK, ids=lambda x: getattr(x, "name", ""))
+def test_evaluate_matches_walk_of_every_pe(layer, h):
+    rng = random.Random(11)
+    for _ in range(10):
+        b = random_blocking(layer, h, rng)
+        cost = evaluate(layer, h, b)
+        acc, noc = simulate(layer, h, b)
+        names = [x.name for x in h.levels]
+        for a in cost.accesses:
+            if a.level == h.array.name:
+                assert a.reads == noc[a.tensor], (b, a)
+            else:
+                assert a.accesses == acc.get((names.index(a.level), a.tensor), 0), (b, a)
+
+
+# ---- the exact search against brute force -------------------------------------------------------
+BRUTE = [(Layer(X=2, Y=2, C=4, K=3, name="wide-C"), tpu_like(2, 2, 64)),
+         (Layer(X=3, C=2, K=5, Fw=2, name="partial-K"), tpu_like(2, 4, 48)),
+         (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
+         (Layer(X=2, Y=2, C=3, K=2, Fh=2, stride=(2, 2), name="strided"), row_stationary())]
+
+
+@pytest.mark.parametrize("layer, h", BRUTE, ids=lambda x: getattr(x, "name", ""))
+def test_exact_equals_exhaustive_per_operand_and_spatial(layer, h):
+    fast = block(layer, h)
+    slow = block(layer, h, method="exhaustive")
+    assert fast.energy_pj == pytest.approx(slow.energy_pj, rel=1e-12)
+    assert fast.cost.fits and slow.evaluated > 1000
+
+
+def test_utilisation_counts_idle_rows_and_padding():
+    h = tpu_like(32, 32, 2 ** 20)
+    first = block(Layer(X=4, Y=4, C=3, K=64, Fw=3, Fh=3, name="rgb"), h)
+    assert first.blocking.unroll[DIMS.index("C")] == 3 and first.blocking.unroll[DIMS.index("K")] == 32
+    assert first.cost.utilisation == pytest.approx(3 / 32)
+    odd = Layer(X=2, C=64, K=40, name="k40")  # K = 40 on 32 columns: 2 steps, the second one padded
+    cost = evaluate(odd, h, Blocking.of(odd, {}, {}, {}, unroll={"C": 32, "K": 32}))
+    assert cost.cycles == 2 * 2 * 2
+    assert cost.utilisation == pytest.approx(64 * 40 * 2 / (32 * 32 * 8))
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+def test_bad_input_names_level_operand_and_value():
+    with pytest.raises(EngineError, match="operand W has no level.*'DRAM' holds only 'IO'"):
+        Hierarchy((Memory("SRAM", size_bytes=64), Memory("DRAM", holds="IO")))
+    with pytest.raises(EngineError, match="'W-reg': operand W is held here with a capacity of 0"):
+        Memory("W-reg", split_bytes=(0, 0, 4), holds="W")
+    with pytest.raises(EngineError, match="size_bytes must be a positive"):
+        Memory("SRAM", size_bytes=0)
+    h = tpu_like(4, 4)
+    layer = Layer(X=2, C=8, K=4)
+    with pytest.raises(EngineError, match="unroll of 8 on axis 'rows' exceeds its 4 PEs"):
+        evaluate(layer, h, Blocking.of(layer, {}, {}, {}, unroll={"C": 8}))
+    with pytest.raises(EngineError, match="X unrolled by 2 but the dataflow"):
+        evaluate(layer, h, Blocking.of(layer, {}, {}, {}, unroll={"X": 2}))
+    with pytest.raises(EngineError, match="level 'W-reg'.*operand\\(s\\) W"):
+        block(layer, Hierarchy((Memory("W-reg", split_bytes=(0, 1, 0), holds="W"), Memory.dram())))
+    with pytest.raises(EngineError, match="array_level"):
+        Hierarchy((Memory("S", size_bytes=64), Memory.dram()), array_level=1)
