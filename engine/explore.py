@@ -143,9 +143,10 @@ def blocked_energy(graph: Graph, plan, acc: Accelerator):
     """The plan's energy with buffer and RF accesses taken from each layer's best blocking (Yang et al.).
 
     DRAM traffic stays the plan's (fusion decides what crosses the chip boundary); the
-    buffer and RF words of every op with a loop nest are those of its least-energy
-    blocking on `acc`'s hierarchy (`engine.blocking.layer_access_counts`); ops without
-    one (element-wise, concat, ...) keep the dataflow model's counts.
+    buffer, RF and PE-array words and energies of every op with a loop nest are those of its
+    least-energy blocking on `acc`'s per-operand hierarchy and PE array
+    (`engine.blocking.layer_access_counts`); ops without one (element-wise, concat, ...) keep
+    the dataflow model's counts.
     """
     from dataclasses import replace
 
@@ -154,23 +155,22 @@ def blocked_energy(graph: Graph, plan, acc: Accelerator):
 
     base = energy_breakdown(graph, plan, acc)
     buffer = plan.dram_bytes / (acc.word_bits / 8)  # each DRAM word passes through the buffer once
-    rf = 0.0
+    words = {"buffer": buffer, "rf": 0.0, "array": 0.0}
+    pj = {"buffer": buffer * acc.energy_pj("buffer"), "rf": 0.0, "array": 0.0}
     for op in graph.ops:
         counts = layer_access_counts(graph, op, acc)
         if counts is None:
             a = op_accesses(graph, op, acc)
-            buffer, rf = buffer + a.buffer, rf + a.rf
+            for kind in words:
+                words[kind] += getattr(a, kind)
+                pj[kind] += getattr(a, kind) * acc.energy_pj(kind)
             continue
-        for level in counts.levels:
-            words = level.reads + level.writes
-            if level.level == "RF":
-                rf += words
-            elif level.level != "DRAM":
-                buffer += words
-        if counts.rf_skipped:  # MAC operands come straight from the buffer
-            buffer += 3 * op.macs
-    accesses = dict(base.accesses, buffer=round(buffer), rf=round(rf))
-    return replace(base, buffer_pj=buffer * acc.energy_pj("buffer"), rf_pj=rf * acc.energy_pj("rf"),
+        for level in counts.levels:  # each level at its own per-word energies (per-operand hierarchies)
+            if level.kind != "dram":
+                words[level.kind] += level.reads + level.writes
+                pj[level.kind] += level.energy_pj
+    accesses = dict(base.accesses, **{kind: round(n) for kind, n in words.items()})
+    return replace(base, buffer_pj=pj["buffer"], rf_pj=pj["rf"], array_pj=pj["array"],
                    accesses=tuple(accesses.items()))
 
 

@@ -54,7 +54,8 @@ def test_layers_from_ops(small_graph):
 def test_access_counts_on_accelerator(small_graph):
     acc = engine.Accelerator.preset("optimus")
     counts = layer_access_counts(small_graph, "conv", acc)
-    assert [c.level for c in counts.levels] == ["RF", "buffer", "DRAM"]
+    assert [c.level for c in counts.levels] == ["RF", "buffer", "DRAM", "PE array"]
+    assert [c.kind for c in counts.levels] == ["rf", "buffer", "dram", "array"]
     layer = counts.layer
     dram = counts.level("DRAM")
     assert dram.reads >= layer.groups * (layer.size("I") + layer.size("W"))
@@ -135,3 +136,19 @@ def test_multicore_partition_last_shares_the_chip(unroll, shared):
     assert four.broadcast_pj == pytest.approx(access_energy_pj(4 * 256 + 14 * KB))
     with pytest.raises(EngineError, match="split"):
         multicore(layer, Hierarchy.from_sizes([256, 8 * KB]), cores=2, partition_last=True)
+
+
+def test_per_operand_presets_count_each_level_at_its_own_energy(small_graph):
+    acc = engine.Accelerator.preset("tpu-like")
+    assert acc.hierarchy == "tpu-like" and acc.word_bits == 8 and acc.energy_pj("dram") == pytest.approx(87.5)
+    counts = layer_access_counts(small_graph, "conv", acc)
+    assert [(c.level, c.kind) for c in counts.levels] == [
+        ("O-reg", "rf"), ("W-reg", "rf"), ("SRAM", "buffer"), ("DRAM", "dram"), ("PE array", "array")]
+    best = block(counts.layer, acc)
+    assert sum(c.energy_pj for c in counts.levels) == pytest.approx(best.energy_pj)
+    sram = counts.level("SRAM")
+    assert sram.energy_pj == pytest.approx(sum(a.reads * 1.6256 + a.writes * 1.478125 for a in best.cost.accesses
+                                               if a.level == "SRAM"))
+    assert counts.loop_nest[0].startswith("# utilisation") and any("W-reg holds (per PE)" in x for x in counts.loop_nest)
+    eyeriss = Hierarchy.preset("eyeriss-like")
+    assert [m.holds for m in eyeriss.levels] == ["I", "W", "O", "O", "W", "IO", "IWO"] and eyeriss.array.pes == 168

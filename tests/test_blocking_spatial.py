@@ -18,8 +18,8 @@ def tpu_like(rows=4, cols=4, sram=256):
     """A small weight-stationary array: per-PE weight and accumulator registers, an I/O SRAM, DRAM."""
     arr = SpatialArray((("rows", rows), ("cols", cols)), (("C", "rows"), ("K", "cols")), noc_pj=(0.5, 0.7, 0.9))
     return Hierarchy((Memory("O-reg", split_bytes=(0, 0, 4), energy_pj=(0, 0, 0.2), holds="O"),
-                      Memory("W-reg", split_bytes=(0, 2, 0), energy_pj=(0, 0.1, 0), holds="W"),
-                      Memory("SRAM", size_bytes=sram, energy_pj=(3, 3, 4), holds="IO"),
+                      Memory("W-reg", split_bytes=(0, 2, 0), energy_pj=(0, 0.1, 0), holds="W", write_pj=(0, 0.3, 0)),
+                      Memory("SRAM", size_bytes=sram, energy_pj=(3, 3, 4), holds="IO", write_pj=(2, 2, 5)),
                       Memory.dram()), array=arr, array_level=2, name="tpu-small")
 
 
@@ -27,7 +27,7 @@ def row_stationary():
     """A shared per-PE RF, a buffer that weights bypass, and Fh x Y over a 3 x 2 array (Eyeriss-like)."""
     arr = SpatialArray((("rows", 3), ("cols", 2)), (("Fh", "rows"), ("Y", "cols")), noc_pj=(1, 1, 1))
     return Hierarchy((Memory("RF", size_bytes=16, energy_pj=(0.3, 0.3, 0.3)),
-                      Memory("buf", size_bytes=128, energy_pj=(2, 2, 2), holds="IO"),
+                      Memory("buf", size_bytes=128, energy_pj=(2, 2, 2), holds="IO", write_pj=(1, 1, 3)),
                       Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="rs-small")
 
 
@@ -52,19 +52,22 @@ def words(layer, T, unroll, starts, extents, pe=None):
 def simulate(layer, h, b):
     """Walk every temporal step; count a refill whenever a stored tile's indices change; words by enumeration.
 
-    Returns {(level, T): accesses} and {T: network words}.
+    Returns {(level, T): reads}, {(level, T): writes} and {T: network words}.
     """
     m = len(b.tiles)
     loops = [(blk, d, b.trips(blk)[d]) for blk in reversed(range(m)) for d in reversed(b.orders[blk])]
     loops += [(-1, d, t) for d, t in zip(DIMS, b.tiles[0])]  # the steps inside level 0's tile
     pes = list(itertools.product(*(range(s) for s in b.unroll)))
-    acc, noc = {}, dict.fromkeys("IWO", 0)
+    reads, writes, noc = {}, {}, dict.fromkeys("IWO", 0)
     ones, zero = (1,) * len(DIMS), (0,) * len(DIMS)
 
-    def units(T, level, tile, start=zero):
+    def units(T, level, tile):
         if h.inside(level):
-            return sum(words(layer, T, b.unroll, start, tile, pe) for pe in pes)
-        return words(layer, T, b.unroll, start, tile)
+            return sum(words(layer, T, b.unroll, zero, tile, pe) for pe in pes)
+        return words(layer, T, b.unroll, zero, tile)
+
+    def add(table, key, n):
+        table[key] = table.get(key, 0) + n
 
     for T in layer.tensors:
         keep = stored_levels(T, b, h)
@@ -80,15 +83,16 @@ def simulate(layer, h, b):
                 tile = ones if child is None else b.tiles[child]
                 n_src = units(T, src, tile)
                 n_pe = units(T, 0, tile) if h.array and not h.inside(src) and (child is None or h.inside(child)) else 0
-                first = (child, key) not in seen if child is not None else (key not in seen)
-                seen.add((child, key) if child is not None else key)
-                if T == "O":
-                    acc[src, T] = acc.get((src, T), 0) + n_src * (1 if first else 2)
+                first = (child, key) not in seen
+                seen.add((child, key))
+                if T == "O":  # written up; read back down unless this is the output's first fill
+                    add(writes, (src, T), n_src)
+                    add(reads, (src, T), 0 if first else n_src)
                     noc[T] += n_pe * (1 if first else 2)
                 else:
-                    acc[src, T] = acc.get((src, T), 0) + n_src
+                    add(reads, (src, T), n_src)
                     noc[T] += n_pe
-    return acc, noc
+    return reads, writes, noc
 
 
 def random_blocking(layer, h, rng):
@@ -111,13 +115,18 @@ def test_evaluate_matches_walk_of_every_pe(layer, h):
     for _ in range(10):
         b = random_blocking(layer, h, rng)
         cost = evaluate(layer, h, b)
-        acc, noc = simulate(layer, h, b)
+        reads, writes, noc = simulate(layer, h, b)
         names = [x.name for x in h.levels]
+        energy = sum(h.array.noc_pj["IWO".index(T)] * n for T, n in noc.items())
         for a in cost.accesses:
             if a.level == h.array.name:
                 assert a.reads == noc[a.tensor], (b, a)
-            else:
-                assert a.accesses == acc.get((names.index(a.level), a.tensor), 0), (b, a)
+                continue
+            key = names.index(a.level), a.tensor
+            assert (a.reads, a.writes) == (reads.get(key, 0), writes.get(key, 0)), (b, a)
+            mem = h.levels[key[0]]
+            energy += reads.get(key, 0) * mem.energy(a.tensor) + writes.get(key, 0) * mem.write_energy(a.tensor)
+        assert cost.memory_pj == pytest.approx(energy)
 
 
 # ---- the exact search against brute force -------------------------------------------------------

@@ -8,8 +8,8 @@ from functools import lru_cache
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
-from engine.blocking.model import Blocking, describe, evaluate
-from engine.blocking.optimizer import exact_blocking
+from engine.blocking.model import Blocking
+from engine.blocking.optimizer import block
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
 
@@ -18,20 +18,26 @@ BLOCKABLE = (OpKind.CONV, OpKind.DWCONV, OpKind.MATMUL, OpKind.POOL)
 
 @dataclass(frozen=True)
 class LevelCount:
-    """Words read from and written to one memory level (all tensors), and their energy."""
+    """Words read from and written to one memory level (all tensors), and their energy.
+
+    `kind` is "rf" (inside every PE), "buffer" (on chip, outside the PEs), "dram", or "array" (words
+    multicast to or reduced from the PEs over the array's network).
+    """
 
     level: str
     reads: int
     writes: int
     energy_pj: float
+    kind: str = "buffer"
 
 
 @dataclass(frozen=True)
 class OpAccessCounts:
-    """The best blocking of one op on an accelerator's RF, buffer(s) and DRAM, with its traffic per level.
+    """The best blocking of one op on an accelerator's memories and PE array, with its traffic per level.
 
     Split buffers (IB/KB/OB) are summed into one 'buffer' row. `rf_skipped` is True when the
     RF cannot hold even a one-element tile of this op, so the MACs read the buffer directly.
+    `loop_nest` lists each operand's tile per level, the spatial unrolling and the utilisation.
     """
 
     op: str
@@ -42,6 +48,8 @@ class OpAccessCounts:
     mac_pj: float
     rf_skipped: bool
     loop_nest: tuple[str, ...]
+    utilisation: float = 1.0
+    cycles: int = 0
 
     @property
     def memory_pj(self) -> float:
@@ -78,21 +86,29 @@ def _counts(layer: Layer, hierarchy: Hierarchy):
     rf_skipped = not _fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
-    blocking, _ = exact_blocking(layer, hierarchy)
-    cost = evaluate(layer, hierarchy, blocking)
+    best = block(layer, hierarchy)
+    hierarchy, cost = best.hierarchy, best.cost
     rows = []
-    for mem in hierarchy.levels:
+    for l, mem in enumerate(hierarchy.levels):
         mine = [a for a in cost.accesses if a.level == mem.name]
+        kind = "dram" if l == len(hierarchy.on_chip) else "rf" if hierarchy.inside(l) else "buffer"
         rows.append(LevelCount(mem.name, sum(a.reads for a in mine), sum(a.writes for a in mine),
-                               sum(a.energy_pj for a in mine)))
+                               sum(a.energy_pj for a in mine), kind))
+    if hierarchy.array is not None:
+        mine = [a for a in cost.accesses if a.level == hierarchy.array.name]
+        rows.append(LevelCount(hierarchy.array.name, sum(a.reads for a in mine), 0,
+                               sum(a.energy_pj for a in mine), "array"))
     if rf_skipped:
-        rows.insert(0, LevelCount("RF", 0, 0, 0.0))
-    nest = tuple(describe(blocking, [m.name for m in hierarchy.levels]))
-    return blocking, tuple(rows), cost.macs, cost.mac_pj, rf_skipped, nest
+        rows.insert(0, LevelCount("RF", 0, 0, 0.0, "rf"))
+    nest = (f"# utilisation {cost.utilisation:.1%} of the PEs over {cost.cycles:,} steps", *best.describe())
+    return best.blocking, tuple(rows), cost.macs, cost.mac_pj, rf_skipped, nest, cost.utilisation, cost.cycles
 
 
 def _fits_one(layer: Layer, hierarchy: Hierarchy) -> bool:
-    """Whether the innermost level holds a one-element tile of every tensor."""
+    """Whether the innermost level holds a one-element tile of every operand it holds."""
     one = (1,) * len(DIMS)
-    need = sum(layer.footprint(T, one) for T in layer.tensors)
-    return need <= hierarchy.capacity_words(0)
+    mem = hierarchy.levels[0]
+    held = [T for T in layer.tensors if mem.keeps(T)]
+    if mem.split_bytes:
+        return all(layer.footprint(T, one) <= hierarchy.capacity_words(0, T) for T in held)
+    return sum(layer.footprint(T, one) for T in held) <= hierarchy.capacity_words(0)

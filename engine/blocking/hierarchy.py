@@ -27,7 +27,9 @@ class Memory:
     `energy_pj` is the energy of one word access for the input, kernel and output data
     held here; `size_bytes=None` (and no split) marks the unbounded DRAM at the top.
     `holds` names the operands kept here ("IWO" by default); the others bypass the level, so
-    their accesses go to the next level up that holds them.
+    their accesses go to the next level up that holds them. A level pays, as in Yang's Eq. 1, for the
+    words it serves to the level below and the partial sums written back into it (fills from above are
+    not charged); reads at `energy_pj`, writes at `write_pj` (I, W, O) when given, else at `energy_pj`.
     """
 
     name: str
@@ -35,6 +37,7 @@ class Memory:
     split_bytes: tuple[int, int, int] | None = None
     energy_pj: tuple[float, float, float] = (TABLE3_DRAM_PJ,) * 3
     holds: str = "IWO"
+    write_pj: tuple[float, float, float] | None = None
 
     def __post_init__(self):
         if not isinstance(self.holds, str) or not self.holds or set(self.holds) - set(TENSORS) \
@@ -59,6 +62,10 @@ class Memory:
         object.__setattr__(self, "energy_pj", tuple(float(e) for e in self.energy_pj))
         if len(self.energy_pj) != 3 or any(e < 0 for e in self.energy_pj):
             raise EngineError(f"memory '{self.name}': energy_pj must be three non-negative numbers (I, W, O)")
+        if self.write_pj is not None:
+            object.__setattr__(self, "write_pj", tuple(float(e) for e in self.write_pj))
+            if len(self.write_pj) != 3 or any(e < 0 for e in self.write_pj):
+                raise EngineError(f"memory '{self.name}': write_pj must be three non-negative numbers (I, W, O)")
 
     @property
     def bounded(self) -> bool:
@@ -70,6 +77,10 @@ class Memory:
 
     def energy(self, tensor: str) -> float:
         return self.energy_pj[TENSORS.index(tensor)]
+
+    def write_energy(self, tensor: str) -> float:
+        """Energy of one word written into this level (the read energy unless `write_pj` is given)."""
+        return (self.write_pj or self.energy_pj)[TENSORS.index(tensor)]
 
     def keeps(self, tensor: str) -> bool:
         """Whether this level holds `tensor` (rather than bypassing it)."""
@@ -197,8 +208,8 @@ class Hierarchy:
 
     @property
     def per_operand(self) -> bool:
-        """Whether some level bypasses an operand or a PE array is modelled (the per-operand search)."""
-        return self.array is not None or any(mem.holds != "IWO" for mem in self.levels)
+        """Whether some level bypasses an operand or prices writes apart, or a PE array is modelled."""
+        return self.array is not None or any(mem.holds != "IWO" or mem.write_pj for mem in self.levels)
 
     def inside(self, level: int) -> bool:
         """Whether level `level` sits inside every PE (below the array)."""
@@ -301,16 +312,19 @@ def tpu_like(acc: Accelerator) -> Hierarchy:
     et al., ISCA 2017): per PE a weight register file (W only, 128 B) and an accumulator (one partial sum), a 2 MB
     SRAM holding inputs and outputs (weights bypass it), DRAM; C on the rows, K on the columns.
 
-    Energies per 8-bit word from ZigZag's per-access costs: registers 0.095 (W) and 0.021 (O), SRAM 416.16 pJ
-    per 2048-bit read (1.6256 pJ a byte), DRAM 700 pJ per 64-bit read (87.5 pJ a byte), MAC 0.04 pJ. The
-    accumulator's 16-bit partial sum counts as one word; multicast and reduction are free, as in ZigZag.
+    Energies per 8-bit word from ZigZag's per-access costs (read / write): registers 0.095 (W) and 0.021 (O),
+    SRAM 416.16 / 378.4 pJ per 2048 bits (1.6256 / 1.478 pJ a byte), DRAM 700 / 750 pJ per 64 bits (87.5 /
+    93.75 pJ a byte), MAC 0.04 pJ (fills are not charged). The accumulator's 16-bit partial sum
+    counts as one word; multicast and reduction are free, as in ZigZag.
     """
     wb = acc.word_bits // 8 or 1
     scale = acc.word_bits / 8
-    levels = (Memory("O-reg", split_bytes=(0, 0, wb), energy_pj=(0, 0, 0.021 * scale), holds="O"),
-              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), energy_pj=(0, 0.095 * scale, 0), holds="W"),
-              Memory("SRAM", size_bytes=acc.buffer_bytes, energy_pj=(1.6256 * scale, 0, 1.6256 * scale), holds="IO"),
-              Memory("DRAM", energy_pj=(87.5 * scale,) * 3))
+    def rw(r, w):
+        return dict(energy_pj=tuple(x * scale for x in r), write_pj=tuple(x * scale for x in w))
+    levels = (Memory("O-reg", split_bytes=(0, 0, wb), holds="O", **rw((0, 0, 0.021), (0, 0, 0.021))),
+              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), holds="W", **rw((0, 0.095, 0), (0, 0.095, 0))),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **rw((1.6256, 0, 1.6256), (1.478125, 0, 1.478125))),
+              Memory("DRAM", **rw((87.5,) * 3, (93.75,) * 3)))
     return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2)
 
 
@@ -321,17 +335,23 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
 
     Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits); then an 8 KB
     partial-sum SRAM, a 64 KB weight SRAM and a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`), DRAM.
-    Per 8-bit word: RFs 1.0 pJ (psum RF 1.5 per access), 8 KB 10 pJ and 64 KB 20 pJ per 128 bits, 1 MB 100 pJ
-    per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ; the array's network is free, as in ZigZag.
+    Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
+    20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
+    not charged); the array's network is free, as in ZigZag.
     """
     s = acc.word_bits / 8
-    levels = (Memory("I-RF", split_bytes=(64, 0, 0), energy_pj=(1.0 * s, 0, 0), holds="I"),
-              Memory("W-RF", split_bytes=(0, 64, 0), energy_pj=(0, 1.0 * s, 0), holds="W"),
-              Memory("O-RF", split_bytes=(0, 0, 8), energy_pj=(0, 0, 1.5 * s), holds="O"),
-              Memory("O-8KB", split_bytes=(0, 0, 8 * KB), energy_pj=(0, 0, 10 / 16 * s), holds="O"),
-              Memory("W-64KB", split_bytes=(0, 64 * KB, 0), energy_pj=(0, 20 / 16 * s, 0), holds="W"),
-              Memory("SRAM", size_bytes=acc.buffer_bytes, energy_pj=(100 / 48 * s, 0, 100 / 48 * s), holds="IO"),
-              Memory("DRAM", energy_pj=(125 * s,) * 3))
+    def rw(op, r, w):
+        i = TENSORS.index(op)
+        return dict(energy_pj=tuple(r * s if j == i else 0.0 for j in range(3)),
+                    write_pj=tuple(w * s if j == i else 0.0 for j in range(3)))
+    io = dict(energy_pj=(100 / 48 * s, 0, 100 / 48 * s), write_pj=(130 / 48 * s, 0, 130 / 48 * s))
+    levels = (Memory("I-RF", split_bytes=(64, 0, 0), holds="I", **rw("I", 1.0, 1.5)),
+              Memory("W-RF", split_bytes=(0, 64, 0), holds="W", **rw("W", 1.0, 1.5)),
+              Memory("O-RF", split_bytes=(0, 0, 8), holds="O", **rw("O", 1.5, 2.0)),
+              Memory("O-8KB", split_bytes=(0, 0, 8 * KB), holds="O", **rw("O", 10 / 16, 15 / 16)),
+              Memory("W-64KB", split_bytes=(0, 64 * KB, 0), holds="W", **rw("W", 20 / 16, 25 / 16)),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **io),
+              Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
     return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 3)
 
 

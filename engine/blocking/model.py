@@ -167,7 +167,7 @@ class LevelAccess:
     writes: int  # partial outputs written back into it from below
     fills: int  # words it receives from the level above
     stored_words: int  # the tile it keeps (0 where the tensor passes through)
-    energy_pj: float  # (reads + writes) x per-word energy (Eq. 1)
+    energy_pj: float  # reads x read energy + writes x write energy (Eq. 1)
     passing: int = 0  # words that cross this level between a level below and one above without stopping
 
     @property
@@ -310,7 +310,8 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                     passing[k, T] += 2 * f_src - size_src if T == "O" else f_src
     overflow = _overflow(layer, hierarchy, stored, m)
     acc = [LevelAccess(hierarchy.levels[l].name, T, g * reads[l, T], g * writes[l, T], g * fills[l, T],
-                       stored[l, T], g * (reads[l, T] + writes[l, T]) * hierarchy.levels[l].energy(T),
+                       stored[l, T], g * (reads[l, T] * hierarchy.levels[l].energy(T)
+                                          + writes[l, T] * hierarchy.levels[l].write_energy(T)),
                        g * passing[l, T])
            for l in range(m + 1) for T in layer.tensors]
     if hierarchy.array is not None:
@@ -341,8 +342,13 @@ def _overflow(layer: Layer, hierarchy: Hierarchy, stored: dict, m: int) -> tuple
     return tuple(out)
 
 
-def describe(blocking: Blocking, level_names=None) -> list[str]:
-    """The loop nest as text lines, outermost first and the MAC innermost (the paper's pseudo-code)."""
+def describe(blocking: Blocking, level_names=None, hierarchy: Hierarchy | None = None) -> list[str]:
+    """The loop nest as text lines, outermost first and the MAC innermost (the paper's pseudo-code).
+
+    With the `hierarchy`, each level lists the tile of each operand it holds (per PE inside the array,
+    the whole array's outside it; "passes" where the tile is the one below), and the spatial unrolling
+    is written out; loop bounds count temporal steps.
+    """
     m = len(blocking.tiles)
     names = list(level_names) if level_names else [f"level {l}" for l in range(m)] + ["DRAM"]
     lines, depth = [], 0
@@ -355,12 +361,35 @@ def describe(blocking: Blocking, level_names=None) -> list[str]:
                 step = blocking.tiles[b][DIMS.index(d)]
                 lines.append("  " * depth + f"for {d.lower()}{b + 1} in range(0, {outer[DIMS.index(d)]}, {step}):")
                 depth += 1
-        tile = ", ".join(f"{d}={v}" for d, v in zip(DIMS, blocking.tiles[b]) if v > 1) or "one element"
-        lines.append("  " * depth + f"# {names[b]} holds the tile {tile}")
+        if hierarchy is None:
+            tile = ", ".join(f"{d}={v}" for d, v in zip(DIMS, blocking.tiles[b]) if v > 1) or "one element"
+            lines.append("  " * depth + f"# {names[b]} holds the tile {tile}")
+        else:
+            lines.append("  " * depth + f"# {names[b]} holds{' (per PE)' if hierarchy.inside(b) else ''}: "
+                         + "; ".join(_operand_tile(blocking, hierarchy, b, T) for T in TENSORS
+                                     if hierarchy.levels[b].keeps(T)))
     for d in reversed(INNER_ORDER):
         v = blocking.tiles[0][DIMS.index(d)]
         if v > 1:
             lines.append("  " * depth + f"for {d.lower()}0 in range({v}):")
             depth += 1
+    if hierarchy is not None and hierarchy.array is not None:
+        spatial = [f"{d}={f} on {hierarchy.array.axis_of(d)}" for d, f in zip(DIMS, blocking.unroll) if f > 1]
+        size = "x".join(str(n) for _, n in hierarchy.array.axes)
+        busy = math.prod(blocking.unroll)
+        lines.append("  " * depth + f"# spatial over the {size} {hierarchy.array.name}: "
+                     f"{', '.join(spatial) or 'nothing unrolled'} ({busy} of {hierarchy.array.pes} PEs busy)")
+        lines.append("  " * depth + "parallel for each busy PE:")
+        depth += 1
     lines.append("  " * depth + "output[n, k, y, x] += input[n, c, y + fh, x + fw] * kernel[k, c, fh, fw]")
     return lines
+
+
+def _operand_tile(blocking: Blocking, hierarchy: Hierarchy, level: int, T: str) -> str:
+    """'I X=4 C=2' (the bounds of the loops that index T), or 'I passes' where the tile is the one below."""
+    if level not in stored_levels(T, blocking, hierarchy):
+        return f"{T} passes"
+    tile = blocking.tiles[level] if hierarchy.inside(level) else [v * f for v, f in zip(blocking.tiles[level],
+                                                                                        blocking.unroll)]
+    dims = " ".join(f"{d}={v}" for d, v in zip(DIMS, tile) if v > 1 and d in RELEVANT[T])
+    return f"{T} {dims or 'one element'}"

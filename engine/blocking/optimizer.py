@@ -70,7 +70,7 @@ class BlockingResult:
         return {name: self.cost.at(name) for name in self.cost.level_names}
 
     def describe(self) -> list[str]:
-        return describe(self.blocking, [m.name for m in self.hierarchy.levels])
+        return describe(self.blocking, [m.name for m in self.hierarchy.levels], self.hierarchy)
 
 
 def as_hierarchy(hierarchy) -> Hierarchy:
@@ -228,14 +228,14 @@ def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> 
     return sum(used[T] for T in held) <= hierarchy.capacity_words(level)
 
 
-def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False):
+def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False, raw: bool = False):
     """Words of each tensor moved into tiles `a` from their parents `b`, one dict per canonical order, and per
     tensor whether its tile changes from `a` to `b` (it is stored in the parent, rather than passing through).
 
     `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block). A tile of
     `a` is loaded `above(a) / run` times, where run is the reuse by the block's first loops (Table 2);
-    outputs move both ways (written back, and read again except the first fill). Words are those
-    of the array's whole tile, or with `pe` those of every busy PE's own tile.
+    outputs move both ways (written back, and read again except the first fill; with `raw` only the fills
+    are given). Words are those of the array's whole tile, or with `pe` those of every busy PE's own tile.
     """
     if b is None:
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
@@ -254,7 +254,7 @@ def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False):
         per = {}
         for T in layer.tensors:
             fills = base[T] / np.where(first == g.index(T), group[T], 1.0)
-            per[T] = 2 * fills - full[T] if T == "O" else fills
+            per[T] = 2 * fills - full[T] if T == "O" and not raw else fills
         words.append(per)
     return words, changed
 
@@ -271,7 +271,7 @@ class _Routes:
 
     h0: dict  # T -> its innermost holder (m when only DRAM holds it)
     flags: tuple  # per on-chip level: the operands with a clean bit there (held below, bypassing this level)
-    coef: dict  # (boundary l, T) -> (pJ per PE word, pJ per array word) of a charge at that boundary
+    coef: dict  # (boundary l, T) -> (a_pe, b_pe, a_arr, b_arr): a charge costs a x fills - b x the layer's words
 
 
 def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
@@ -288,27 +288,34 @@ def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
                 continue
             below = max(h for h in held[T] if h <= l)
             up = min(h for h in held[T] if h > l)
-            e = hierarchy.levels[up].energy(T)
-            if hierarchy.inside(up):
-                coef[l, T] = (e, 0.0)
-            else:
-                coef[l, T] = (noc[T] if hierarchy.inside(below) else 0.0, e)
+            c = [0.0] * 4  # a_pe, b_pe, a_arr, b_arr
+            parent = hierarchy.levels[up]
+            r, w = parent.energy(T), parent.write_energy(T)
+            side = 0 if hierarchy.inside(up) else 2
+            # the parent serves the fills; outputs are written up and read back except their first fill
+            c[side], c[side + 1] = (w + r, r) if T == "O" else (r, 0.0)
+            if hierarchy.array is not None and hierarchy.inside(below) and not hierarchy.inside(up):
+                c[0] += 2 * noc[T] if T == "O" else noc[T]  # every busy PE's words cross the network
+                c[1] += noc[T] if T == "O" else 0.0
+            coef[l, T] = tuple(c)
     return _Routes(h0, flags, coef)
 
 
 def _charges(layer, grid: _Grid, routes: _Routes, a, b, l: int):
     """Per canonical order, per operand: the energy (pJ) of charging T's refills at boundary l; and `changed`."""
-    words, changed = _refill_words(layer, grid, a, b)
-    need_pe = any(routes.coef.get((l, T), (0, 0))[0] for T in layer.tensors)
-    words_pe = _refill_words(layer, grid, a, b, pe=True)[0] if need_pe else None
+    fills, changed = _refill_words(layer, grid, a, b, raw=True)
+    need_pe = any(routes.coef[l, T][0] for T in layer.tensors if (l, T) in routes.coef)
+    fills_pe = _refill_words(layer, grid, a, b, pe=True, raw=True)[0] if need_pe else None
     out = []
-    for o, per in enumerate(words):
+    for o, per in enumerate(fills):
         costs = {}
         for T in layer.tensors:
             if (l, T) not in routes.coef:
                 continue
-            c_pe, c_arr = routes.coef[l, T]
-            costs[T] = c_arr * per[T] + (c_pe * words_pe[o][T] if c_pe else 0.0)
+            a_pe, b_pe, a_arr, b_arr = routes.coef[l, T]
+            costs[T] = a_arr * per[T] - b_arr * grid.full[T]
+            if a_pe:
+                costs[T] = costs[T] + a_pe * fills_pe[o][T] - b_pe * grid.full_pe[T]
         out.append(costs)
     return out, changed
 
@@ -459,7 +466,9 @@ def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
         words = [steps * view.words(T, ones, inside), view.words(T, view.dims, inside)]
-        pj = hierarchy.levels[h0].energy(T) * (2 * words[0] - words[1] if T == "O" else words[0])
+        mem = hierarchy.levels[h0]
+        pj = mem.energy(T) * (words[0] - words[1]) + mem.write_energy(T) * words[0] if T == "O" \
+            else mem.energy(T) * words[0]
         if hierarchy.array is not None and not inside:
             pe = steps * view.lanes, view.words(T, view.dims, True)
             pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
