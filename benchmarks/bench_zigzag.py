@@ -199,7 +199,7 @@ def main(rerun: bool, only: list[str]) -> None:
           "against our exact `block` on the matching preset, same layers, same memories and per-access energies, "
           "same unrolling (C over rows, K over columns). CPU seconds on both sides. The two cost models differ in "
           "what they charge (docs/blocking.md, \"Beside ZigZag\"): ZigZag also charges fills, drains and the zero "
-          "reads of partial sums, prices writes apart, keeps 16-bit partial sums and never moves padding; ours "
+          "reads of partial sums, keeps 16-bit partial sums and never moves padding; ours "
           "moves the border halo. DRAM words agree exactly on the unpadded layers.\n")
     cases = [case for case in CASES + EXTRA if not only or case[0] in only]
     for hardware, mapping, mapper in cases:
