@@ -151,4 +151,4 @@ def test_per_operand_presets_count_each_level_at_its_own_energy(small_graph):
                                                if a.level == "SRAM"))
     assert counts.loop_nest[0].startswith("# utilisation") and any("W-reg holds (per PE)" in x for x in counts.loop_nest)
     eyeriss = Hierarchy.preset("eyeriss-like")
-    assert [m.holds for m in eyeriss.levels] == ["I", "W", "O", "O", "W", "IO", "IWO"] and eyeriss.array.pes == 168
+    assert [m.holds for m in eyeriss.levels] == ["IWO", "WO", "IO", "IWO"] and eyeriss.array.pes == 168

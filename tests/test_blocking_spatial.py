@@ -173,3 +173,19 @@ def test_bad_input_names_level_operand_and_value():
         block(layer, Hierarchy((Memory("W-reg", split_bytes=(0, 1, 0), holds="W"), Memory.dram())))
     with pytest.raises(EngineError, match="array_level"):
         Hierarchy((Memory("S", size_bytes=64), Memory.dram()), array_level=1)
+
+
+def test_maximal_unrollings_fill_each_axis():
+    from dataclasses import replace
+
+    from engine.blocking.optimizer import _unrolls
+
+    h = tpu_like(12, 4)
+    rows = replace(h, array=SpatialArray((("rows", 12), ("cols", 4)), (("Fh", "rows"), ("C", "rows"), ("K", "cols")),
+                                         unrolling="maximal"))
+    layer = Layer(X=4, C=128, K=4, Fh=3)
+    got = {(u[DIMS.index("Fh")], u[DIMS.index("C")], u[DIMS.index("K")]) for u in _unrolls(layer, rows)}
+    assert got == {(1, 12, 4), (2, 6, 4), (3, 4, 4)}
+    assert len(_unrolls(layer, replace(rows, array=replace(rows.array, unrolling="all")))) > 40
+    with pytest.raises(EngineError, match="unknown unrolling"):
+        SpatialArray((("rows", 2),), (("C", "rows"),), unrolling="some")

@@ -179,7 +179,8 @@ def test_clicking_an_op_shows_its_loop_nest():
     text = tab.detail.head.object + tab.detail.nest.object
     assert "for " in text and "MACs" in text
     levels = tab.detail.levels.value
-    assert tab.detail.levels.visible and list(levels["level"]) == ["RF", "buffer", "DRAM"]
+    assert tab.detail.levels.visible and list(levels["level"]) == ["RF", "buffer", "DRAM", "PE array"]
+    assert "PEs busy" in text and "utilisation" in text  # the spatial unrolling and its utilisation
     assert (levels["reads"] > 0).all()
 
 

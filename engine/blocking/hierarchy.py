@@ -17,6 +17,7 @@ from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # acc
 
 KB = 1024
 MB = 1024 * KB
+UNROLLINGS = ("all", "maximal")
 
 
 
@@ -113,13 +114,16 @@ class SpatialArray:
     share an axis (their factors multiply). `noc_pj` is the energy (I, W, O) of one word delivered
     to, or collected from, one PE over the array's network: an input or weight word is read once
     from the level above the array and multicast to every PE that uses it, and partial sums are
-    reduced across the PEs that share an output (one add or forward per PE word).
+    reduced across the PEs that share an output (one add or forward per PE word). `unrolling="maximal"`
+    makes `block` search only the unrollings that no other one exceeds in every factor of an axis (the
+    array as full as the dataflow allows): exact over those, much faster, but not over every unrolling.
     """
 
     axes: tuple[tuple[str, int], ...]
     dataflow: tuple[tuple[str, str], ...]
     noc_pj: tuple[float, float, float] = (0.0, 0.0, 0.0)
     name: str = "PE array"
+    unrolling: str = "all"  # which unrollings `block` searches: "all", or "maximal" (none a larger one contains)
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple((str(a), n) for a, n in self.axes))
@@ -138,6 +142,8 @@ class SpatialArray:
                 raise EngineError(f"array '{self.name}': dataflow maps {d} to unknown axis '{a}'; axes: {', '.join(names)}")
         if len(set(dims)) != len(dims):
             raise EngineError(f"array '{self.name}': each dim may unroll over one axis only, got {self.dataflow!r}")
+        if self.unrolling not in UNROLLINGS:
+            raise UnknownNameError(f"unrolling of array '{self.name}'", self.unrolling, UNROLLINGS)
         object.__setattr__(self, "noc_pj", tuple(float(e) for e in self.noc_pj))
         if len(self.noc_pj) != 3 or any(e < 0 for e in self.noc_pj):
             raise EngineError(f"array '{self.name}': noc_pj must be three non-negative numbers (I, W, O)")
@@ -300,10 +306,12 @@ DATAFLOWS = {
 
 
 def pe_array(acc: Accelerator, noc_pj) -> SpatialArray:
-    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`)."""
+    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`), searching the maximal
+    unrollings (as full as the dataflow allows; `dataclasses.replace(..., unrolling="all")` searches every one)."""
     if acc.dataflow not in DATAFLOWS:
         raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, DATAFLOWS)
-    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj)
+    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj,
+                        unrolling="maximal")
 
 
 def tpu_like(acc: Accelerator) -> Hierarchy:
@@ -333,26 +341,24 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
     Convolutional Neural Networks", ISSCC 2016 / JSSC 2017): 12 x 14 PEs, row-stationary; memories and per-access
     energies of ZigZag's eyeriss_like example (Mei et al., IEEE Trans. Computers 2021).
 
-    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits); then an 8 KB
-    partial-sum SRAM, a 64 KB weight SRAM and a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`), DRAM.
+    Per PE: 64 B input, 64 B weight and 16 B partial-sum RFs (8 partial sums of 16 bits), one level with
+    three capacities; then an 8 KB partial-sum SRAM and a 64 KB weight SRAM, one level holding W and O with
+    two capacities (inputs bypass it); a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`); DRAM. ZigZag
+    lets the three RFs (and the two SRAMs) cut the loop nest at different points; here each group shares
+    one cut, which keeps the exact search to one level order.
     Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
     20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
     not charged); the array's network is free, as in ZigZag.
     """
     s = acc.word_bits / 8
-    def rw(op, r, w):
-        i = TENSORS.index(op)
-        return dict(energy_pj=tuple(r * s if j == i else 0.0 for j in range(3)),
-                    write_pj=tuple(w * s if j == i else 0.0 for j in range(3)))
-    io = dict(energy_pj=(100 / 48 * s, 0, 100 / 48 * s), write_pj=(130 / 48 * s, 0, 130 / 48 * s))
-    levels = (Memory("I-RF", split_bytes=(64, 0, 0), holds="I", **rw("I", 1.0, 1.5)),
-              Memory("W-RF", split_bytes=(0, 64, 0), holds="W", **rw("W", 1.0, 1.5)),
-              Memory("O-RF", split_bytes=(0, 0, 8), holds="O", **rw("O", 1.5, 2.0)),
-              Memory("O-8KB", split_bytes=(0, 0, 8 * KB), holds="O", **rw("O", 10 / 16, 15 / 16)),
-              Memory("W-64KB", split_bytes=(0, 64 * KB, 0), holds="W", **rw("W", 20 / 16, 25 / 16)),
-              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **io),
+    levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 1.5 * s),
+                     write_pj=(1.5 * s, 1.5 * s, 2.0 * s)),
+              Memory("W/O SRAMs", split_bytes=(0, 64 * KB, 8 * KB), holds="WO", energy_pj=(0, 20 / 16 * s, 10 / 16 * s),
+                     write_pj=(0, 25 / 16 * s, 15 / 16 * s)),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", energy_pj=(100 / 48 * s, 0, 100 / 48 * s),
+                     write_pj=(130 / 48 * s, 0, 130 / 48 * s)),
               Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
-    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 3)
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1)
 
 
 PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}

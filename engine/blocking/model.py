@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer
@@ -114,21 +115,13 @@ class SpatialView:
 
     @classmethod
     def of(cls, layer: Layer, unroll) -> "SpatialView":
-        unroll = tuple(unroll)
-        t = {d: -(-getattr(layer, d) // f) for d, f in zip(DIMS, unroll)}
-        s = dict(zip(DIMS, unroll))
-        (sx, sy), (dx, dy) = layer.stride, layer.dilation
-        pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
-                   has_weights=layer.has_weights)
-        padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
-                       has_weights=layer.has_weights)
-        return cls(layer, unroll, pe, padded)
+        return _view(layer, tuple(unroll))
 
-    @property
+    @cached_property
     def dims(self) -> tuple[int, ...]:
         return self.pe.dims
 
-    @property
+    @cached_property
     def lanes(self) -> int:
         """PEs the unrolling keeps busy (padded lanes included)."""
         return math.prod(self.unroll)
@@ -137,11 +130,25 @@ class SpatialView:
         """Words of `tensor` a temporal tile touches: in all busy PEs together (inside), or in the array's whole tile."""
         if inside:
             return self.pe.footprint(tensor, tile) * self.lanes
+        if self.lanes == 1:
+            return self.padded.footprint(tensor, tile)
         return self.padded.footprint(tensor, tuple(a * f for a, f in zip(tile, self.unroll)))
 
     def stored(self, tensor: str, tile, inside: bool) -> int:
         """Words of `tensor` a level keeps for a temporal tile: per PE (inside), or the array's whole tile."""
         return self.pe.footprint(tensor, tile) if inside else self.words(tensor, tile, False)
+
+
+@lru_cache(maxsize=65536)
+def _view(layer: Layer, unroll: tuple[int, ...]) -> SpatialView:
+    t = {d: -(-getattr(layer, d) // f) for d, f in zip(DIMS, unroll)}
+    s = dict(zip(DIMS, unroll))
+    (sx, sy), (dx, dy) = layer.stride, layer.dilation
+    pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
+               has_weights=layer.has_weights)
+    padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
+                   has_weights=layer.has_weights)
+    return SpatialView(layer, unroll, pe, padded)
 
 
 def _split_order(text: str) -> tuple[str, ...]:
@@ -272,13 +279,20 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
     inside = hierarchy.inside
     reads = {(l, T): 0 for l in range(m + 1) for T in TENSORS}
     writes, fills, stored, passing, noc = (dict.fromkeys(reads, 0) for _ in range(5))
+    words = {}  # (T, tile, inside) -> words; the whole layer's tile is asked for at every level
+
+    def moved(T, count, tile, level):
+        """(words, first-fill words) of `count` loads of a tile of T into `level`'s side of the array."""
+        out = []
+        for t in (tile, view.dims):
+            key = T, t, inside(level)
+            if key not in words:
+                words[key] = view.words(*key)
+            out.append(words[key])
+        return count * out[0], out[1]
+
     for T in layer.tensors:
         held = holders(hierarchy, T)
-        full = view.dims
-
-        def moved(count, tile, level, T=T):
-            """(words, first-fill words) of `count` loads of a tile into `level`'s side of the array."""
-            return count * view.words(T, tile, inside(level)), view.words(T, full, inside(level))
 
         # the MACs read their operands from the innermost holder, one word per busy PE per step
         keep = stored_levels(T, blocking, hierarchy)
@@ -291,8 +305,8 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                 count = math.prod(t for _, t in above) // run_length(T, above)
                 tile, side = blocking.tiles[child], child
                 stored[child, T] = view.stored(T, tile, inside(child))
-            f_child, size_child = moved(count, tile, side)
-            f_src, size_src = moved(count, tile, src)
+            f_child, size_child = moved(T, count, tile, side)
+            f_src, size_src = (f_child, size_child) if inside(side) == inside(src) else moved(T, count, tile, src)
             if T == "O":
                 reads[src, T] += f_src - size_src
                 writes[src, T] += f_src
@@ -303,7 +317,7 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                 if child is not None:
                     fills[child, T] += f_child
             if hierarchy.array is not None and (child is None or inside(child)) and not inside(src):
-                f_pe, size_pe = count * view.words(T, tile, True), view.words(T, full, True)
+                f_pe, size_pe = count * view.words(T, tile, True), view.words(T, view.dims, True)
                 noc[src, T] += 2 * f_pe - size_pe if T == "O" else f_pe  # every busy PE's words cross the network
             for k in range(side + 1 if child is not None else 0, src):
                 if hierarchy.levels[k].keeps(T):

@@ -220,6 +220,8 @@ def _capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> 
     """Whether the words kept at `level` (tensor -> array; the operands it holds) fit its shared or split capacity."""
     mem = hierarchy.levels[level]
     held = [T for T in layer.tensors if mem.keeps(T)]
+    if not held:  # a level holding none of this layer's operands (weights on a pooling layer)
+        return np.ones(len(next(iter(used.values()))), dtype=bool)
     if mem.split_bytes:
         ok = True
         for T in held:
@@ -339,8 +341,9 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    floors = sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
-    for bound, _, unroll in floors:
+    k = hierarchy.array_level
+    for bound, _, unroll in _floors(layer, hierarchy.levels[-1], hierarchy.array, frozenset(hierarchy.on_chip[:k]),
+                                    frozenset(hierarchy.on_chip[k:])):
         if bound >= best_pj * (1 - 1e-12):
             break
         blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
@@ -357,7 +360,8 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
 
 def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     """The spatial unrollings worth searching: per dim on an axis, the least factor for each number of
-    temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each axis."""
+    temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each
+    axis; with `unrolling="maximal"` only the combinations of an axis that no other one exceeds in every factor."""
     array = hierarchy.array
     if array is None:
         return [(1,) * len(DIMS)]
@@ -368,12 +372,28 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
         for d in dims:
             n = getattr(layer, d)
             options.append(sorted({-(-n // -(-n // f)) for f in range(1, min(size, n) + 1)}))
-        per_axis.append([dict(zip(dims, c)) for c in itertools.product(*options) if math.prod(c) <= size])
+        combos = [c for c in itertools.product(*options) if math.prod(c) <= size]
+        if array.unrolling == "maximal":  # only combos no other combo beats in every factor
+            combos = [c for c in combos if not any(o != c and all(x >= y for x, y in zip(o, c)) for o in combos)]
+        per_axis.append([dict(zip(dims, c)) for c in combos])
     out = []
     for combo in itertools.product(*per_axis):
         u = {k: v for part in combo for k, v in part.items()}
         out.append(tuple(u.get(d, 1) for d in DIMS))
     return out
+
+
+@lru_cache(maxsize=1024)
+def _floors(layer: Layer, dram, array, inside: frozenset, outside: frozenset) -> list:
+    """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
+
+    Keyed by the sets of levels inside and outside the PEs: every level order of a hierarchy shares these
+    floors, as each operand's innermost holder stays the same.
+    """
+    def order(levels):
+        return sorted(levels, key=lambda mem: mem.name)
+    first = Hierarchy((*order(inside), *order(outside), dram), array=array, array_level=len(inside))
+    return sorted((_unroll_floor(layer, first, u), -math.prod(u), u) for u in _unrolls(layer, first))
 
 
 def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
