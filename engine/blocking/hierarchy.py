@@ -179,7 +179,9 @@ class Hierarchy:
     """Memory levels from the one next to the MACs out to DRAM (unbounded, last, holding every operand).
 
     With an `array`, the first `array_level` levels sit inside every PE (capacities per PE) and
-    the others outside the array, shared by all PEs.
+    the others outside the array, shared by all PEs. With `stationary`, the MACs read an input or weight
+    word from its innermost holder once per run of the loops inside level 0's tile that do not index it
+    (innermost first; ZigZag's rule), rather than once per MAC.
     """
 
     levels: tuple[Memory, ...]
@@ -188,6 +190,7 @@ class Hierarchy:
     name: str = ""
     array: SpatialArray | None = None
     array_level: int = 0
+    stationary: bool = False  # an input or weight word at the MAC is reused over the innermost loops that skip it
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
@@ -215,7 +218,8 @@ class Hierarchy:
     @property
     def per_operand(self) -> bool:
         """Whether some level bypasses an operand or prices writes apart, or a PE array is modelled."""
-        return self.array is not None or any(mem.holds != "IWO" or mem.write_pj for mem in self.levels)
+        return self.array is not None or self.stationary or any(mem.holds != "IWO" or mem.write_pj
+                                                                for mem in self.levels)
 
     def inside(self, level: int) -> bool:
         """Whether level `level` sits inside every PE (below the array)."""
@@ -236,7 +240,8 @@ class Hierarchy:
                 raise UnknownNameError("memory level", n, known)
         kept = tuple(m for m in self.on_chip if m.name in names)
         inner = sum(m.name in names for m in self.on_chip[:self.array_level])
-        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name, self.array, inner)
+        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name, self.array, inner,
+                         self.stationary)
 
     # ---- the hierarchies of the paper's evaluation -------------------------
     @classmethod
@@ -323,7 +328,8 @@ def tpu_like(acc: Accelerator) -> Hierarchy:
     Energies per 8-bit word from ZigZag's per-access costs (read / write): registers 0.095 (W) and 0.021 (O),
     SRAM 416.16 / 378.4 pJ per 2048 bits (1.6256 / 1.478 pJ a byte), DRAM 700 / 750 pJ per 64 bits (87.5 /
     93.75 pJ a byte), MAC 0.04 pJ (fills are not charged). The accumulator's 16-bit partial sum
-    counts as one word; multicast and reduction are free, as in ZigZag.
+    counts as one word; multicast and reduction are free, and MAC inputs and weights are `stationary`, as in
+    ZigZag.
     """
     wb = acc.word_bits // 8 or 1
     scale = acc.word_bits / 8
@@ -333,7 +339,7 @@ def tpu_like(acc: Accelerator) -> Hierarchy:
               Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), holds="W", **rw((0, 0.095, 0), (0, 0.095, 0))),
               Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **rw((1.6256, 0, 1.6256), (1.478125, 0, 1.478125))),
               Memory("DRAM", **rw((87.5,) * 3, (93.75,) * 3)))
-    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2)
+    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2, True)
 
 
 def eyeriss_like(acc: Accelerator) -> Hierarchy:
@@ -348,7 +354,7 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
     one cut, which keeps the exact search to one level order.
     Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
     20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
-    not charged); the array's network is free, as in ZigZag.
+    not charged); the array's network is free and MAC inputs and weights are `stationary`, as in ZigZag.
     """
     s = acc.word_bits / 8
     levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 1.5 * s),
@@ -358,7 +364,7 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
               Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", energy_pj=(100 / 48 * s, 0, 100 / 48 * s),
                      write_pj=(130 / 48 * s, 0, 130 / 48 * s)),
               Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
-    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1)
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1, True)
 
 
 PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}

@@ -42,6 +42,7 @@ class Blocking:
     tiles: tuple[tuple[int, ...], ...]
     orders: tuple[tuple[str, ...], ...]
     unroll: tuple[int, ...] = (1,) * len(DIMS)
+    inner: tuple[str, ...] = INNER_ORDER  # order (innermost first) of the loops inside level 0's tile
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(self.dims))
@@ -54,7 +55,8 @@ class Blocking:
                               f"got {self.unroll!r}")
         if len(self.tiles) != len(self.orders) or not self.tiles:
             raise EngineError("blocking: give one tile and one loop order per on-chip level")
-        for o in self.orders:
+        object.__setattr__(self, "inner", tuple(self.inner))
+        for o in (*self.orders, self.inner):
             if sorted(o) != sorted(DIMS):
                 raise EngineError(f"blocking: loop order {o} must list each of {', '.join(DIMS)} once")
         bounds = (*self.tiles, self.dims)
@@ -300,6 +302,8 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
         for child, src in chain:
             if child is None:
                 count, tile, side = cycles, (1,) * len(DIMS), 0
+                if hierarchy.stationary and T != "O":  # reused over the innermost loops that skip it
+                    count //= run_length(T, [(d, blocking.tiles[0][DIMS.index(d)]) for d in blocking.inner])
             else:
                 above = [lp for b in range(child, m) for lp in loops[b]]
                 count = math.prod(t for _, t in above) // run_length(T, above)
@@ -382,7 +386,7 @@ def describe(blocking: Blocking, level_names=None, hierarchy: Hierarchy | None =
             lines.append("  " * depth + f"# {names[b]} holds{' (per PE)' if hierarchy.inside(b) else ''}: "
                          + "; ".join(_operand_tile(blocking, hierarchy, b, T) for T in TENSORS
                                      if hierarchy.levels[b].keeps(T)))
-    for d in reversed(INNER_ORDER):
+    for d in reversed(blocking.inner):
         v = blocking.tiles[0][DIMS.index(d)]
         if v > 1:
             lines.append("  " * depth + f"for {d.lower()}0 in range({v}):")

@@ -31,7 +31,7 @@ import numpy as np
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, REUSE_GROUP, TENSORS, Layer
-from engine.blocking.model import Blocking, Cost, SpatialView, describe, evaluate
+from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate
 from engine.errors import EngineError, UnknownNameError
 
 # Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
@@ -402,8 +402,8 @@ def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
     view = SpatialView.of(layer, unroll)
     dram = hierarchy.levels[-1]
     on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
-    return _level0_pj(layer, hierarchy, view) + sum(dram.energy(T) * view.words(T, view.dims, False)
-                                                    for T in on_chip)
+    fixed = _level0_pj(layer, hierarchy, view, "O" if hierarchy.stationary else TENSORS)
+    return fixed + sum(dram.energy(T) * view.words(T, view.dims, False) for T in on_chip)
 
 
 def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
@@ -423,7 +423,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _level0_pj(layer, hierarchy, grid.view)
+    budget = cap - _level0_pj(layer, hierarchy, grid.view) - _stationary_saving(layer, hierarchy, grid)[0].min()
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
@@ -460,8 +460,10 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
         value[l], parent[l], pstate[l], best_order[l], n = _inner_step(layer, hierarchy, grid, routes, cand[l],
                                                                        cand[l + 1], value[l + 1], l)
         evaluated += n
-    # level 0 has no clean bits (an operand held below it is held at it); the MAC operand words are fixed
-    total = np.where(cand[0], value[0][0], np.inf)
+    # level 0 has no clean bits (an operand held below it is held at it); the MAC operand words are fixed,
+    # less what stationary operands save
+    saving, inner = _stationary_saving(layer, hierarchy, grid)
+    total = np.where(cand[0], value[0][0] + saving, np.inf)
     start = int(np.argmin(total))
     if not np.isfinite(total[start]):
         return None, evaluated
@@ -472,17 +474,18 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
         orders.append(CANONICAL[order_names[int(best_order[l][f, i])]])
         if l < m - 1:
             i, f = int(parent[l][f, i]), int(pstate[l][f, i])
-    return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll), evaluated
+    inner_order = CANONICAL[order_names[int(inner[start])]] if hierarchy.stationary else INNER_ORDER
+    return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll, inner_order), evaluated
 
 
-def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
+def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView, operands=TENSORS) -> float:
     """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
     from each operand's innermost holder (multicast across the array when that holder is outside it)."""
     steps = math.prod(view.dims)
     ones = (1,) * len(DIMS)
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
     total = 0.0
-    for T in layer.tensors:
+    for T in (T for T in layer.tensors if T in operands):
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
         words = [steps * view.words(T, ones, inside), view.words(T, view.dims, inside)]
@@ -494,6 +497,28 @@ def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
             pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
         total += pj
     return total
+
+
+def _stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> tuple[np.ndarray, np.ndarray]:
+    """Per level-0 tile, the energy (pJ, one group, <= 0) the MACs save when an input or weight word is reused
+    over the innermost loops of the tile that skip it (`Hierarchy.stationary`), and the canonical order of those
+    loops that saves most. Only the loops of one tensor's reuse group can come first, so the three canonical
+    orders cover every order."""
+    if not hierarchy.stationary:
+        return np.zeros(grid.size), np.zeros(grid.size, dtype=np.int64)
+    full = _level0_pj(layer, hierarchy, grid.view, ("I",)), _level0_pj(layer, hierarchy, grid.view, ("W",))
+    saving = []
+    for order in CANONICAL:
+        g = _GROUP_ORDER[order]
+        first = np.where(grid.group[g[0]] > 1, 0, np.where(grid.group[g[1]] > 1, 1, np.where(grid.group[g[2]] > 1, 2, -1)))
+        total = np.zeros(grid.size)
+        for T, pj in zip("IW", full):
+            if T in layer.tensors:
+                run = np.where(first == g.index(T), grid.group[T], 1.0)
+                total += pj * (1 / run - 1)
+        saving.append(total)
+    saving = np.stack(saving)
+    return saving.min(axis=0), saving.argmin(axis=0)
 
 
 def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: _Grid, routes: _Routes, cand) -> tuple[float, int]:
@@ -714,10 +739,11 @@ def _primes(n: int) -> list[int]:
 
 
 # ---- brute force (the oracle) ------------------------------------------------------
-def every_blocking(layer: Layer, levels: int, unroll: tuple[int, ...] | None = None):
+def every_blocking(layer: Layer, levels: int, unroll: tuple[int, ...] | None = None, *, inner: bool = False):
     """Every chain of divisor tiles, as (tiles in canonical order, the blockings of every order of each block's
     non-unit loops): the space the brute-force oracles score. A caller may skip a chain before its orders.
-    With `unroll`, tiles are over the temporal bounds that unrolling leaves."""
+    With `unroll`, tiles are over the temporal bounds that unrolling leaves; with `inner`, every order of the
+    loops inside level 0's tile is listed too."""
     unroll = unroll or (1,) * len(DIMS)
     dims = SpatialView.of(layer, unroll).dims
     per_dim = [list(_chains(n, levels)) for n in dims]
@@ -732,7 +758,11 @@ def every_blocking(layer: Layer, levels: int, unroll: tuple[int, ...] | None = N
             moving = [d for d, t in base.trips(b).items() if t > 1]
             rest = tuple(d for d in DIMS if d not in moving)
             block_orders.append([p + rest for p in itertools.permutations(moving)])
-        yield base, (Blocking(dims, tiles, orders, unroll) for orders in itertools.product(*block_orders))
+        inside = [d for d, t in zip(DIMS, tiles[0]) if t > 1]
+        inners = [p + tuple(d for d in DIMS if d not in inside) for p in itertools.permutations(inside)] \
+            if inner else [INNER_ORDER]
+        yield base, (Blocking(dims, tiles, orders, unroll, i)
+                     for orders in itertools.product(*block_orders) for i in inners)
 
 
 def every_unroll(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
@@ -758,7 +788,7 @@ def _exhaustive(layer: Layer, hierarchy: Hierarchy) -> tuple[Blocking, int]:
     """Score every blocking of `every_blocking`, under every unrolling of `every_unroll`, with `evaluate`."""
     best, best_key, evaluated = None, None, 0
     for unroll in every_unroll(layer, hierarchy):
-        for _, blockings in every_blocking(layer, len(hierarchy.on_chip), unroll):
+        for _, blockings in every_blocking(layer, len(hierarchy.on_chip), unroll, inner=hierarchy.stationary):
             for blocking in blockings:
                 cost = evaluate(layer, hierarchy, blocking)
                 evaluated += 1
