@@ -9,8 +9,9 @@ import holoviews as hv
 import panel as pn
 import param
 
-from dashboard import url
-from dashboard.session import Session
+import engine
+from dashboard import uploads, url
+from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
@@ -20,7 +21,7 @@ from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
 
-URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
+URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
               "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
@@ -82,8 +83,17 @@ def sidebar(session: Session) -> list:
     network = checked(pn.widgets.AutocompleteInput(
         label="Network (type to search)", value=s.network, options=list(s.param.network.objects), restrict=False,
         min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
-    upload = pn.widgets.FileInput(accept=".onnx", label="or upload an .onnx file", multiple=False)
-    upload.param.watch(lambda e: session.on_upload(e.new, upload.filename or "model.onnx"), "value")
+    # FilePond (served by Panel) sends a file in chunks with a progress bar: no message-size limit, and a big
+    # model's upload shows how far it got
+    upload = pn.widgets.FileDropper(accepted_filetypes=[".onnx"], max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB",
+                                    chunk_size=4_000_000, multiple=False, layout="compact", width=300)
+
+    def uploaded(event):
+        added = [name for name in event.new if name not in (event.old or {})] or list(event.new)[-1:]
+        if added:
+            session.on_upload(event.new[added[-1]], added[-1])
+
+    upload.param.watch(uploaded, "value")
     s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
@@ -95,7 +105,8 @@ def sidebar(session: Session) -> list:
 
     s.param.watch(follow_state, "buffer_kb")
     return [
-        pn.pane.Markdown("#### Network"), network, upload,
+        pn.pane.Markdown("#### Network"), network, pn.pane.Markdown("or upload an .onnx file (up to 200 MB):"),
+        upload, pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),
         pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
         pn.Row(number_box(session, "pe_rows", width=110),
@@ -127,7 +138,8 @@ def main_area(session: Session) -> pn.Column:
              "Tables": tables_tab(session, active, 3),
              "Sweep": SweepTab().panel()}
     tabs.extend([(name, pn.Column(guide(name), view, sizing_mode="stretch_width")) for name, view in views.items()])
-    return pn.Column(session.status, tabs, sizing_mode="stretch_width")
+    return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
+                     sizing_mode="stretch_width")
 
 
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
@@ -138,6 +150,12 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     problems = []
     if location is not None:  # the URL's choices first, so the first report is the one asked for
         problems = url.restore(state, location, URL_PARAMS)
+    if state.upload_name:  # a link's upload is on the server only while a page holds it
+        try:
+            uploads.store().path(state.upload_name)
+        except engine.EngineError as err:
+            problems.append(f"upload_name: {err}")
+            state.upload_name = ""
     session = Session(state)
     if problems:
         session.error = "The link's " + "; ".join(problems)

@@ -65,7 +65,7 @@ def test_bad_values_show_a_message_not_a_traceback(session):
     with pytest.raises(Exception):
         engine.Accelerator.preset("optimus").with_buffer(0)
     session.state.upload_name = "missing.onnx"  # a file that is not there: the message, the old report kept
-    assert session.status.visible and "no such file" in session.status.object
+    assert session.status.visible and "is no longer on this server" in session.status.object
     assert session.report.graph.name == "light_vgg19"
 
 
@@ -148,8 +148,8 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
-    status, tabs = page.main[0]
-    assert not status.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
+    (status, notice), tabs = page.main[0]
+    assert not status.visible and not notice.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
 
 def test_dag_overlays_colour_by_part_and_module():
@@ -547,10 +547,10 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_search(graph, acc, methods, access_model):  # a search that takes a second, like NASNet's
+    def slow_search(graph, acc, methods, access_model, stop):  # a search that takes a second, like NASNet's
         if "optimus" in methods:
             time.sleep(1.0)
-        return real(graph, acc, methods, access_model)
+        return real(graph, acc, methods, access_model, stop)
 
     monkeypatch.setattr(session, "fusion_report", slow_search)
     monkeypatch.setattr(request, "PREFETCH", False)
@@ -579,10 +579,10 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_at_512(graph, acc, methods, access_model):
+    def slow_at_512(graph, acc, methods, access_model, stop):
         if acc.buffer_bytes == 512 * 1024:
             time.sleep(0.6)
-        return real(graph, acc, methods, access_model)
+        return real(graph, acc, methods, access_model, stop)
 
     monkeypatch.setattr(session, "fusion_report", slow_at_512)
     monkeypatch.setattr(request, "PREFETCH", False)

@@ -26,6 +26,7 @@ BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first z
 GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
 MAX_HEIGHT = 1300  # the DAG plot's pixels
+LEGEND_ROWS = 150  # regions the legend lists one by one
 
 
 @dataclass(frozen=True)
@@ -225,16 +226,26 @@ def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def legend_html(regions: pd.DataFrame, heading: str) -> str:
-    """The regions as an HTML table: colour, label, ops and (fused groups) DRAM bytes, in execution order."""
+def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS) -> str:
+    """The regions as an HTML table: colour, label, ops and (fused groups) DRAM bytes, in execution order.
+
+    Past `max_rows` regions the rest are named in one last row (their outlines' hover says the same): a
+    Llama prefill's 580 groups made a 114 KB table that the browser rebuilt on every slider move.
+    """
     import html
 
     rows = []
-    for r in regions.itertuples():
+    for r in regions.iloc[:max_rows].itertuples():
         cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
         rows.append(f'<tr><td><span class="swatch" style="background:{r.colour}40;border-color:{r.colour}">'
                     f'</span> <b>{html.escape(r.region)}</b></td><td>{r.n_ops} ops: {html.escape(r.ops)}</td>'
                     f'<td class="bytes">{cost}</td></tr>')
+    if len(regions) > max_rows:
+        rest = regions.iloc[max_rows:]
+        total = rest["dram_bytes"].clip(lower=0).sum()
+        rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
+                    f'<td>{len(rest)} more (hover an outline for its ops)</td>'
+                    f'<td class="bytes">{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
 
