@@ -133,7 +133,11 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
         return results
     finally:
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:  # a search still running in a worker thread
+            server.kill()
+            server.wait(10)
 
 
 def _one_move(page, dx: float) -> float:

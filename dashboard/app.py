@@ -94,7 +94,6 @@ def sidebar(session: Session) -> list:
             session.on_upload(event.new[added[-1]], added[-1])
 
     upload.param.watch(uploaded, "value")
-    s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new), "value")

@@ -34,8 +34,8 @@ class ReportRequest:
 
     @property
     def current(self) -> bool:
-        """Whether no newer request has been made since."""
-        return self.ticket == self.session.latest_ticket
+        """Whether no newer request has been made since, and the page is still open."""
+        return self.ticket == self.session.latest_ticket and not self.session.closed
 
     async def run(self):
         """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins."""
@@ -50,7 +50,7 @@ class ReportRequest:
         try:
             rep, err = await full, ""
         except Exception as exc:
-            rep, err = None, error_text(exc)
+            rep, err = None, self.session.explain(exc)
         if not self.current:
             return
         if rep is None:

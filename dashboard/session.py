@@ -173,7 +173,13 @@ class Session(param.Parameterized):
         try:
             self.param.update(report=self.compute_report(), error="")
         except Exception as err:  # shown to the user, never raised into Bokeh
-            self.error = error_text(err)
+            self.error = self.explain(err)
+
+    @staticmethod
+    def explain(err: Exception) -> str:
+        """An error in the user's words: the engine's message, naming an uploaded file by its name, not our copy."""
+        text = error_text(err)
+        return uploads.store().scrub(text) if uploads._STORE else text
 
     def new_request(self) -> ReportRequest:
         """A request for the current choices; every older one is superseded."""
@@ -238,8 +244,8 @@ class Session(param.Parameterized):
         except engine.ModelFileError as err:  # name the user's file, not our temporary copy
             return f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}", ""
         except Exception as err:
-            return error_text(err).replace(str(path), safe), ""
-        notes = [str(w.message).replace(str(path), safe) for w in caught
+            return self.explain(err), ""
+        notes = [uploads.store().scrub(str(w.message)) for w in caught
                  if issubclass(w.category, engine.PartialImportWarning)]
         return "", " ".join(notes)
 

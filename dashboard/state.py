@@ -69,6 +69,11 @@ class ExplorerState(param.Parameterized):
         self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
                           word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
 
+    @param.depends("network", watch=True)
+    def _forget_upload(self):
+        """A network chosen by name replaces the uploaded file."""
+        self.upload_name = ""
+
     @param.depends("network", "upload_name", watch=True)
     def _forget_selection(self):
         """A new network has other ops: the layer detail starts empty."""

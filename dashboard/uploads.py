@@ -8,6 +8,7 @@ the old page lets go). A file no page holds is deleted, and every file goes with
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tempfile
 import threading
@@ -62,6 +63,10 @@ class UploadStore:
                         (self.root / key).parent.rmdir()
                     except OSError:  # the same content under another name is still held
                         pass
+
+    def scrub(self, text: str) -> str:
+        """`text` with every stored file's path replaced by its file name (a message names the user's file)."""
+        return re.sub(re.escape(str(self.root)) + r"/[0-9a-f]{16}/", "", text)
 
     def keys(self) -> list[str]:
         """The keys of the files stored now."""
