@@ -25,6 +25,7 @@ compiled: $(STAMP)
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
 	  --websocket-max-message-size $(UPLOAD_MESSAGE_BYTES) \
+	  --check-unused-sessions 1000 --unused-session-lifetime 1000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
 test: compiled browser

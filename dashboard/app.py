@@ -85,7 +85,7 @@ def sidebar(session: Session) -> list:
         min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
     # FilePond (served by Panel) sends a file in chunks with a progress bar: no message-size limit, and a big
     # model's upload shows how far it got
-    upload = pn.widgets.FileDropper(accepted_filetypes=[".onnx"], max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB",
+    upload = pn.widgets.FileDropper(max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB",
                                     chunk_size=4_000_000, multiple=False, layout="compact", width=300)
 
     def uploaded(event):

@@ -11,7 +11,7 @@ import itertools
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable
 
@@ -229,7 +229,7 @@ class Session(param.Parameterized):
         # name is a new path, and the same file uploaded again is found in the cache
         key = uploads.store().put(data, safe, self.holder)
         if self._served():
-            pn.state.execute(lambda: self._import_later(key, safe))
+            pn.state.execute(partial(self._import_later, key, safe))
         else:
             self._use_upload(key, *self._import(key, safe))
 

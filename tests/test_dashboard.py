@@ -686,9 +686,9 @@ def test_a_closed_pages_report_stops_before_its_next_part():
 
 def test_the_busy_spinner_is_hidden_by_style_not_by_visibility(session):
     tab = FusionTab(session)
-    assert tab.busy.visible and tab.busy.styles == {"visibility": "hidden"}
+    assert tab.busy.visible and tab.busy.styles == {"opacity": "0"}
     session.busy = True
-    assert tab.busy.visible and tab.busy.styles == {"visibility": "visible"}
+    assert tab.busy.visible and tab.busy.styles == {"opacity": "1"}
 
 
 def test_the_legend_lists_at_most_its_row_limit_and_names_the_rest():

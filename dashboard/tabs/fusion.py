@@ -71,8 +71,9 @@ def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
 
 
 def spinner_styles(busy: bool) -> dict:
-    """The spinner's CSS: kept in the layout either way, only made invisible while no report is being computed."""
-    return {"visibility": "visible" if busy else "hidden"}
+    """The spinner's CSS: kept in the layout either way, only made transparent while no report is being computed
+    (not `visibility`: Panel's markup sets its own content visible, which overrides an inherited hidden)."""
+    return {"opacity": "1" if busy else "0"}
 
 
 def shown_plan(rep):
