@@ -25,6 +25,11 @@ URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buff
               "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
+# why the RF box changes nothing under the default access model (defect 10)
+RF_HINT = ("*dataflow*: the PE array's fixed dataflow blocks; RF bytes per PE are not used. *blocking*: each layer's "
+           "best loop blocking for this RF and buffer (Yang et al.), so RF bytes change the energy.")
+
+
 class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
     """A DiscreteSlider whose moves reach the Python side at once.
 
@@ -116,6 +121,7 @@ def sidebar(session: Session) -> list:
         pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
         pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
+        pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),
         pn.pane.Markdown("#### Scratchpad allocation"),
         pn.widgets.Select.from_param(s.param.alloc_method),
         pn.widgets.Select.from_param(s.param.budget),

@@ -328,6 +328,17 @@ def test_allocation_timeline_for_a_named_budget():
     assert (compared["offchip_bytes"].iloc[0] <= compared["offchip_bytes"]).all()  # COSMA never above a baseline
     belady = asyncio.run(_last(timeline_views(s, "M_R", None, "default-belady")))
     assert "default-belady" in belady[2].object.opts.get().kwargs["title"]
+    from dashboard.views.timeline import timeline_view
+
+    m_r = engine.allocation.budgets(s.graph())[0]
+    spilled = engine.allocate(s.graph(), m_r, method="default-belady")  # at M_R the baseline spills
+    assert spilled.spills and spilled.retrievals
+    view = timeline_view(spilled, m_r)
+    spill, retrieve, line = view.get(1), view.get(2), m_r / 1024
+    plot = hv.renderer("bokeh").get_plot(view).state
+    pixels = plot.height / (plot.y_range.end - plot.y_range.start)  # per KB
+    ys = {spill.data["KB"].iloc[0], retrieve.data["KB"].iloc[0]}
+    assert all(y > line for y in ys) and min(ys) - line > 6 / pixels and max(ys) - min(ys) > 10 / pixels  # clear
     tiny = asyncio.run(_last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
 
@@ -362,6 +373,22 @@ def test_tables_offer_groups_ops_modules_and_parts_as_csv():
     assert set(parts["device"]) == {"cpu", "accelerator"}
     assert all(isinstance(t[0], pn.widgets.FileDownload) for t in tabs)
     assert '"fusion"' in page[0].callback().read()
+
+
+def test_rf_bytes_change_the_energy_only_under_blocking_and_the_sidebar_says_so():
+    from dashboard.app import RF_HINT
+
+    s = Session(ExplorerState(network="squeezenet1_0"))
+    on_chip = lambda: (s.report.energy["optimus"].rf_pj, s.report.energy["optimus"].buffer_pj)  # noqa: E731
+    before = on_chip()
+    s.state.rf_bytes = 512
+    assert on_chip() == before  # the dataflow model does not read the RF size
+    s.state.access_model = "blocking"
+    at_512 = on_chip()
+    s.state.rf_bytes = 16
+    assert on_chip()[1] > 2 * at_512[1]  # a smaller RF: each layer's best blocking reads the buffer more
+    assert any(getattr(w, "object", None) == RF_HINT for w in sidebar(s))
+    assert "RF bytes per PE are not used" in RF_HINT
 
 
 def test_access_model_switch_reprices_buffer_and_rf_only(session):
