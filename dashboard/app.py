@@ -11,7 +11,7 @@ import param
 
 import engine
 from dashboard import uploads, url
-from dashboard.session import MAX_UPLOAD_BYTES, Session
+from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
@@ -88,17 +88,10 @@ def sidebar(session: Session) -> list:
     network = checked(pn.widgets.AutocompleteInput(
         label="Network (type to search)", value=s.network, options=list(s.param.network.objects), restrict=False,
         min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
-    # FilePond (served by Panel) sends a file in chunks with a progress bar: no message-size limit, and a big
-    # model's upload shows how far it got
-    upload = pn.widgets.FileDropper(max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB",
-                                    chunk_size=4_000_000, multiple=False, layout="compact", width=300)
-
-    def uploaded(event):
-        added = [name for name in event.new if name not in (event.old or {})] or list(event.new)[-1:]
-        if added:
-            session.on_upload(event.new[added[-1]], added[-1])
-
-    upload.param.watch(uploaded, "value")
+    # Panel's FileDropper would send big files in chunks with a progress bar, but it made the page fetch stylesheets
+    # from Panel's CDN (no request may leave the machine); the file goes in one message (`make serve` raises the limit)
+    upload = pn.widgets.FileInput(accept=".onnx", multiple=False)
+    upload.param.watch(lambda e: session.on_upload(e.new, upload.filename or "model.onnx"), "value")
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new), "value")

@@ -35,7 +35,8 @@ def served(tmp_path_factory):
     panel = Path(sys.executable).parent / "panel"
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
-                             "--allow-websocket-origin", f"127.0.0.1:{port}",
+                             "--allow-websocket-origin", f"127.0.0.1:{port}", "--websocket-max-message-size",
+                             "300000000",  # as `make serve`: room for a 200 MB upload
                              "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],  # as make serve
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
@@ -277,8 +278,7 @@ def test_slider_drags_with_the_compiled_search_end_on_the_released_size(server, 
 
 
 def test_a_50_mb_upload_is_imported(server, browser, tmp_path):
-    """A model with its weights (50 MB) used to close the websocket (Bokeh's 20 MB message limit): it goes in chunks,
-    with Bokeh's default limit."""
+    """A model with its weights (50 MB) used to close the websocket (Bokeh's 20 MB message limit)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -356,8 +356,8 @@ def test_a_big_network_on_one_page_stalls_no_other_and_stops_when_its_page_close
 
 
 def _upload(page, path) -> None:
-    """Give the sidebar's file dropper a file (FilePond's own file input)."""
-    page.locator("input.filepond--browser").first.set_input_files(str(path))
+    """Give the sidebar's file input a file."""
+    page.locator("input[type=file]").first.set_input_files(str(path))
 
 
 EXPORTS = sorted((ROOT / "tests" / "data" / "exports").glob("*.onnx"))
