@@ -177,12 +177,25 @@ def regions_of(groups, overlay=None) -> tuple[list[str], list[tuple[str, ...]]]:
     return list(members), [tuple(ops) for ops in members.values()]
 
 
+def _key(groups, group_bytes, overlay) -> tuple:
+    """Hashable forms of a plan's groups, their DRAM bytes and an overlay, to key the tables' caches."""
+    return (tuple(map(tuple, groups)), None if group_bytes is None else tuple(group_bytes),
+            None if overlay is None else tuple(sorted(overlay.items())))
+
+
 def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None) -> pd.DataFrame:
     """One row per op (in graph order) with what the hover shows: shapes, MACs, bytes, group and its DRAM cost.
 
     Boxes take their region's colour: the fused group's, or, with `overlay` (op -> label, e.g. its
-    CPU/accelerator part or its module), that label's; ops without a label are grey.
+    CPU/accelerator part or its module), that label's; ops without a label are grey. Cached: the worker
+    thread that made a report fills it, so drawing a new network's DAG on the UI thread finds it ready.
     """
+    return _node_table(graph, word_bits, *_key(groups, group_bytes, overlay)).copy()
+
+
+@lru_cache(maxsize=64)
+def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items) -> pd.DataFrame:
+    overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
     group_of = {op: i for i, grp in enumerate(groups) for op in grp}
     labels, members = regions_of(groups, overlay)
@@ -209,7 +222,14 @@ def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
 
 def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.DataFrame:
-    """One row per outlined region: its label, outline, colour, ops and (for fused groups) DRAM bytes."""
+    """One row per outlined region: its label, outline, colour, ops and (for fused groups) DRAM bytes (cached, as
+    `node_table`)."""
+    return _outline_table(graph, *_key(groups, group_bytes, overlay)).copy()
+
+
+@lru_cache(maxsize=64)
+def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataFrame:
+    overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
     labels, members = regions_of(groups, overlay)
     colours = region_colours(graph, members)
