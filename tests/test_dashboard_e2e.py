@@ -388,3 +388,38 @@ def test_every_exported_model_uploaded_shows_its_plan_or_the_engines_one_line_me
     page.screenshot(path=str(SHOTS / "exports-uploaded.png"), full_page=True)
     print(outcomes)
     page.close()
+
+
+def test_bad_links_and_typed_values_say_what_is_wrong_and_the_sweep_offers_every_combination(server, browser,
+                                                                                           tmp_path):
+    """Defects 9 and 4 in the browser: a bad URL value and a mistyped network are named with what is allowed; the
+    Sweep tab's selectors offer every network of a file."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + "?network=squeezenet1_0&batch=-3", timeout=120_000)
+    page.get_by_text(re.compile(r"The link's batch=-3 is not allowed \(an integer from 1 to 64\); using 1")).first \
+        .wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    box = page.get_by_label("Network (type to search)")  # (number boxes clamp to their bounds in the browser)
+    box.fill("foobar")
+    box.press("Enter")
+    page.get_by_text(re.compile(r"Network 'foobar' is not allowed \(one of alexnet, .*; using 'squeezenet1_0'")) \
+        .first.wait_for(timeout=30_000)
+    deadline = time.time() + 10
+    while box.input_value() != "squeezenet1_0" and time.time() < deadline:
+        page.wait_for_timeout(200)
+    assert box.input_value() == "squeezenet1_0"  # the box shows the network in use again
+
+    import engine
+
+    nets = ["light_squeezenet.onnx", "light_zfnet512.onnx", "light_inception_v1.onnx"]
+    path = tmp_path / "s.parquet"
+    engine.sweep({"networks": nets, "accelerators": ["optimus", "eyeriss"], "buffers_bytes": [64 * 1024, 512 * 1024],
+                  "methods": ["dnnvm"]}, scheduler="synchronous", out=path)
+    page.get_by_text("Sweep", exact=True).click()
+    page.locator("input[type=file]").nth(1).set_input_files(str(path))
+    network = page.locator("select").filter(has_text="light_zfnet512.onnx").first
+    network.wait_for(timeout=60_000)
+    assert {o.strip() for o in network.locator("option").all_inner_texts()} == set(nets)
+    page.get_by_text(re.compile(r"s\.parquet\*?\*?: 12 rows")).first.wait_for(timeout=10_000)
+    assert "Traceback" not in page.content()
+    page.close()
