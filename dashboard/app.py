@@ -156,7 +156,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
             state.upload_name = ""
     session = Session(state)
     if problems:
-        session.error = "The link's " + "; ".join(problems)
+        session.link_note = "The link's " + "; ".join(problems)  # stays up when the first report arrives
     if location is not None and pn.state.curdoc is not None:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own

@@ -93,6 +93,8 @@ class Session(param.Parameterized):
     pending = param.List(default=[], item_type=str, doc="Searches still running; the report shown is without them")
     error = param.String(default="", doc="Why the last request produced no report")
     notes = param.Dict(default={}, doc="Upload key -> what its partial import left out")
+    link_note = param.String(default="", doc="What the page's link asked for that is not allowed (until a choice "
+                                             "changes: a report does not clear it)")
 
     def __init__(self, state: ExplorerState | None = None, **params):
         super().__init__(**params)
@@ -110,7 +112,8 @@ class Session(param.Parameterized):
         self.preparers: list = []
         self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
-        self.param.watch(self._show_status, "error")
+        self.param.watch(self._show_status, ["error", "link_note"])
+        self.state.param.watch(lambda *_: setattr(self, "link_note", ""), list(REPORT_PARAMS))
         self.state.param.watch(self._show_notice, "upload_name")
         if self._served():  # the first report once the browser has the page: see `_request`
             pn.state.onload(self._request)
@@ -210,8 +213,9 @@ class Session(param.Parameterized):
         self.latest_ticket += 1  # every running request is superseded: prefetch and quick reports stop
         self._release()
 
-    def _show_status(self, event):
-        self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
+    def _show_status(self, _event=None):
+        text = self.error or self.link_note
+        self.status.object, self.status.alert_type, self.status.visible = text, "danger", bool(text)
 
     def on_upload(self, data: bytes | None, filename: str):
         """An uploaded .onnx file: stored, then imported (off the UI thread in a server), so a bad file is named in

@@ -399,6 +399,8 @@ def test_bad_links_and_typed_values_say_what_is_wrong_and_the_sweep_offers_every
     page.get_by_text(re.compile(r"The link's batch=-3 is not allowed \(an integer from 1 to 64\); using 1")).first \
         .wait_for(timeout=60_000)
     page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.wait_for_timeout(1000)
+    assert page.get_by_text(re.compile(r"The link's batch=-3 is not allowed")).first.is_visible()  # the report kept it
     box = page.get_by_label("Network (type to search)")  # (number boxes clamp to their bounds in the browser)
     box.fill("foobar")
     box.press("Enter")
