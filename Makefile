@@ -22,9 +22,11 @@ compiled: $(STAMP)
 	@echo "loading the compiled fusion search (the first time after install: compiling it, about two minutes)"
 	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
 
+# a closed page's session ends within about a second (Bokeh's default: 15-30 s), and with it that page's work
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
 	  --websocket-max-message-size $(UPLOAD_MESSAGE_BYTES) \
+	  --check-unused-sessions 1000 --unused-session-lifetime 1000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
 test: compiled browser

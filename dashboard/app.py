@@ -9,7 +9,8 @@ import holoviews as hv
 import panel as pn
 import param
 
-from dashboard import url
+import engine
+from dashboard import uploads, url
 from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.compare import ComparePanel
@@ -20,8 +21,13 @@ from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
 
-URL_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
+URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
               "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
+
+
+# why the RF box changes nothing under the default access model (defect 10)
+RF_HINT = ("*dataflow*: the PE array's fixed dataflow blocks; RF bytes per PE are not used. *blocking*: each layer's "
+           "best loop blocking for this RF and buffer (Yang et al.), so RF bytes change the energy.")
 
 
 class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
@@ -82,9 +88,10 @@ def sidebar(session: Session) -> list:
     network = checked(pn.widgets.AutocompleteInput(
         label="Network (type to search)", value=s.network, options=list(s.param.network.objects), restrict=False,
         min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
-    upload = pn.widgets.FileInput(accept=".onnx", label="or upload an .onnx file", multiple=False)
+    # Panel's FileDropper would send big files in chunks with a progress bar, but it made the page fetch stylesheets
+    # from Panel's CDN (no request may leave the machine); the file goes in one message (`make serve` raises the limit)
+    upload = pn.widgets.FileInput(accept=".onnx", multiple=False)
     upload.param.watch(lambda e: session.on_upload(e.new, upload.filename or "model.onnx"), "value")
-    s.param.watch(lambda e: setattr(s, "upload_name", ""), "network")
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new), "value")
@@ -95,7 +102,8 @@ def sidebar(session: Session) -> list:
 
     s.param.watch(follow_state, "buffer_kb")
     return [
-        pn.pane.Markdown("#### Network"), network, upload,
+        pn.pane.Markdown("#### Network"), network, pn.pane.Markdown("or upload an .onnx file (up to 200 MB):"),
+        upload, pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),
         pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
         pn.Row(number_box(session, "pe_rows", width=110),
@@ -106,6 +114,7 @@ def sidebar(session: Session) -> list:
         pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
         pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
+        pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),
         pn.pane.Markdown("#### Scratchpad allocation"),
         pn.widgets.Select.from_param(s.param.alloc_method),
         pn.widgets.Select.from_param(s.param.budget),
@@ -127,7 +136,8 @@ def main_area(session: Session) -> pn.Column:
              "Tables": tables_tab(session, active, 3),
              "Sweep": SweepTab().panel()}
     tabs.extend([(name, pn.Column(guide(name), view, sizing_mode="stretch_width")) for name, view in views.items()])
-    return pn.Column(session.status, tabs, sizing_mode="stretch_width")
+    return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
+                     sizing_mode="stretch_width")
 
 
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
@@ -138,9 +148,15 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     problems = []
     if location is not None:  # the URL's choices first, so the first report is the one asked for
         problems = url.restore(state, location, URL_PARAMS)
+    if state.upload_name:  # a link's upload is on the server only while a page holds it
+        try:
+            uploads.store().path(state.upload_name)
+        except engine.EngineError as err:
+            problems.append(f"upload_name: {err}")
+            state.upload_name = ""
     session = Session(state)
     if problems:
-        session.error = "The link's " + "; ".join(problems)
+        session.link_note = "The link's " + "; ".join(problems)  # stays up when the first report arrives
     if location is not None and pn.state.curdoc is not None:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own

@@ -20,7 +20,7 @@ from dashboard.tabs.common import error_text
 
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
 PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
-PREFETCH_STEP_S = 0.5
+PREFETCH_STEP_S = 2.5  # a Llama-3-8B prefill step takes ~0.6 s alone; a NAS cell, several seconds
 PARTIAL_AFTER_S = 0.4  # a search slower than this is preceded by the one-pass methods' report
 BUSY_AFTER_S = 0.15  # a report slower than this shows the spinner
 
@@ -34,8 +34,8 @@ class ReportRequest:
 
     @property
     def current(self) -> bool:
-        """Whether no newer request has been made since."""
-        return self.ticket == self.session.latest_ticket
+        """Whether no newer request has been made since, and the page is still open."""
+        return self.ticket == self.session.latest_ticket and not self.session.closed
 
     async def run(self):
         """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins."""
@@ -50,7 +50,7 @@ class ReportRequest:
         try:
             rep, err = await full, ""
         except Exception as exc:
-            rep, err = None, error_text(exc)
+            rep, err = None, self.session.explain(exc)
         if not self.current:
             return
         if rep is None:

@@ -6,16 +6,20 @@ server session, at once elsewhere). The tabs only read the session's state and r
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import tempfile
-from functools import lru_cache
+import asyncio
+import itertools
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from pathlib import Path
+from typing import Callable
 
 import panel as pn
 import param
 
 import engine
+from dashboard import uploads
 from dashboard.request import ReportRequest
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
@@ -26,18 +30,59 @@ SEARCHES = ("optimus", "online")  # the methods that search; the others are one 
 FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-                 "methods", "access_model", "upload_name")
+                 "methods", "access_model", "upload_name", "input_shapes")
+
+
+_SESSION_IDS = itertools.count(1)
+
+
+def release_uploads(holder: int) -> None:
+    """A session is gone: the uploads only it used are deleted."""
+    if uploads._STORE:
+        uploads.store().release(holder)
 
 
 @lru_cache(maxsize=16)
-def load_graph(name: str, batch: int, upload_path: str = "") -> engine.Graph:
-    """A zoo network or light model by name, or the session's uploaded file."""
-    return engine.load_network(upload_path or name, batch=batch)
+def load_graph(name: str, batch: int, upload_path: str = "", input_shapes: tuple = ()) -> engine.Graph:
+    """A zoo network or light model by name, or the session's uploaded file, with `input_shapes` ((name, dims) pairs)
+    bound (engine.load_network's `input_shapes`)."""
+    return engine.load_network(upload_path or name, batch=batch, input_shapes=dict(input_shapes) or None)
+
+
+def parse_input_shapes(text: str) -> tuple:
+    """'input_ids=1x128, sequence=128' -> (('input_ids', (1, 128)), ('sequence', 128)): an input's whole shape, or a
+    symbolic dimension's size; EngineError saying what to write."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.replace(";", ",").split(","))):
+        name, sep, dims = item.partition("=")
+        parts = dims.strip().lower().split("x")
+        if not sep or not name.strip() or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise engine.EngineError(f"input shapes: '{item}' is not NAME=DIMS; write e.g. input_ids=1x128 (an "
+                                     "input's shape) or sequence=128 (a symbolic dimension), comma-separated")
+        values = tuple(int(p) for p in parts)
+        pairs.append((name.strip(), values if len(values) > 1 else values[0]))
+    return tuple(sorted(pairs))
+
+
+@dataclass(frozen=True)
+class StopCheck:
+    """A session's "should this work stop?" question, equal to every other: a cached report is the same whoever
+    asked for it, so the question is left out of the cache's key."""
+
+    ask: Callable[[], bool] = field(compare=False)
+
+    def __call__(self) -> bool:
+        return self.ask()
+
+
+NEVER_STOP = StopCheck(lambda: False)
 
 
 @lru_cache(maxsize=256)
-def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str):
-    return evaluate(graph, acc, methods=methods, access_model=access_model)
+def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str,
+                  stop: StopCheck = NEVER_STOP):
+    """The report (cached); `stop` ends the computation between its parts (a closed page's work)."""
+    return evaluate(graph, acc, methods=methods, access_model=access_model, should_stop=stop)
 
 
 class Session(param.Parameterized):
@@ -47,18 +92,29 @@ class Session(param.Parameterized):
     busy = param.Boolean(default=False, doc="True while a newer report is being computed")
     pending = param.List(default=[], item_type=str, doc="Searches still running; the report shown is without them")
     error = param.String(default="", doc="Why the last request produced no report")
+    notes = param.Dict(default={}, doc="Upload key -> what its partial import left out")
+    link_note = param.String(default="", doc="What the page's link asked for that is not allowed (until a choice "
+                                             "changes: a report does not clear it)")
 
     def __init__(self, state: ExplorerState | None = None, **params):
         super().__init__(**params)
         self.state = state or ExplorerState()
-        self.upload_dir = Path(tempfile.mkdtemp(prefix="dnn-explorer-"))
+        self.holder = next(_SESSION_IDS)  # this session's name in the upload store
+        self._release = weakref.finalize(self, release_uploads, self.holder)  # at page close, or when collected
+        self.closed = False  # the page was closed: every computation for it stops at its next step
+        me = weakref.ref(self)  # (the check sits in the report cache's keys: it must not keep the session alive)
+        self.stop = StopCheck(lambda: me() is None or me().closed)
         self.status = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
+        # what a partial import left out of the upload in use, in the page as long as that upload is
+        self.notice = pn.pane.Alert("", alert_type="warning", visible=False, sizing_mode="stretch_width")
         self.latest_ticket = 0  # the newest ReportRequest's; older requests publish nothing more
         # what the views derive from a report (cached per report), computed with it in the worker thread
         self.preparers: list = []
         self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
-        self.param.watch(self._show_status, "error")
+        self.param.watch(self._show_status, ["error", "link_note"])
+        self.state.param.watch(lambda *_: setattr(self, "link_note", ""), list(REPORT_PARAMS))
+        self.state.param.watch(self._show_notice, "upload_name")
         if self._served():  # the first report once the browser has the page: see `_request`
             pn.state.onload(self._request)
             pn.state.curdoc.on_session_destroyed(self._closed)
@@ -66,9 +122,10 @@ class Session(param.Parameterized):
             self._request()
 
     def graph(self) -> engine.Graph:
+        """The chosen network, or the uploaded file, with the input shapes typed in the sidebar."""
         s = self.state
-        upload = str(self.upload_dir / s.upload_name) if s.upload_name else ""
-        return load_graph(s.network, s.batch, upload)
+        upload = str(uploads.store().path(s.upload_name, self.holder)) if s.upload_name else ""
+        return load_graph(s.network, s.batch, upload, parse_input_shapes(s.input_shapes))
 
     def methods(self, *, quick: bool = False) -> tuple[str, ...]:
         """The chosen fusion methods in a fixed order; `quick` leaves out the searches."""
@@ -82,7 +139,8 @@ class Session(param.Parameterized):
     def compute_report(self, buffer_kb: int | None = None, *, quick: bool = False):
         """The fusion report for the current state, or at another buffer step, or without the searches (cached)."""
         s = self.state
-        return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model)
+        return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model,
+                             self.stop)
 
     def prepared(self, buffer_kb: int | None = None, *, quick: bool = False):
         """The report, with every view's data derived from it ready in the caches (run in a worker thread)."""
@@ -118,7 +176,13 @@ class Session(param.Parameterized):
         try:
             self.param.update(report=self.compute_report(), error="")
         except Exception as err:  # shown to the user, never raised into Bokeh
-            self.error = error_text(err)
+            self.error = self.explain(err)
+
+    @staticmethod
+    def explain(err: Exception) -> str:
+        """An error in the user's words: the engine's message, naming an uploaded file by its name, not our copy."""
+        text = error_text(err)
+        return uploads.store().scrub(text) if uploads._STORE else text
 
     def new_request(self) -> ReportRequest:
         """A request for the current choices; every older one is superseded."""
@@ -145,14 +209,17 @@ class Session(param.Parameterized):
 
     def _closed(self, _context):
         """The page was closed: its background work stops at the next step, and its uploads are deleted."""
+        self.closed = True  # running reports stop before their next part; the curve before its next size
         self.latest_ticket += 1  # every running request is superseded: prefetch and quick reports stop
-        shutil.rmtree(self.upload_dir, ignore_errors=True)
+        self._release()
 
-    def _show_status(self, event):
-        self.status.object, self.status.alert_type, self.status.visible = event.new, "danger", bool(event.new)
+    def _show_status(self, _event=None):
+        text = self.error or self.link_note
+        self.status.object, self.status.alert_type, self.status.visible = text, "danger", bool(text)
 
     def on_upload(self, data: bytes | None, filename: str):
-        """An uploaded .onnx file: imported once here, so a bad file is named in the page and nothing changes."""
+        """An uploaded .onnx file: stored, then imported (off the UI thread in a server), so a bad file is named in
+        the page and nothing changes; a partial import says in the page what was left out."""
         if data is None:
             return
         safe = Path(filename).name or "model.onnx"
@@ -162,17 +229,51 @@ class Session(param.Parameterized):
         if len(data) > MAX_UPLOAD_BYTES:
             self.error = f"{safe}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
             return
-        # each upload in a folder named by its content: the graph cache is keyed by path, so a changed file
-        # under the same name is a new path, and the same file uploaded again is found in the cache
-        name = f"{hashlib.sha256(data).hexdigest()[:16]}/{safe}"
-        (self.upload_dir / name).parent.mkdir(exist_ok=True)
-        (self.upload_dir / name).write_bytes(data)
+        # each upload under its content hash: the graph cache is keyed by path, so a changed file under the same
+        # name is a new path, and the same file uploaded again is found in the cache
+        key = uploads.store().put(data, safe, self.holder)
+        if self._served():
+            pn.state.execute(partial(self._import_later, key, safe))
+        else:
+            self._use_upload(key, *self._import(key, safe))
+
+    def _import(self, key: str, safe: str) -> tuple[str, str]:
+        """(error, note) of importing the stored upload `key`: the importer's message naming the user's file, and
+        what a partial import left out."""
+        path = uploads.store().path(key, self.holder)
         try:
-            load_graph(self.state.network, self.state.batch, str(self.upload_dir / name))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", engine.PartialImportWarning)
+                load_graph(self.state.network, self.state.batch, str(path), parse_input_shapes(self.state.input_shapes))
         except engine.ModelFileError as err:  # name the user's file, not our temporary copy
-            self.error = f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}"
-            return
+            return f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}", ""
         except Exception as err:
-            self.error = error_text(err)
+            return self.explain(err), ""
+        notes = [uploads.store().scrub(str(w.message)) for w in caught
+                 if issubclass(w.category, engine.PartialImportWarning)]
+        return "", " ".join(notes)
+
+    async def _import_later(self, key: str, safe: str):
+        """`_import` in a worker thread (a big model takes seconds), then its outcome under the document lock."""
+        outcome = await asyncio.to_thread(self._import, key, safe)
+        done = asyncio.get_running_loop().create_future()
+
+        def use():
+            try:
+                self._use_upload(key, *outcome)
+            finally:
+                done.set_result(None)
+
+        pn.state.curdoc.add_next_tick_callback(use)
+        await done
+
+    def _use_upload(self, key: str, error: str, note: str):
+        if error:
+            self.error = error
             return
-        self.state.upload_name = name
+        self.notes = {**self.notes, key: note} if note else self.notes
+        self.state.upload_name = key
+
+    def _show_notice(self, _event=None):
+        note = self.notes.get(self.state.upload_name, "")
+        self.notice.object, self.notice.visible = note, bool(note)

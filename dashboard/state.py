@@ -36,6 +36,9 @@ class ExplorerState(param.Parameterized):
 
     network = param.Selector(default="resnet50", objects=network_names(), doc="Built-in network or ONNX light model")
     upload_name = param.String(default="", doc="An uploaded .onnx file in use, as 'content hash/file name'")
+    input_shapes = param.String(default="", label="Input shapes (ONNX files)",
+                                doc="Comma-separated NAME=DIMS: an input's shape (input_ids=1x128) or a symbolic "
+                                    "dimension's size (sequence=128)")
     batch = param.Integer(default=1, bounds=(1, 64), doc="Batch size")
     preset = param.Selector(default="optimus", objects=list(engine.Accelerator.presets()), doc="Accelerator preset")
     buffer_kb = param.Selector(default=128, objects=BUFFER_STEPS_KB, doc="Global buffer size (KB)")
@@ -65,6 +68,11 @@ class ExplorerState(param.Parameterized):
         kb = nearest_step_kb(acc.buffer_bytes)
         self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
                           word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
+
+    @param.depends("network", watch=True)
+    def _forget_upload(self):
+        """A network chosen by name replaces the uploaded file."""
+        self.upload_name = ""
 
     @param.depends("network", "upload_name", watch=True)
     def _forget_selection(self):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Callable
 
 import pandas as pd
 
@@ -19,6 +20,10 @@ from engine.graph import Graph
 
 KB = 1024
 CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class EvaluationStopped(EngineError):
+    """`evaluate` was told to stop (its `should_stop` said so) before it finished."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,11 +98,14 @@ ACCESS_MODELS = ("dataflow", "blocking")
 
 def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s", "optimus"),
              allocation: str | None = None, budget="M_H", time_limit_s: float = 10.0,
-             cpu_kinds=(), modules: bool = False, access_model: str = "dataflow") -> Report:
+             cpu_kinds=(), modules: bool = False, access_model: str = "dataflow",
+             should_stop: Callable[[], bool] | None = None) -> Report:
     """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules.
 
     `access_model` counts buffer and RF accesses from the PE array's dataflow blocks
     ("dataflow", fast) or from each layer's best loop blocking (Yang et al.; "blocking").
+    `should_stop` is asked before each part (each method's search, the energy, the limit); once it
+    says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
     from engine.energy import energy_breakdown
     from engine.fusion import fuse, oracle_bytes
@@ -105,7 +113,15 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     if access_model not in ACCESS_MODELS:
         raise EngineError(f"access_model must be one of {', '.join(ACCESS_MODELS)}, got '{access_model}'")
     price = blocked_energy if access_model == "blocking" else energy_breakdown
-    plans = {m: fuse(graph, acc, method=m) for m in methods}
+    def check(part: str) -> None:
+        if should_stop is not None and should_stop():
+            raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
+
+    plans = {}
+    for m in methods:
+        check(f"the '{m}' search")
+        plans[m] = fuse(graph, acc, method=m)
+    check("the energy")
     energy = {m: price(graph, plans[m], acc) for m in methods}
     errors: dict[str, str] = {}
     alloc = budget_bytes = part = mods = None
@@ -129,6 +145,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         except EngineError as err:
             errors["modules"] = str(err)
     limit = None
+    check("the attainable limit")
     try:
         from engine.limit import network
 

@@ -65,7 +65,7 @@ def test_bad_values_show_a_message_not_a_traceback(session):
     with pytest.raises(Exception):
         engine.Accelerator.preset("optimus").with_buffer(0)
     session.state.upload_name = "missing.onnx"  # a file that is not there: the message, the old report kept
-    assert session.status.visible and "no such file" in session.status.object
+    assert session.status.visible and "is no longer on this server" in session.status.object
     assert session.report.graph.name == "light_vgg19"
 
 
@@ -148,8 +148,8 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
-    status, tabs = page.main[0]
-    assert not status.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
+    (status, notice), tabs = page.main[0]
+    assert not status.visible and not notice.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
 
 def test_dag_overlays_colour_by_part_and_module():
@@ -329,6 +329,17 @@ def test_allocation_timeline_for_a_named_budget():
     assert (compared["offchip_bytes"].iloc[0] <= compared["offchip_bytes"]).all()  # COSMA never above a baseline
     belady = asyncio.run(_last(timeline_views(s, "M_R", None, "default-belady")))
     assert "default-belady" in belady[2].object.opts.get().kwargs["title"]
+    from dashboard.views.timeline import timeline_view
+
+    m_r = engine.allocation.budgets(s.graph())[0]
+    spilled = engine.allocate(s.graph(), m_r, method="default-belady")  # at M_R the baseline spills
+    assert spilled.spills and spilled.retrievals
+    view = timeline_view(spilled, m_r)
+    spill, retrieve, line = view.get(1), view.get(2), m_r / 1024
+    plot = hv.renderer("bokeh").get_plot(view).state
+    pixels = plot.height / (plot.y_range.end - plot.y_range.start)  # per KB
+    ys = {spill.data["KB"].iloc[0], retrieve.data["KB"].iloc[0]}
+    assert all(y > line for y in ys) and min(ys) - line > 6 / pixels and max(ys) - min(ys) > 10 / pixels  # clear
     tiny = asyncio.run(_last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
 
@@ -363,6 +374,22 @@ def test_tables_offer_groups_ops_modules_and_parts_as_csv():
     assert set(parts["device"]) == {"cpu", "accelerator"}
     assert all(isinstance(t[0], pn.widgets.FileDownload) for t in tabs)
     assert '"fusion"' in page[0].callback().read()
+
+
+def test_rf_bytes_change_the_energy_only_under_blocking_and_the_sidebar_says_so():
+    from dashboard.app import RF_HINT
+
+    s = Session(ExplorerState(network="squeezenet1_0"))
+    on_chip = lambda: (s.report.energy["optimus"].rf_pj, s.report.energy["optimus"].buffer_pj)  # noqa: E731
+    before = on_chip()
+    s.state.rf_bytes = 512
+    assert on_chip() == before  # the dataflow model does not read the RF size
+    s.state.access_model = "blocking"
+    at_512 = on_chip()
+    s.state.rf_bytes = 16
+    assert on_chip()[1] > 2 * at_512[1]  # a smaller RF: each layer's best blocking reads the buffer more
+    assert any(getattr(w, "object", None) == RF_HINT for w in sidebar(s))
+    assert "RF bytes per PE are not used" in RF_HINT
 
 
 def test_access_model_switch_reprices_buffer_and_rf_only(session):
@@ -548,10 +575,10 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_search(graph, acc, methods, access_model):  # a search that takes a second, like NASNet's
+    def slow_search(graph, acc, methods, access_model, stop):  # a search that takes a second, like NASNet's
         if "optimus" in methods:
             time.sleep(1.0)
-        return real(graph, acc, methods, access_model)
+        return real(graph, acc, methods, access_model, stop)
 
     monkeypatch.setattr(session, "fusion_report", slow_search)
     monkeypatch.setattr(request, "PREFETCH", False)
@@ -580,10 +607,10 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_at_512(graph, acc, methods, access_model):
+    def slow_at_512(graph, acc, methods, access_model, stop):
         if acc.buffer_bytes == 512 * 1024:
             time.sleep(0.6)
-        return real(graph, acc, methods, access_model)
+        return real(graph, acc, methods, access_model, stop)
 
     monkeypatch.setattr(session, "fusion_report", slow_at_512)
     monkeypatch.setattr(request, "PREFETCH", False)
@@ -601,3 +628,106 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
 
     asyncio.run(slow_then_fast())
     assert s.report.acc.buffer_bytes == 64 * 1024 and not s.busy
+
+
+def _partial_model_bytes() -> bytes:
+    """A conv whose output feeds a NonZero detection tail: the importer keeps the conv and warns about the rest."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["scores"], name="head", pads=[1, 1, 1, 1]),
+             helper.make_node("NonZero", ["scores"], ["keep"], name="keep"),
+             helper.make_node("Transpose", ["keep"], ["keep_t"], name="keep_t"),
+             helper.make_node("GatherND", ["scores", "keep_t"], ["boxes"], name="gather_boxes")]
+    graph = helper.make_graph(nodes, "g", [x], [boxes, scores], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_partial_import_says_in_the_page_what_was_left_out(session):
+    session.on_upload(_partial_model_bytes(), "detector.onnx")
+    assert session.state.upload_name.endswith("/detector.onnx") and not session.status.visible
+    assert [op.name for op in session.report.graph.ops] == ["head"]
+    note = session.notice.object
+    assert session.notice.visible and note.startswith("detector.onnx: left out 3 nodes") and "NonZero 'keep'" in note
+    assert "dnn-explorer" not in note  # the user's file name, not the server's copy
+    session.state.network = "resnet50"  # another model: the note goes
+    assert not session.notice.visible
+
+
+def test_input_shapes_typed_in_the_sidebar_reach_the_importer(session):
+    from dashboard.session import parse_input_shapes
+
+    assert parse_input_shapes("input_ids=1x128, sequence=64") == (("input_ids", (1, 128)), ("sequence", 64))
+    assert parse_input_shapes("") == ()
+    with pytest.raises(engine.EngineError, match="'ids=1xfoo' is not NAME=DIMS; write e.g. input_ids=1x128"):
+        parse_input_shapes("ids=1xfoo")
+    from pathlib import Path
+
+    bert = Path(__file__).parent / "data" / "exports" / "hf_BertModel.onnx"
+    session.state.input_shapes = "input_ids=1x128"
+    session.on_upload(bert.read_bytes(), "bert.onnx")
+    macs = session.report.graph.macs
+    session.state.input_shapes = "input_ids=1x256"  # twice the tokens: attention grows faster than the rest
+    assert session.report.graph.macs > 2 * macs and not session.status.visible
+    session.state.input_shapes = "input_ids=big"
+    assert session.status.visible and "'input_ids=big' is not NAME=DIMS" in session.status.object
+    session.state.input_shapes = "ids=1x128"
+    assert session.status.object.startswith("bert.onnx: input_shapes names 'ids'")  # the user's file, not our copy
+
+
+def test_an_upload_is_named_in_the_url_and_kept_while_a_page_holds_it():
+    from dashboard import uploads
+
+    data = (engine.loading.onnx_light_models() / "light_squeezenet.onnx").read_bytes()
+    first = Session(ExplorerState())
+    first.on_upload(data, "mine.onnx")
+    key = first.state.upload_name
+    path = uploads.store().root / key
+    assert path.is_file() and key in uploads.store().keys()
+    second = Session(ExplorerState(upload_name=key))  # a reload or a copied link, while the first page is open
+    assert second.report.graph.name == first.report.graph.name and not second.status.visible
+    first._closed(None)
+    assert path.is_file()  # the second page still holds it
+    second._closed(None)
+    assert not path.exists() and key not in uploads.store().keys()
+    page = build_app(ExplorerState(upload_name=key))  # nobody holds it any more: the link says so, and opens without
+    status = page.main[0][0][0]
+    assert status.visible and "upload_name: the uploaded file 'mine.onnx' is no longer on this server" in status.object
+
+
+def test_a_closed_pages_report_stops_before_its_next_part():
+    import dashboard.request as request
+
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
+    s._closed(None)
+    with pytest.raises(engine.EngineError, match="stopped before the 'dnnvm' search"):
+        s.compute_report(181)  # not cached: a closed page computes nothing more
+    asked = []
+    with pytest.raises(engine.explore.EvaluationStopped, match="before the 'optimus' search"):
+        engine.evaluate(s.graph(), s.state.accelerator(90), methods=("dnnvm", "optimus"),
+                        should_stop=lambda: asked.append(1) or len(asked) > 1)
+    assert not request.ReportRequest(s, s.latest_ticket).current  # its requests publish nothing
+
+
+def test_the_busy_spinner_is_hidden_by_style_not_by_visibility(session):
+    tab = FusionTab(session)
+    assert tab.busy.visible and tab.busy.styles == {"opacity": "0"}
+    session.busy = True
+    assert tab.busy.visible and tab.busy.styles == {"opacity": "1"}
+
+
+def test_the_legend_lists_at_most_its_row_limit_and_names_the_rest():
+    from dashboard.views.dag import legend_html, outline_table
+
+    g = engine.load_network("resnet50")
+    plan = engine.fuse(g, engine.Accelerator.preset("optimus").with_buffer(8 * 1024), method="dnnvm")
+    costs = [c.dram_bytes for c in plan.costs]
+    regions = outline_table(g, plan.groups, costs)
+    html = legend_html(regions, "groups", max_rows=10)
+    assert html.count("<tr>") == 1 + 10 + 1  # heading, ten groups, the rest in one row
+    rest = sum(costs[10:])
+    assert f"G10 to G{len(plan.groups) - 1}</td><td>{len(plan.groups) - 10} more" in html
+    assert f"{rest / 1e3:,.1f} KB" in html

@@ -26,7 +26,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def served(tmp_path_factory):
+    """(URL, process) of `panel serve dashboard` on a free loopback port."""
     from engine.fusion.optimus import compile_ahead
 
     compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
@@ -35,7 +36,8 @@ def server(tmp_path_factory):
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
                              "--allow-websocket-origin", f"127.0.0.1:{port}", "--websocket-max-message-size",
-                             "300000000"],  # as `make serve`: room for a 200 MB upload
+                             "300000000",  # as `make serve`: room for a 200 MB upload
+                             "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],  # as make serve
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
     url = f"http://127.0.0.1:{port}/dashboard"
@@ -50,7 +52,7 @@ def server(tmp_path_factory):
         proc.kill()
         log.seek(0)
         pytest.fail("panel serve did not listen within 90 s:\n" + log.read())
-    yield url
+    yield url, proc
     proc.terminate()
     try:
         proc.wait(10)
@@ -58,6 +60,11 @@ def server(tmp_path_factory):
         proc.kill()
         proc.wait(10)
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +190,7 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
 
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"definitely not protobuf" * 50)
-    page.locator("input[type=file]").first.set_input_files(str(bad))
+    _upload(page, bad)
     page.get_by_text(re.compile("not an ONNX model")).first.wait_for(timeout=30_000)
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "bad-upload.png"), full_page=True)
@@ -288,7 +295,133 @@ def test_a_50_mb_upload_is_imported(server, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server + "?network=squeezenet1_0", timeout=120_000)
     page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
-    page.locator("input[type=file]").first.set_input_files(str(path))
+    _upload(page, path)
     page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for(timeout=180_000)
     assert page.get_by_text(re.compile(r"12\.80 M parameters")).first.is_visible()
+    page.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process (all its threads) has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _headline_shows(page, text: str, timeout_s: float) -> float:
+    """Seconds until the headline names `text` (fails past `timeout_s`)."""
+    start = time.time()
+    page.get_by_text(re.compile(text)).first.wait_for(timeout=timeout_s * 1000)
+    return time.time() - start
+
+
+def test_a_big_network_on_one_page_stalls_no_other_and_stops_when_its_page_closes(served, browser):
+    """Defect 5: while page A loads a 708-op Llama prefill (layout, searches, prefetch), page B's slider answers;
+    once A is closed while its what-if curve is computing, its work ends and the server goes quiet."""
+    url, proc = served
+    b = browser.new_page(viewport={"width": 1500, "height": 1100})
+    b.goto(url + "?network=squeezenet1_0&buffer_kb=64", timeout=120_000)
+    b.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB buffer")).first.wait_for(timeout=120_000)
+    a = browser.new_page(viewport={"width": 1500, "height": 1100})
+    a.goto(url + "?network=llama3_8b_prefill&buffer_kb=256", wait_until="commit", timeout=120_000)
+    a.wait_for_timeout(1500)  # A's session is made and its report is being computed
+    waits = []
+    for _ in range(3):  # B's slider, dragged while A's network loads
+        box = b.locator(".noUi-handle").first.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        b.mouse.move(x, y)
+        b.mouse.down()
+        b.mouse.move(x + 40, y, steps=2)
+        b.mouse.up()
+        waits.append(_headline_shows(b, f"squeezenet1_0 \\(batch 1\\) on optimus, {_released_kb(b):,} KB buffer", 60))
+    assert max(waits) < 5.0, waits  # a blocked event loop answered after the whole load (4.5-5.4 s for DenseNet)
+    a.get_by_text(re.compile(r"llama3_8b_prefill \(batch 1\) on optimus")).first.wait_for(timeout=180_000)
+    a.get_by_text("What-if curve", exact=True).click()  # eleven buffer sizes, each all methods and the limits
+    a.get_by_text(re.compile("computing the buffer-size curve")).first.wait_for(timeout=60_000)
+    busy = _cpu_seconds(proc.pid)
+    a.wait_for_timeout(2000)
+    assert _cpu_seconds(proc.pid) - busy > 0.5  # A's curve keeps a core busy
+    a.close()
+    closed = time.time()
+    deadline, quiet = closed + 20, None
+    while time.time() < deadline:  # the session ends (1 s here), its running step finishes, nothing more starts
+        before = _cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        if _cpu_seconds(proc.pid) - before < 0.3:
+            quiet = time.time()
+            break
+    assert quiet is not None, "the closed page's work still kept the server busy 20 s later"
+    print(f"B's slider answered in {', '.join(f'{w:.2f}' for w in waits)} s; the server was quiet "
+          f"{quiet - closed:.1f} s after A closed")
+    b.close()
+
+
+def _upload(page, path) -> None:
+    """Give the sidebar's file input a file."""
+    page.locator("input[type=file]").first.set_input_files(str(path))
+
+
+EXPORTS = sorted((ROOT / "tests" / "data" / "exports").glob("*.onnx"))
+
+
+def test_every_exported_model_uploaded_shows_its_plan_or_the_engines_one_line_message(server, browser):
+    """Issue 17's done-when: the upload of each file in tests/data/exports shows the plan or a one-line message."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + "?network=squeezenet1_0", timeout=120_000)
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    outcomes = {}
+    for path in EXPORTS:
+        _upload(page, path)
+        plan = page.get_by_text(re.compile(f"{re.escape(path.stem)} \\(batch \\d+\\) on optimus"))
+        said = page.get_by_text(re.compile(re.escape(path.name) + ":"))
+        deadline = time.time() + 120
+        while time.time() < deadline and not outcomes.get(path.name):
+            if plan.count() and plan.first.is_visible():
+                outcomes[path.name] = "plan"
+            elif said.count() and said.first.is_visible():
+                text = said.first.inner_text()
+                assert "\n" not in text.strip() and "Traceback" not in text and "internal error" not in text, text
+                outcomes[path.name] = text
+            else:
+                page.wait_for_timeout(250)
+        assert outcomes.get(path.name), f"{path.name}: neither a plan nor a message within 120 s"
+    assert "Traceback" not in page.content()
+    page.screenshot(path=str(SHOTS / "exports-uploaded.png"), full_page=True)
+    print(outcomes)
+    page.close()
+
+
+def test_bad_links_and_typed_values_say_what_is_wrong_and_the_sweep_offers_every_combination(server, browser,
+                                                                                           tmp_path):
+    """Defects 9 and 4 in the browser: a bad URL value and a mistyped network are named with what is allowed; the
+    Sweep tab's selectors offer every network of a file."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + "?network=squeezenet1_0&batch=-3", timeout=120_000)
+    page.get_by_text(re.compile(r"The link's batch=-3 is not allowed \(an integer from 1 to 64\); using 1")).first \
+        .wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.wait_for_timeout(1000)
+    assert page.get_by_text(re.compile(r"The link's batch=-3 is not allowed")).first.is_visible()  # the report kept it
+    box = page.get_by_label("Network (type to search)")  # (number boxes clamp to their bounds in the browser)
+    box.fill("foobar")
+    box.press("Enter")
+    page.get_by_text(re.compile(r"Network 'foobar' is not allowed \(one of alexnet, .*; using 'squeezenet1_0'")) \
+        .first.wait_for(timeout=30_000)
+    deadline = time.time() + 10
+    while box.input_value() != "squeezenet1_0" and time.time() < deadline:
+        page.wait_for_timeout(200)
+    assert box.input_value() == "squeezenet1_0"  # the box shows the network in use again
+
+    import engine
+
+    nets = ["light_squeezenet.onnx", "light_zfnet512.onnx", "light_inception_v1.onnx"]
+    path = tmp_path / "s.parquet"
+    engine.sweep({"networks": nets, "accelerators": ["optimus", "eyeriss"], "buffers_bytes": [64 * 1024, 512 * 1024],
+                  "methods": ["dnnvm"]}, scheduler="synchronous", out=path)
+    page.get_by_text("Sweep", exact=True).click()
+    page.locator("input[type=file]").nth(1).set_input_files(str(path))
+    network = page.locator("select").filter(has_text="light_zfnet512.onnx").first
+    network.wait_for(timeout=60_000)
+    assert {o.strip() for o in network.locator("option").all_inner_texts()} == set(nets)
+    page.get_by_text(re.compile(r"s\.parquet\*?\*?: 12 rows")).first.wait_for(timeout=10_000)
+    assert "Traceback" not in page.content()
     page.close()

@@ -34,13 +34,16 @@ def curve_point(graph, acc, methods, buffer_kb: int) -> tuple[dict, ...]:
     return curve_rows(graph, acc, methods, buffer_kb, limits=True)  # with engine.limit's two bounds
 
 
-async def curve_progress(graph, acc, methods: tuple[str, ...]):
+async def curve_progress(graph, acc, methods: tuple[str, ...], stop=lambda: False):
     """(rows so far, sizes left out and why, sizes done) after each of the curve's buffer sizes, smallest first.
 
     A size at which the network cannot run (an op that does not fit even alone) is left out, not the curve.
+    Ends early, before the next size, once `stop()` says so (the page was closed).
     """
     rows, skipped = [], []
     for done, kb in enumerate(CURVE_BUFFERS_KB, 1):
+        if stop():
+            return
         try:
             rows += await asyncio.to_thread(curve_point, graph, acc, methods, kb)
         except engine.EngineError as err:
@@ -97,7 +100,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
     plot = CurvePlot(session.state)
 
     async def curve(shown, network, batch, preset, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
-                    upload_name):
+                    upload_name, input_shapes):
         if shown != index:
             return  # not on screen: computed when the tab is opened
         yield pn.indicators.LoadingSpinner(value=True, size=40, label=PROGRESS)
@@ -107,7 +110,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
             yield message(err)
             return
         try:
-            async for df, skipped, done in curve_progress(graph, acc, tuple(methods) or ("optimus",)):
+            async for df, skipped, done in curve_progress(graph, acc, tuple(methods) or ("optimus",), session.stop):
                 if len(df):
                     yield drawn(df, skipped, done)
         except Exception as err:
@@ -128,4 +131,4 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
         return pn.Column(*parts, sizing_mode="stretch_width")
 
     return pn.panel(pn.bind(curve, active, s.network, s.batch, s.preset, s.pe_rows, s.pe_cols, s.rf_bytes,
-                            s.word_bits, s.dram_gbps, s.methods, s.upload_name), sizing_mode="stretch_width")
+                            s.word_bits, s.dram_gbps, s.methods, s.upload_name, s.input_shapes), sizing_mode="stretch_width")

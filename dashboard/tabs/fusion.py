@@ -70,6 +70,12 @@ def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
     return text
 
 
+def spinner_styles(busy: bool) -> dict:
+    """The spinner's CSS: kept in the layout either way, only made transparent while no report is being computed
+    (not `visibility`: Panel's markup sets its own content visible, which overrides an inherited hidden)."""
+    return {"opacity": "1" if busy else "0"}
+
+
 def shown_plan(rep):
     """The plan the DAG colours: Optimus when it was run, else the one with the least DRAM traffic."""
     return rep.plans["optimus"] if "optimus" in rep.plans else min(rep.plans.values(), key=lambda p: p.dram_bytes)
@@ -283,8 +289,10 @@ class FusionTab:
     def __init__(self, session):
         self.session, state = session, session.state
         self.headline = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self.busy = pn.indicators.LoadingSpinner(value=True, size=22, visible=session.param.busy,
-                                                 label="computing...")
+        # shown and hidden through its style: toggling `visible` makes the browser lay out the whole page again
+        # (Bokeh's invalidate_layout up to the root: 0.3-0.9 s of a loaded machine's browser per toggle)
+        self.busy = pn.indicators.LoadingSpinner(value=True, size=22, label="computing...",
+                                                 styles=pn.bind(spinner_styles, session.param.busy))
         self.dag = DagPlot(on_select=lambda op: setattr(state, "selected_op", op))
         self.detail = LayerDetail()
         self.table = pn.pane.HTML("", stylesheets=[TABLE_CSS], sizing_mode="stretch_width")

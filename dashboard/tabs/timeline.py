@@ -74,11 +74,11 @@ def timeline_tab(session, active, index: int) -> pn.viewable.Viewable:
     """The timeline for the current network, method and budget, recomputed only while tab `index` shows."""
     s = session.state.param
 
-    async def timeline(shown, network, batch, word_bits, alloc_method, budget, budget_kb, upload_name):
+    async def timeline(shown, network, batch, word_bits, alloc_method, budget, budget_kb, upload_name, input_shapes):
         if shown != index:
             return
         async for view in timeline_views(session, budget, budget_kb, alloc_method):
             yield view
 
     return pn.panel(pn.bind(timeline, active, s.network, s.batch, s.word_bits, s.alloc_method, s.budget, s.budget_kb,
-                            s.upload_name), sizing_mode="stretch_width")
+                            s.upload_name, s.input_shapes), sizing_mode="stretch_width")

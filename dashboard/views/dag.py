@@ -26,6 +26,7 @@ BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first z
 GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
 MAX_HEIGHT = 1300  # the DAG plot's pixels
+LEGEND_ROWS = 150  # regions the legend lists one by one
 
 
 @dataclass(frozen=True)
@@ -176,12 +177,25 @@ def regions_of(groups, overlay=None) -> tuple[list[str], list[tuple[str, ...]]]:
     return list(members), [tuple(ops) for ops in members.values()]
 
 
+def _key(groups, group_bytes, overlay) -> tuple:
+    """Hashable forms of a plan's groups, their DRAM bytes and an overlay, to key the tables' caches."""
+    return (tuple(map(tuple, groups)), None if group_bytes is None else tuple(group_bytes),
+            None if overlay is None else tuple(sorted(overlay.items())))
+
+
 def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None) -> pd.DataFrame:
     """One row per op (in graph order) with what the hover shows: shapes, MACs, bytes, group and its DRAM cost.
 
     Boxes take their region's colour: the fused group's, or, with `overlay` (op -> label, e.g. its
-    CPU/accelerator part or its module), that label's; ops without a label are grey.
+    CPU/accelerator part or its module), that label's; ops without a label are grey. Cached: the worker
+    thread that made a report fills it, so drawing a new network's DAG on the UI thread finds it ready.
     """
+    return _node_table(graph, word_bits, *_key(groups, group_bytes, overlay)).copy()
+
+
+@lru_cache(maxsize=64)
+def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items) -> pd.DataFrame:
+    overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
     group_of = {op: i for i, grp in enumerate(groups) for op in grp}
     labels, members = regions_of(groups, overlay)
@@ -208,7 +222,14 @@ def node_table(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
 
 def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.DataFrame:
-    """One row per outlined region: its label, outline, colour, ops and (for fused groups) DRAM bytes."""
+    """One row per outlined region: its label, outline, colour, ops and (for fused groups) DRAM bytes (cached, as
+    `node_table`)."""
+    return _outline_table(graph, *_key(groups, group_bytes, overlay)).copy()
+
+
+@lru_cache(maxsize=64)
+def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataFrame:
+    overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
     labels, members = regions_of(groups, overlay)
     colours = region_colours(graph, members)
@@ -225,16 +246,26 @@ def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def legend_html(regions: pd.DataFrame, heading: str) -> str:
-    """The regions as an HTML table: colour, label, ops and (fused groups) DRAM bytes, in execution order."""
+def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS) -> str:
+    """The regions as an HTML table: colour, label, ops and (fused groups) DRAM bytes, in execution order.
+
+    Past `max_rows` regions the rest are named in one last row (their outlines' hover says the same): a
+    Llama prefill's 580 groups made a 114 KB table that the browser rebuilt on every slider move.
+    """
     import html
 
     rows = []
-    for r in regions.itertuples():
+    for r in regions.iloc[:max_rows].itertuples():
         cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
         rows.append(f'<tr><td><span class="swatch" style="background:{r.colour}40;border-color:{r.colour}">'
                     f'</span> <b>{html.escape(r.region)}</b></td><td>{r.n_ops} ops: {html.escape(r.ops)}</td>'
                     f'<td class="bytes">{cost}</td></tr>')
+    if len(regions) > max_rows:
+        rest = regions.iloc[max_rows:]
+        total = rest["dram_bytes"].clip(lower=0).sum()
+        rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
+                    f'<td>{len(rest)} more (hover an outline for its ops)</td>'
+                    f'<td class="bytes">{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
 

@@ -20,6 +20,12 @@ def placement_rectangles(alloc) -> pd.DataFrame:
     return spans
 
 
+def mark_rows(budget_kb: float) -> tuple[float, float]:
+    """The heights (KB) of the spill and retrieve marks: two rows above the budget line, clear of it and of each
+    other (10-pixel marks on a 420-pixel plot whose y axis ends a little above the budget)."""
+    return budget_kb * 1.05, budget_kb * 1.11
+
+
 def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
     """Rectangles per placement, spills (down triangles) and retrievals (up triangles), and the budget line."""
     rects = placement_rectangles(alloc)
@@ -29,12 +35,13 @@ def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
         hover_tooltips=[("tensor", "@tensor"), ("size (KB)", "@size_kb{0.0}"), ("steps", "@first to @last")])
     spills = pd.DataFrame(alloc.spills, columns=["tensor", "step"])
     back = pd.DataFrame(alloc.retrievals, columns=["tensor", "step"])
-    marks_y = budget_bytes / 1024
-    spill_pts = hv.Scatter((spills["step"], [marks_y] * len(spills)), "step", "KB", label="spill").opts(
+    budget_kb = budget_bytes / 1024
+    spill_y, retrieve_y = mark_rows(budget_kb)
+    spill_pts = hv.Scatter((spills["step"], [spill_y] * len(spills)), "step", "KB", label="spill").opts(
         marker="inverted_triangle", size=10, color="#d62728")
-    back_pts = hv.Scatter((back["step"], [marks_y] * len(back)), "step", "KB", label="retrieve").opts(
+    back_pts = hv.Scatter((back["step"], [retrieve_y] * len(back)), "step", "KB", label="retrieve").opts(
         marker="triangle", size=10, color="#2ca02c")
-    budget = hv.HLine(marks_y).opts(color="black", line_dash="dashed", line_width=1.5)
+    budget = hv.HLine(budget_kb).opts(color="black", line_dash="dashed", line_width=1.5)
     title = (f"{alloc.method}: {alloc.status}, off-chip {alloc.offchip_bytes / 1024:,.1f} KB, "
              f"peak {alloc.peak_bytes / 1024:,.1f} KB of {budget_bytes / 1024:,.1f} KB")
     return (boxes * spill_pts * back_pts * budget).opts(
