@@ -9,8 +9,9 @@ from engine.allocation import METHODS as ALLOCATION_METHODS
 from engine.loading import onnx_light_models
 
 KB = 1024
-# Buffer sizes the slider steps through: 8 KB .. 8 MB, two steps per doubling (log scale).
-BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 21)})
+# Buffer sizes the slider steps through: 8 KB .. 64 MB, two steps per doubling (log scale): the top end is where an
+# LLM prefill's whole FFN fuses (docs/fusion.md).
+BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 27)})
 FUSION_METHODS = ("none", "dnnvm", "efficient_s", "optimus", "online")
 BUDGET_CHOICES = ("M_R", "M_H", "M_P", "bytes")
 OP_KINDS = tuple(k.value for k in engine.OpKind)

@@ -1,5 +1,7 @@
 """Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file;
-`python -m engine sweep ...` runs a grid of fusion searches (engine/sweep.py)."""
+`python -m engine block NETWORK --accelerator tpu-like` each layer's least-energy loop blocking on a preset's
+memories and PE array (`--layer NAME` prints its loop nest); `python -m engine sweep ...` runs a grid of fusion
+searches (engine/sweep.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,44 @@ def info_table(graph, word_bits: int) -> str:
     acts = sum(graph.bytes_of(op.outputs, word_bits) for op in graph.ops)
     rows.append(("total", f"{len(graph.ops)} ops", f"batch {graph.batch}", f"{graph.macs:,}", f"{graph.params:,}",
                  f"{acts:,}"))
+    return _aligned(rows, left=3)
+
+
+def block_table(graph, acc) -> str:
+    """Per-layer least-energy blocking on `acc`: energy per MAC, DRAM words, array utilisation, search time."""
+    import time
+
+    from engine.blocking import Hierarchy, Layer, block
+    from engine.errors import GraphError
+
+    hierarchy = Hierarchy.from_accelerator(acc)
+    rows = [("op", "kind", "pJ/MAC", "DRAM words", "utilisation", "seconds")]
+    total_pj = total_macs = total_dram = 0
+    started = time.perf_counter()
+    for op in graph.ops:
+        try:
+            layer = Layer.from_op(graph, op)
+        except GraphError:
+            continue  # element-wise, concat, reshape, ...: no loop nest to block
+        best = block(layer, hierarchy)
+        dram = best.cost.at(hierarchy.levels[-1].name)
+        total_pj, total_macs, total_dram = total_pj + best.cost.total_pj, total_macs + layer.macs, total_dram + dram
+        rows.append((op.name, op.kind.value, f"{best.cost.total_pj / layer.macs:.3f}", f"{dram:,}",
+                     f"{best.cost.utilisation:.2f}", f"{best.seconds:.3f}"))
+    if len(rows) == 1:
+        raise EngineError(f"'{graph.name}' has no layer with a loop nest to block (conv, matmul, pool, LRN)")
+    rows.append(("total", f"{len(rows) - 1} layers", f"{total_pj / total_macs:.3f}", f"{total_dram:,}", "",
+                 f"{time.perf_counter() - started:.3f}"))
+    return _aligned(rows, left=2)
+
+
+def _aligned(rows, left: int) -> str:
+    """Rows as columns, the first `left` left-aligned and the rest right-aligned; rules under the head and above
+    the total."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, r in enumerate(rows):
-        cells = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        lines.append("  ".join(cells))
+        lines.append("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
         if n == 0 or n == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -40,6 +75,13 @@ def main(argv=None) -> int:
     info.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                       help="static shape of an ONNX input (ids=1x128) or size of a symbolic dim (sequence=128); "
                            "repeat for several")
+    blk = sub.add_parser("block", help="each layer's least-energy loop blocking on a preset's memories and PE array")
+    blk.add_argument("network", help="a zoo name or a path to an .onnx file")
+    blk.add_argument("--accelerator", default="tpu-like", help="a preset name (default tpu-like)")
+    blk.add_argument("--batch", type=int, default=None)
+    blk.add_argument("--layer", default=None, help="print this op's loop nest: each operand's tile per level, "
+                                                   "the unrolling and the utilisation")
+    blk.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS", help="as for info")
     from engine.sweep import add_arguments, main as run_sweep
 
     add_arguments(sub.add_parser("sweep", help="DRAM traffic of every network x accelerator x buffer x method"))
@@ -51,6 +93,8 @@ def main(argv=None) -> int:
 
         shapes = dict(_input_shape(text) for text in args.input_shape)
         graph = load_network(args.network, batch=args.batch, input_shapes=shapes or None)
+        if args.command == "block":
+            return _block(graph, args.accelerator, args.layer)
         print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
         print(info_table(graph, args.word_bits))
         return 0
@@ -63,6 +107,21 @@ def main(argv=None) -> int:
     except Exception as err:  # a defect of ours: still one line, naming it, so a user can report it
         print(f"error: internal error ({type(err).__name__}: {str(err)[:200]}); please report it", file=sys.stderr)
         return 3
+
+
+def _block(graph, preset: str, layer_name: str | None) -> int:
+    """The `block` command: a layer's loop nest, or the table of every layer's best blocking."""
+    from engine.accelerator import Accelerator
+    from engine.blocking import Hierarchy, Layer, block
+
+    acc = Accelerator.preset(preset)
+    if layer_name is None:
+        print(f"{graph.name} on {acc.name}: least-energy blocking of every layer (MAC and memory energy)")
+        print(block_table(graph, acc))
+        return 0
+    best = block(Layer.from_op(graph, graph.op(layer_name)), Hierarchy.from_accelerator(acc))
+    print("\n".join(best.describe()))
+    return 0
 
 
 def _word_bits(text: str) -> int:

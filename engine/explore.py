@@ -19,7 +19,7 @@ from engine.errors import EngineError
 from engine.graph import Graph
 
 KB = 1024
-CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 class EvaluationStopped(EngineError):

@@ -152,3 +152,21 @@ def test_per_operand_presets_count_each_level_at_its_own_energy(small_graph):
     assert counts.loop_nest[0].startswith("# utilisation") and any("W-reg holds (per PE)" in x for x in counts.loop_nest)
     eyeriss = Hierarchy.preset("eyeriss-like")
     assert [m.holds for m in eyeriss.levels] == ["IWO", "WO", "IO", "IWO"] and eyeriss.array.pes == 168
+
+
+def test_cli_blocks_every_layer_on_a_preset_and_prints_a_loop_nest(capsys):
+    """`python -m engine block`: one row per layer with a loop nest, totals equal to the sum of `engine.block`'s."""
+    from engine.__main__ import main
+
+    graph = engine.load_network("resnet18")
+    hierarchy = Hierarchy.from_accelerator(engine.Accelerator.preset("tpu-like"))
+    assert main(["block", "resnet18", "--accelerator", "tpu-like"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    layers = [op for op in graph.ops if op.kind.value in ("conv", "matmul", "pool")]
+    assert len(rows) == 2 + 2 + len(layers) + 1  # title, head, rule, layers, rule, total
+    dram = sum(block(Layer.from_op(graph, op), hierarchy).cost.at("DRAM") for op in layers)
+    assert rows[-1].split()[4] == f"{dram:,}"
+    assert main(["block", "resnet18", "--accelerator", "eyeriss-like", "--layer", "layer1.0.conv1"]) == 0
+    assert "PE array" in capsys.readouterr().out
+    assert main(["block", "resnet18", "--accelerator", "no-such"]) == 2
+    assert "no-such" in capsys.readouterr().err

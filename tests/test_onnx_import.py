@@ -342,8 +342,8 @@ def test_exporter_shape_patterns_fold_whatever_the_op(tmp_path):
     assert sum(op.source_type == "Pad" for op in g.ops) == 12
 
 
-def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
-    """Detection heads end in NonZero/TopK/NMS: the static backbone imports, the rest is named in a warning."""
+def detector_with_data_dependent_tail():
+    """A conv whose output feeds a NonZero detection tail: the importer keeps the conv and warns about the rest."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
     scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)
@@ -352,7 +352,12 @@ def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
              helper.make_node("NonZero", ["scores"], ["keep"], name="keep"),
              helper.make_node("Transpose", ["keep"], ["keep_t"], name="keep_t"),
              helper.make_node("GatherND", ["scores", "keep_t"], ["boxes"], name="gather_boxes")]
+    return _model(nodes, [x], [boxes, scores], [w])
+
+
+def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
+    """Detection heads end in NonZero/TopK/NMS: the static backbone imports, the rest is named in a warning."""
     with pytest.warns(engine.PartialImportWarning, match="left out 3 nodes .*NonZero 'keep'"):
-        g = load_onnx_model(tmp_path, _model(nodes, [x], [boxes, scores], [w]))
+        g = load_onnx_model(tmp_path, detector_with_data_dependent_tail())
     assert [op.name for op in g.ops] == ["head"] and g.outputs == ("scores",)
     assert g.macs == 4 * 8 * 8 * 27
