@@ -78,3 +78,16 @@ def test_compiled_and_python_loops_agree_on_fans(kind, buffer):
     runs = [optimus.chain_search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap, compiled=c)
             for c in (False, True)]
     assert runs[0] == runs[1] and runs[0][2]
+
+
+def test_efficient_s_past_its_work_limit_says_so(monkeypatch):
+    """Efficient-S's segment DP is quadratic in a fan's length: past WORK_LIMIT ops visited it tries single ops only
+    and the plan says it stopped early ('beam'); within it the plan is the baseline's ('restricted')."""
+    from engine.fusion import efficient_s
+
+    graph, acc = fan(30), _acc(1 << 20)
+    assert fuse(graph, acc, method="efficient_s").status == "restricted"
+    monkeypatch.setattr(efficient_s, "WORK_LIMIT", 50)
+    plan = fuse(graph, acc, method="efficient_s", bound=False)
+    assert plan.status == "beam"
+    assert sorted(op for group in plan.groups for op in group) == sorted(op.name for op in graph.ops)

@@ -33,9 +33,10 @@ def chains(model: FusionModel) -> list[list[int]]:
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """DNNVM's groups: each chain cut optimally under the prior cost model."""
-    groups, evaluated = [], 0
+    groups, evaluated, exact = [], 0, True
     for chain in chains(model):
-        found, count = segments(model, cap, chain)
+        found, count, whole = segments(model, cap, chain)
         groups += found
         evaluated += count
-    return groups, evaluated, True
+        exact &= whole
+    return groups, evaluated, exact

@@ -13,6 +13,10 @@ from __future__ import annotations
 from engine.fusion.cost import Capacity, dram_bytes
 from engine.fusion.model import FusionModel
 
+# Ops visited over all segments before longer segments stop being tried: 2.7x the most any zoo network needs
+# (AmoebaNet-D at 64 MB, 3.0 M); one tensor read by 1,000 small ops would need 170 M (hours).
+WORK_LIMIT = 8_000_000
+
 
 def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     """The prior works' rule: every fmap tile at full channel depth and every parameter on chip together."""
@@ -23,12 +27,13 @@ def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     return tiles + p_elems <= cap.fmap if cap.shared else tiles <= cap.fmap and p_elems <= cap.param
 
 
-def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[list[int], int]:
-    """Least-traffic cut of `sequence` into contiguous groups, and the number of segments evaluated."""
+def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[list[int], int, bool]:
+    """Least-traffic cut of `sequence` into contiguous groups, the number of segments evaluated, and whether the
+    cut is exact (False: past `WORK_LIMIT` ops visited, the remaining starts tried single ops only)."""
     inf = float("inf")
     best = [0] + [inf] * len(sequence)
     cut = [0] * (len(sequence) + 1)
-    evaluated = 0
+    evaluated = work = 0
     for i in range(len(sequence)):
         if best[i] == inf:
             continue
@@ -36,7 +41,8 @@ def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[li
         for j in range(i, len(sequence)):
             mask |= 1 << sequence[j]
             evaluated += 1
-            if j > i and not prior_fits(model, mask, cap):
+            work += j - i + 1
+            if j > i and (work > WORK_LIMIT or not prior_fits(model, mask, cap)):
                 break  # the prior footprint only grows as the segment grows
             if j > i and not model.is_connected(mask):
                 continue
@@ -48,9 +54,9 @@ def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[li
         i = cut[j]
         groups.append(sum(1 << sequence[t] for t in range(i, j)))
         j = i
-    return groups[::-1], evaluated
+    return groups[::-1], evaluated, work <= WORK_LIMIT
 
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
     """Efficient-S on the graph's topological order."""
-    return (*segments(model, cap, list(range(model.n))), True)
+    return segments(model, cap, list(range(model.n)))
