@@ -35,6 +35,7 @@ SUMMARY_NOTE = ("*× Oracle*: the plan's DRAM traffic over the Oracle's (every t
 LEGEND_CSS = """
 table.legend { border-collapse: collapse; font-size: 12px; }
 table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+table.legend td { overflow-wrap: anywhere; }  /* long op names (model.layers.0.post_attention_layernorm) wrap, bytes stay in view */
 table.legend td.bytes, table.legend td:first-child { text-align: right; white-space: nowrap; }
 span.swatch { display: inline-block; width: 12px; height: 12px; border: 2px solid; border-radius: 3px; }
 """
