@@ -195,11 +195,12 @@ CASES = [(seed, (1024, 2048, 4096, 8192, 32768)[k % 5]) for k, seed in enumerate
 
 @pytest.mark.parametrize("seed,buffer", CASES)
 def test_optimus_equals_brute_force_on_random_transformer_blocks(seed, buffer):
-    g = random_block(seed)
-    acc = _acc(buffer)
-    best = brute_force(g, acc)
+    _assert_optimus_is_the_brute_force_optimum(random_block(seed), _acc(buffer))
+
+
+def _assert_optimus_is_the_brute_force_optimum(g, acc):
     plan = fuse(g, acc, method="optimus")
-    assert plan.dram_bytes == best
+    assert plan.dram_bytes == brute_force(g, acc)
     assert plan.dram_bytes == sum(group_cost(g, grp, acc).dram_bytes for grp in plan.groups)
 
 
@@ -223,12 +224,7 @@ FFN_CASES = [(seed, (256, 512, 1024, 2048, 8192)[seed % 5]) for seed in range(20
 @pytest.mark.parametrize("seed,buffer", FFN_CASES)
 def test_optimus_equals_brute_force_on_random_mlp_blocks(seed, buffer):
     # hidden-dimension chunks: element-wise ops on token matrices pass an ISOA chunk on (`FusionModel.passes`)
-    g = random_ffn(seed)
-    acc = _acc(buffer)
-    best = brute_force(g, acc)
-    plan = fuse(g, acc, method="optimus")
-    assert plan.dram_bytes == best
-    assert plan.dram_bytes == sum(group_cost(g, grp, acc).dram_bytes for grp in plan.groups)
+    _assert_optimus_is_the_brute_force_optimum(random_ffn(seed), _acc(buffer))
 
 
 @pytest.mark.parametrize("seed,buffer", FFN_CASES[::3])

@@ -46,13 +46,7 @@ def whole_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
     groups = [1 << i for i in range(model.n) if not model.covered[i]]
     rest = covered
     while rest:
-        seen = todo = rest & -rest
-        while todo:
-            b = todo & -todo
-            todo ^= b
-            new = model.link[b.bit_length() - 1] & covered & ~seen
-            seen |= new
-            todo |= new
+        seen = model.component(rest)  # the components taken so far are whole, so flooding `rest` floods `covered`
         rest &= ~seen
         if not model.is_convex(seen):
             return None

@@ -358,8 +358,8 @@ class FusionModel:
             above |= self.desc[i]
         return not (below & above & ~mask)
 
-    def is_connected(self, mask: int) -> bool:
-        """Weakly connected through producer-consumer edges or a tensor two members read."""
+    def component(self, mask: int) -> int:
+        """The members of `mask` reachable from its lowest one through producer-consumer edges or a shared read."""
         start = mask & -mask
         seen, todo = start, start
         while todo:
@@ -368,7 +368,11 @@ class FusionModel:
             new = self.link[b.bit_length() - 1] & mask & ~seen
             seen |= new
             todo |= new
-        return seen == mask
+        return seen
+
+    def is_connected(self, mask: int) -> bool:
+        """Weakly connected through producer-consumer edges or a tensor two members read."""
+        return self.component(mask) == mask
 
     def succ_of(self, mask: int) -> int:
         """Union of the successors of the ops in `mask`."""
