@@ -1,10 +1,13 @@
 """Co-design (Yang et al. Sec. 3.5-3.6): one SRAM per buffer the blocking string creates, under a byte budget."""
 
+import dataclasses
+
 import pytest
 
-from engine.blocking import Hierarchy, Layer, Memory, block, codesign, evaluate, table4
+from engine.accelerator import Accelerator
+from engine.blocking import Hierarchy, Layer, Memory, SpatialArray, block, codesign, evaluate, table4
 from engine.blocking.codesign import BufferPricing, design, fitted_hierarchy
-from engine.blocking.hierarchy import access_energy_pj
+from engine.blocking.hierarchy import access_energy_pj, pe_array
 from engine.blocking.model import stored_levels
 from engine.errors import EngineError
 
@@ -110,3 +113,66 @@ def test_zero_byte_buffers_pass_through():
     assert m.total_bytes == 64
     with pytest.raises(EngineError, match="negative"):
         Memory.split("L1", (-1, 64, 0))
+
+
+# ---- co-design on a given PE array (the paper keeps DianNao's datapath) ----------------------------------
+ARRAY = SpatialArray((("rows", 2), ("cols", 2)), (("C", "rows"), ("K", "cols")), name="2x2")
+ARRAY_NOC = SpatialArray((("rows", 3), ("cols", 2)), (("C", "rows"), ("K", "cols")), noc_pj=(0.1, 0.2, 0.3),
+                         name="3x2")
+ARRAY_CASES = [(TINY[0], 24, ARRAY), (TINY[1], 24, ARRAY_NOC), (TINY[1], 4 * KB, ARRAY_NOC),
+               (Layer(X=2, Y=2, C=3, K=2, Fw=2, name="c3"), 64, ARRAY), (TINY[3], 64, ARRAY)]
+
+
+@pytest.mark.parametrize("layer, budget, array", ARRAY_CASES,
+                         ids=[f"{l.name}-{b}B-{a.name}" for l, b, a in ARRAY_CASES])
+def test_two_levels_on_an_array_exact_equals_exhaustive(layer, budget, array):
+    """Exact two-level co-design around a PE array against every unrolling (every factor, padded ones too), tile
+    chain and loop order, each scored by `evaluate` on its own fitted buffers and the array."""
+    brute = design(layer, total_bytes=budget, levels=2, method="exhaustive", array=array)
+    exact = design(layer, total_bytes=budget, levels=2, array=array)
+    assert exact.optimal and exact.cost.fits and exact.hierarchy.array == array
+    assert exact.energy_pj == pytest.approx(brute.energy_pj, rel=1e-12)
+    assert sum(m.total_bytes for m in exact.hierarchy.on_chip) <= budget
+
+
+@pytest.mark.parametrize("layer, budget", [(Layer(X=4, C=2, K=2, Fw=2, name="conv-1d"), 64),
+                                           (Layer(X=2, C=4, K=4, name="fc"), 4 * KB)], ids=["conv-1d", "fc"])
+def test_three_levels_on_an_array_search_equals_exhaustive(layer, budget):
+    search = design(layer, total_bytes=budget, levels=3, array=ARRAY_NOC)
+    brute = design(layer, total_bytes=budget, levels=3, method="exhaustive", array=ARRAY_NOC)
+    assert not search.optimal and search.energy_pj == pytest.approx(brute.energy_pj, rel=1e-12)
+
+
+def test_array_buffers_hold_the_whole_arrays_tile():
+    """With the array every level feeds all PEs: level 0 serves each step's unrolled words (inputs multicast over the
+    K lanes, partial sums reduced over the C lanes), and buffers hold the array's (padded) tile."""
+    layer = Layer(X=4, C=3, K=4, name="fc-c3")
+    maximal = dataclasses.replace(ARRAY, unrolling="maximal")  # C by 2 (padded to 4) and K by 2: the array full
+    r = design(layer, total_bytes=4 * KB, levels=2, array=maximal)
+    assert r.blocking.unroll == (1, 1, 2, 2, 1, 1, 1) and r.hierarchy.array == maximal
+    ib0, kb0, ob0 = r.hierarchy.on_chip[0].split_bytes
+    tile = dict(zip("XYCKN", r.blocking.tiles[0]))
+    assert kb0 == 2 * (2 * tile["C"]) * (2 * tile["K"])  # padded C: 4 weight rows for 3 channels
+    assert ib0 == 2 * tile["X"] * 2 * tile["C"] and ob0 == 2 * tile["X"] * 2 * tile["K"]
+    # MAC operand words per step at level 0: 2 inputs, 4 weights, 2 partial sums read (less the first) and written
+    steps = 4 * 2 * 2
+    assert r.cost.at("L0", "I") == steps * 2 and r.cost.at("L0", "W") == steps * 4
+    assert r.cost.at("L0", "O") == 2 * steps * 2 - 4 * 4
+    again = evaluate(layer, fitted_hierarchy(layer, r.blocking, array=maximal), r.blocking)
+    assert again.fits and again.memory_pj == pytest.approx(r.energy_pj)
+    # the padded, full array costs more than the best over every unrolling (which leaves C alone)
+    assert r.energy_pj > design(layer, total_bytes=4 * KB, levels=2, array=ARRAY).energy_pj
+
+
+def test_codesign_on_diannaos_nfu_conv5():
+    """Conv5 on DianNao's 16 x 16 NFU: both sides keep the datapath; the co-design beats DianNao's buffers with the
+    optimal schedule, and the shared design of several layers keeps the array."""
+    nfu = pe_array(Accelerator.preset("diannao"), (0.0, 0.0, 0.0))
+    layer = table4()["Conv5"]
+    res = codesign(layer, total_bytes=1024 * KB, levels=2, array=nfu)
+    assert res.optimal and res.results[0].blocking.unroll == (1, 1, 16, 16, 1, 1, 1)
+    diannao = block(layer, dataclasses.replace(Hierarchy.diannao(), array=nfu))
+    assert res.energy_pj / layer.macs == pytest.approx(1.743, abs=5e-4)  # pJ/MAC, BENCHMARKS.md Fig. 6-7
+    assert diannao.energy_pj / layer.macs == pytest.approx(8.318, abs=5e-4)
+    both = codesign([layer, Layer(X=7, Y=7, C=64, K=32, Fw=3, Fh=3)], total_bytes=256 * KB, levels=2, array=nfu)
+    assert all(r.hierarchy.array == nfu for r in both.results)

@@ -16,6 +16,12 @@ tile at a time to the best choice between its neighbours until no move helps (th
 inner-to-outer iterative search is also a heuristic). `method="exhaustive"` scores every
 blocking string with `evaluate` on its own fitted memories (the oracle, small layers only).
 
+With a PE array (`array=`, e.g. DianNao's 16 x 16 `Cin|Cout` NFU, which the paper keeps: "keeping the
+same core datapath design"), every co-designed level sits outside the array, as DianNao's NBin, SB and
+NBout feed its NFU: level 0 serves each step's unrolled words (16 inputs multicast over 16 lanes, 256
+weights, 16 partial sums reduced by the adder trees), each buffer holds the whole array's tile, and the
+search runs per unrolling (least floor first; an unrolling whose floor cannot beat the best is skipped).
+
 Several layers (Sec. 3.6): each layer's own design, and the union of them (each buffer at its
 largest size) when it fits the budget, are the candidate common designs; every layer is blocked
 on each candidate with the fixed-hierarchy optimizer and the candidate of least total energy wins.
@@ -29,10 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.blocking.hierarchy import Hierarchy, Memory
+from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
 from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import BUFFER_NAMES, Blocking, evaluate, stored_levels
-from engine.blocking.optimizer import CANONICAL, BlockingResult, _grid, _pairs, _refill_words, block, every_blocking
+from engine.blocking.model import BUFFER_NAMES, Blocking, SpatialView, evaluate, stored_levels
+from engine.blocking.optimizer import (CANONICAL, BlockingResult, _grid, _pairs, _refill_words, _unrolls, block,
+                                       every_blocking, every_unroll)
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj
 
@@ -121,22 +128,27 @@ class CodesignResult:
         return sum(r.energy_pj for r in self.results)
 
 
-def fitted_hierarchy(layer: Layer, blocking: Blocking, pricing: BufferPricing = BufferPricing()) -> Hierarchy:
+def fitted_hierarchy(layer: Layer, blocking: Blocking, pricing: BufferPricing = BufferPricing(),
+                     array: SpatialArray | None = None) -> Hierarchy:
     """The memories a blocking string creates (Sec. 3.5): at each level, an IB/KB/OB buffer exactly the size of the
-    tile of each tensor kept there (Table 2's buffer sizes), priced by Table 3 at that size; then DRAM."""
+    tile of each tensor kept there (Table 2's buffer sizes; with an `array`, the whole array's tile, every level
+    outside the PEs), priced by Table 3 at that size; then DRAM."""
+    view = SpatialView.of(layer, blocking.unroll)
     levels = []
     for l, tile in enumerate(blocking.tiles):
-        words = [layer.footprint(T, tile) if T in layer.tensors and l in stored_levels(T, blocking) else 0
+        words = [view.stored(T, tile, False) if T in layer.tensors and l in stored_levels(T, blocking) else 0
                  for T in TENSORS]
         nbytes = tuple(int(b) for b in pricing.bytes_of(words))
         levels.append(Memory(f"L{l}", split_bytes=nbytes, energy_pj=tuple(pricing.energy(b) for b in nbytes)))
-    return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign")
+    return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign",
+                     array=array)
 
 
 def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, width_bits: int = 512,
-             small: str = "floor", method: str = "exact") -> CodesignResult:
+             small: str = "floor", method: str = "exact", array: SpatialArray | None = None) -> CodesignResult:
     """The buffers (one SRAM per tensor and level, each its tile's size) and blockings of least total memory energy
-    for `layers` (one Layer or several) with `levels` on-chip levels and at most `total_bytes` of on-chip memory."""
+    for `layers` (one Layer or several) with `levels` on-chip levels and at most `total_bytes` of on-chip memory,
+    on a given PE `array` (the buffers then feed the whole array) or without one."""
     layers = (layers,) if isinstance(layers, Layer) else tuple(layers)
     if not layers:
         raise EngineError("co-design needs at least one layer")
@@ -146,7 +158,8 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
         raise UnknownNameError("co-design method", method, METHODS)
     start = time.perf_counter()
     pricing = BufferPricing(width_bits, word_bits, small)
-    own = [design(layer, total_bytes=total_bytes, levels=levels, pricing=pricing, method=method) for layer in layers]
+    own = [design(layer, total_bytes=total_bytes, levels=levels, pricing=pricing, method=method, array=array)
+           for layer in layers]
     if len(layers) == 1:
         r = own[0]
         return CodesignResult(r.hierarchy, (r,), ((_buffer_bytes(r.hierarchy), r.energy_pj),), total_bytes,
@@ -170,35 +183,65 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
 
 
 def design(layer: Layer, *, total_bytes: int, levels: int = 2, pricing: BufferPricing = BufferPricing(),
-           method: str = "exact") -> BlockingResult:
-    """One layer's co-design: its least-energy blocking with `levels` on-chip levels on its own fitted buffers."""
+           method: str = "exact", array: SpatialArray | None = None) -> BlockingResult:
+    """One layer's co-design: its least-energy blocking with `levels` on-chip levels on its own fitted buffers
+    (around `array`, if given: every unrolling it searches, least floor first)."""
     start = time.perf_counter()
     if method == "exhaustive":
-        blocking, evaluated, optimal = *_exhaustive(layer, total_bytes, levels, pricing), True
+        blocking, evaluated, optimal = *_exhaustive(layer, total_bytes, levels, pricing, array), True
     else:
-        c = _Tables(layer, pricing)
-        chain, evaluated, optimal = _search(c, total_bytes, levels)
-        blocking = c.blocking(chain)
-    h = fitted_hierarchy(layer, blocking, pricing)
+        found, evaluated, optimal = None, 0, True
+        noc = array.noc_pj if array else (0.0, 0.0, 0.0)
+        tables = [_Tables(layer, pricing, u, noc) for u in _array_unrolls(layer, array, every=False)]
+        for c in sorted(tables, key=lambda c: c.floor(total_bytes)):
+            if found is not None and c.floor(total_bytes) >= found[0] * (1 - 1e-12):
+                break
+            try:
+                chain, n, exact = _search(c, total_bytes, levels)
+            except EngineError:  # nothing fits the budget under this unrolling
+                continue
+            evaluated, optimal = evaluated + n, optimal and exact
+            energy = c.chain_cost(chain)[0]
+            if found is None or energy < found[0] * (1 - 1e-12):
+                found = (energy, c.blocking(chain))
+        if found is None:
+            raise EngineError(f"layer '{layer.name}' has no {levels}-level design within {int(total_bytes)} bytes; "
+                              "allow more bytes")
+        blocking = found[1]
+    h = fitted_hierarchy(layer, blocking, pricing, array)
     return BlockingResult(layer, h, blocking, evaluate(layer, h, blocking), method, optimal, evaluated,
                           time.perf_counter() - start)
 
 
 # ---- the search -----------------------------------------------------------------------
-class _Tables:
-    """Per-tile tables of one layer under one pricing (one group): buffer prices and bytes, the cost of level 0
-    (the MAC operand reads, priced at each level-0 buffer's size) and of the last level's refills from DRAM."""
+def _array_unrolls(layer: Layer, array: SpatialArray | None, *, every: bool) -> list[tuple[int, ...]]:
+    """The unrollings the search tries (the optimizer's, following `array.unrolling`), or with `every` each factor
+    of each mapped dim (the oracle's); one (none) without an array."""
+    if array is None:
+        return [(1,) * len(DIMS)]
+    shell = Hierarchy((Memory("PEs", size_bytes=1), Memory.dram()), array=array)  # the optimizer reads only the array
+    return every_unroll(layer, shell) if every else _unrolls(layer, shell)
 
-    def __init__(self, layer: Layer, pricing: BufferPricing):
-        self.layer, self.grid = layer, _grid(layer)
-        g = self.grid
+
+class _Tables:
+    """Per-tile tables of one layer under one pricing and spatial unrolling (one group): buffer prices and bytes,
+    the cost of level 0 (the operand words of every step, priced at each level-0 buffer's size, and the array's
+    network) and of the last level's refills from DRAM. Tiles count temporal steps; words are the whole array's."""
+
+    def __init__(self, layer: Layer, pricing: BufferPricing, unroll=None, noc_pj=(0.0, 0.0, 0.0)):
+        self.layer, self.grid = layer, _grid(layer, unroll)
+        g, view = self.grid, self.grid.view
         self.price, self.nbytes = {}, {}
         for T in layer.tensors:
             uniq, inv = np.unique(g.fp[T], return_inverse=True)
             self.price[T] = np.array([pricing.energy(b) for b in pricing.bytes_of(uniq)])[inv.ravel()]
             self.nbytes[T] = pricing.bytes_of(g.fp[T])
-        macs = math.prod(layer.dims)
-        self.level0 = sum(self.price[T] * (2 * macs - layer.size(T) if T == "O" else macs) for T in layer.tensors)
+        steps, one = math.prod(view.dims), (1,) * len(DIMS)
+        noc = dict(zip(TENSORS, noc_pj))  # the array's network: every busy PE's words (fixed for the unrolling)
+        self.level0 = sum(self.price[T] * steps * view.words(T, one, False) * (2 if T == "O" else 1)
+                          - (self.price[T] * g.full[T] if T == "O" else 0.0)
+                          + noc[T] * (2 * steps * view.lanes - g.full_pe[T] if T == "O" else steps * view.lanes)
+                          for T in layer.tensors)
         self.bytes0 = sum(self.nbytes[T] for T in layer.tensors)
         words, _ = _refill_words(layer, g, np.arange(g.size), None)
         dram = np.stack([sum(pricing.dram_pj * w[T] for T in layer.tensors) for w in words])
@@ -222,11 +265,19 @@ class _Tables:
             energy, nbytes = energy + e[0], nbytes + k[0]
         return float(energy), float(nbytes)
 
+    def floor(self, budget: float) -> float:
+        """A lower bound on any design under this unrolling: the least level-0 cost that fits `budget`, plus
+        every word loaded once from DRAM."""
+        fits = self.bytes0 <= budget
+        least = self.level0[fits].min() if fits.any() else np.inf
+        return float(least + self.dram_pj * sum(self.grid.full[T] for T in self.layer.tensors))
+
     def blocking(self, chain) -> Blocking:
         names = tuple(CANONICAL)
         orders = [CANONICAL[names[int(self.pair(np.array([a]), np.array([b]))[1][0])]] for a, b in zip(chain, chain[1:])]
         orders.append(CANONICAL[names[int(self.top_order[chain[-1]])]])
-        return Blocking(self.layer.dims, tuple(self.grid.tile(i) for i in chain), tuple(orders))
+        view = self.grid.view
+        return Blocking(view.dims, tuple(self.grid.tile(i) for i in chain), tuple(orders), view.unroll)
 
     def child_floor(self, *, above_dram: bool = True) -> np.ndarray:
         """A lower bound on the energy of any blocking whose level-0 tile is each tile (two or more levels).
@@ -239,7 +290,7 @@ class _Tables:
         g, floor = self.grid, self.level0.copy()
         for T in self.layer.tensors:
             distinct = g.fp[T] * g.above * g.group[T] / g.full_group[T]
-            size = self.layer.size(T)
+            size = g.full[T]
             moved = 2 * distinct - size if T == "O" else distinct
             if above_dram:
                 floor += np.minimum(self.price[T] * moved + self.dram_pj * size, self.dram_pj * moved)
@@ -336,7 +387,7 @@ def _descend(c: _Tables, budget: float, chain: tuple[int, ...]) -> tuple[tuple[i
         moved = False
         for l in range(m):
             lower = g.val[chain[l - 1]] if l else np.ones(len(DIMS), dtype=np.int64)
-            upper = g.val[chain[l + 1]] if l + 1 < m else np.array(c.layer.dims)
+            upper = g.val[chain[l + 1]] if l + 1 < m else np.array(g.view.dims)
             t = np.flatnonzero(np.all(g.val % lower == 0, axis=1) & np.all(upper % g.val == 0, axis=1))
             rest = chain[:l] + [None] + chain[l + 1:]
             e, nbytes = _terms_without(c, rest, l)
@@ -378,19 +429,22 @@ def _terms_without(c: _Tables, chain, l: int) -> tuple[float, float]:
 
 
 # ---- brute force (the oracle) ------------------------------------------------------
-def _exhaustive(layer: Layer, budget: float, levels: int, pricing: BufferPricing) -> tuple[Blocking, int]:
-    """Every chain of divisor tiles and every order of each block's non-unit loops, scored with `evaluate` on the
-    blocking's own fitted buffers (Sec. 3.5's first optimizer, with the memories following the string)."""
+def _exhaustive(layer: Layer, budget: float, levels: int, pricing: BufferPricing,
+                array: SpatialArray | None = None) -> tuple[Blocking, int]:
+    """Every unrolling (every factor of every mapped dim), chain of divisor tiles and order of each block's non-unit
+    loops, scored with `evaluate` on the blocking's own fitted buffers (Sec. 3.5's first optimizer, with the
+    memories following the string)."""
     best, best_pj, evaluated = None, None, 0
-    for base, blockings in every_blocking(layer, levels):
-        h = fitted_hierarchy(layer, base, pricing)
-        if sum(m.total_bytes for m in h.on_chip) > budget:
-            continue
-        for blocking in blockings:
-            cost = evaluate(layer, h, blocking)
-            evaluated += 1
-            if best_pj is None or cost.memory_pj < best_pj - 1e-9 * abs(best_pj):
-                best, best_pj = blocking, cost.memory_pj
+    for unroll in _array_unrolls(layer, array, every=True):
+        for base, blockings in every_blocking(layer, levels, unroll):
+            h = fitted_hierarchy(layer, base, pricing, array)
+            if sum(m.total_bytes for m in h.on_chip) > budget:
+                continue
+            for blocking in blockings:
+                cost = evaluate(layer, h, blocking)
+                evaluated += 1
+                if best_pj is None or cost.memory_pj < best_pj - 1e-9 * abs(best_pj):
+                    best, best_pj = blocking, cost.memory_pj
     if best is None:
         raise EngineError(f"layer '{layer.name}': no {levels}-level design within {int(budget)} bytes")
     return best, evaluated
@@ -406,4 +460,5 @@ def _union(hierarchies, pricing: BufferPricing) -> Hierarchy:
     for l in range(len(hierarchies[0].on_chip)):
         nbytes = tuple(max(h.on_chip[l].split_bytes[i] for h in hierarchies) for i in range(3))
         levels.append(Memory(f"L{l}", split_bytes=nbytes, energy_pj=tuple(pricing.energy(b) for b in nbytes)))
-    return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign union")
+    return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign union",
+                     array=hierarchies[0].array)
