@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
-from engine.blocking.model import Blocking, Cost, evaluate
-from engine.blocking.optimizer import block, divisors
+from engine.blocking.model import Blocking, Cost, SpatialView, evaluate
+from engine.blocking.optimizer import _unrolls, block, divisors
 from engine.errors import EngineError
 
 # DianNao's conv pseudo-code (Chen et al., ASPLOS 2014), outside its buffered tile: the kernel
@@ -26,19 +26,24 @@ def diannao_baseline(layer: Layer, hierarchy: Hierarchy | None = None) -> Blocki
     2 KB IB. We keep DianNao's order (kernel blocks innermost around a buffered tile of outputs,
     channels and window) and its datapath's 16-channel blocks (a tile holds at least 16 input
     and 16 output channels), and give it the best tile under those rules, so the comparison with
-    `block` isolates what the paper credits the optimizer with: interchanging the loops.
+    `block` isolates what the paper credits the optimizer with: interchanging the loops. On a hierarchy with a PE
+    array (DianNao's 16 x 16 `Cin|Cout` NFU) the 16-channel blocks are the array's first unrolling and the tiles
+    count temporal steps.
     """
     hierarchy = hierarchy or Hierarchy.diannao()
     if len(hierarchy.on_chip) != 1:
         raise EngineError("the DianNao baseline schedules one on-chip level (IB/KB/OB) and DRAM")
     best, best_pj = None, None
     # DianNao's NFU takes Tn = 16 input and 16 output channels a cycle: tiles hold at least that many
-    options = [divisors(layer.X), divisors(layer.Y)] + [
-        [v for v in divisors(n) if v >= min(NFU_LANES, n)] or [n] for n in (layer.C, layer.K)]
+    unroll = _unrolls(layer, hierarchy)[0] if hierarchy.array else (1,) * len(DIMS)
+    dims = dict(zip(DIMS, SpatialView.of(layer, unroll).dims))
+    lanes = 1 if hierarchy.array else NFU_LANES  # the array's unrolling already takes the 16 channels
+    options = [divisors(dims["X"]), divisors(dims["Y"])] + [
+        [v for v in divisors(n) if v >= min(lanes, n)] or [n] for n in (dims["C"], dims["K"])]
     for x, y, c, k in itertools.product(*options):
-        for fw, fh in ((layer.Fw, layer.Fh), (1, layer.Fh), (1, 1)):
+        for fw, fh in ((dims["Fw"], dims["Fh"]), (1, dims["Fh"]), (1, 1)):
             tile = dict(X=x, Y=y, C=c, K=k, N=1, Fw=fw, Fh=fh)
-            b = Blocking(layer.dims, (tuple(tile[d] for d in DIMS),), (DIANNAO_ORDER,))
+            b = Blocking(tuple(dims.values()), (tuple(tile[d] for d in DIMS),), (DIANNAO_ORDER,), unroll)
             cost = evaluate(layer, hierarchy, b)
             if cost.fits and (best_pj is None or cost.memory_pj < best_pj):
                 best, best_pj = b, cost.memory_pj

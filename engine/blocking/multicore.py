@@ -89,6 +89,6 @@ def _partitioned(chip: Hierarchy, cores: int, shared: str, width_bits: int) -> t
     energy = tuple(last.energy(T) if T == shared else access_energy_pj(b, width_bits=width_bits,
                                                                         word_bits=chip.word_bits)
                    for T, b in zip(TENSORS, split))
-    core = Hierarchy((*chip.on_chip[:-1], Memory(last.name, split_bytes=split, energy_pj=energy), chip.levels[-1]),
-                     chip.word_bits, chip.mac_pj, chip.name)
+    core = replace(chip, levels=(*chip.on_chip[:-1], Memory(last.name, split_bytes=split, energy_pj=energy),
+                                 chip.levels[-1]))  # each core keeps the chip's PE array, if it has one
     return core, cores * sum(m.total_bytes for m in chip.on_chip[:-1]) + sum(last.split_bytes)
