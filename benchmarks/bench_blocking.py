@@ -107,45 +107,50 @@ def fig5() -> tuple[str, dict]:
 PAPER_RATIO = {1 * MB: "~10x", 8 * MB: ">= 13x"}  # Sec. 5.2 / Fig. 6-7: total energy vs DianNao, optimal schedule
 
 
-def fig67(schedule: dict) -> tuple[str, str, object]:
+def fig67(schedule: dict) -> tuple[str, str, tuple]:
     """Per-buffer co-design (Sec. 3.5-3.6) on DianNao's NFU, as the paper keeps its datapath: every buffer the blocking
     creates is an SRAM of its (whole array's) tile, priced by Table 3 (512 bits wide) at that size, all within the
     budget. Two levels are exact, three are the search.
 
     Ratios as the paper states them: total energy (memory + 1 pJ/MAC) against DianNao's buffers with the optimal
-    schedule on the same NFU; "ceiling" is that ratio if the co-designed memory cost nothing. Sensitivities: "RF rule"
-    re-runs the design with buffers under 1 KB priced by extrapolating Table 3 down to 0.25 KB; "vs DianNao's own
-    schedule" divides by DianNao's own loop order on its buffers and NFU (Fig. 5's left bars; 17-25 pJ/MAC of memory,
-    about the "20x" memory-to-compute ratio Sec. 5.2 quotes for DianNao) instead of its optimal schedule.
+    schedule on the same NFU; "ceiling" is that ratio if the co-designed memory cost nothing. Sensitivities, each
+    changing one assumption on both sides where it applies: "RF rule" prices buffers under 1 KB by extrapolating
+    Table 3 down to 0.25 KB; "vs own schedule" divides by DianNao's own loop order on its buffers and NFU (Fig. 5's left
+    bars: 17-25 pJ/MAC of memory, about the "20x" memory-to-compute ratio Sec. 5.2 quotes for DianNao) rather than its
+    optimal schedule; "stationary" keeps MAC inputs and weights at the multipliers over the loops inside level 0 that
+    skip them (DianNao's NFU reads its 256 weights from SB every cycle), in the design and in both baselines.
     """
     array = nfu()
     diannao = replace(Hierarchy.diannao(), array=array)
+    still = replace(diannao, stationary=True)
     rows = ["| layer | budget | levels | buffers: IB / KB / OB per level, innermost first | on chip | memory pJ/MAC | "
-            "total pJ/MAC | total vs DianNao optimal (NFU) | paper | ceiling | with RF rule | "
-            "vs DianNao's own schedule | RF rule vs own schedule | seconds |",
-            "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-    baselines = ["| layer | DianNao optimal, NFU | DianNao's own schedule, NFU | DianNao optimal, no array | "
-                 "DianNao's own schedule, no array |", "|---|---:|---:|---:|---:|"]
-    conv1_8mb = None
+            "total vs DianNao optimal (NFU) | paper | ceiling | RF rule | vs own schedule | stationary: memory pJ/MAC | "
+            "stationary: vs optimal | stationary: vs own schedule | seconds (stationary) |",
+            "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    baselines = ["| layer | optimal, NFU | own schedule, NFU | optimal, NFU, stationary | own schedule, NFU, stationary | "
+                 "optimal, no array | own schedule, no array |", "|---|---:|---:|---:|---:|---:|---:|"]
+    conv1_8mb = ()
     for name in CONVS:
         layer = table4()[name]
-        base = block(layer, diannao).energy_pj / layer.macs
-        own = evaluate(layer, diannao, diannao_baseline(layer, diannao)).memory_pj / layer.macs
-        baselines.append(f"| {name} | {base:.2f} | {own:.2f} | {block(layer, 'diannao').energy_pj / layer.macs:.2f} | "
-                         f"{schedule[name] / layer.macs:.2f} |")
+        base, base_st = (block(layer, h).energy_pj / layer.macs for h in (diannao, still))
+        own, own_st = (evaluate(layer, h, diannao_baseline(layer, h)).memory_pj / layer.macs for h in (diannao, still))
+        baselines.append(f"| {name} | {base:.2f} | {own:.2f} | {base_st:.2f} | {own_st:.2f} | "
+                         f"{block(layer, 'diannao').energy_pj / layer.macs:.2f} | {schedule[name] / layer.macs:.2f} |")
         for budget in (1 * MB, 8 * MB):
             for levels in (2, 3):
                 res = codesign(layer, total_bytes=budget, levels=levels, array=array)
                 rf = codesign(layer, total_bytes=budget, levels=levels, small="extrapolate", array=array)
-                mem, mem_rf = res.energy_pj / layer.macs, rf.energy_pj / layer.macs
+                st = codesign(layer, total_bytes=budget, levels=levels, array=array, stationary=True)
+                mem, mem_rf, mem_st = (r.energy_pj / layer.macs for r in (res, rf, st))
                 bufs = "; ".join(" / ".join(_size(b) if b else "-" for b in m.split_bytes)
                                  for m in res.hierarchy.on_chip)
                 rows.append(f"| {name} | {budget // MB} MB | {levels}{'' if res.optimal else '*'} | {bufs} | "
-                            f"{_size(sum(res.sizes))} | {mem:.2f} | {mem + 1:.2f} | {(base + 1) / (mem + 1):.1f}x | "
+                            f"{_size(sum(res.sizes))} | {mem:.2f} | {(base + 1) / (mem + 1):.1f}x | "
                             f"{PAPER_RATIO[budget]} | {base + 1:.1f}x | {(base + 1) / (mem_rf + 1):.1f}x | "
-                            f"{(own + 1) / (mem + 1):.1f}x | {(own + 1) / (mem_rf + 1):.1f}x | {res.seconds:.2f} |")
+                            f"{(own + 1) / (mem + 1):.1f}x | {mem_st:.2f} | {(base_st + 1) / (mem_st + 1):.1f}x | "
+                            f"{(own_st + 1) / (mem_st + 1):.1f}x | {res.seconds:.2f} ({st.seconds:.2f}) |")
                 if name == "Conv1" and budget == 8 * MB and levels == 3:
-                    conv1_8mb = res.results[0]
+                    conv1_8mb = (res.results[0], st.results[0])
     return "\n".join(rows), "\n".join(baselines), conv1_8mb
 
 
@@ -166,9 +171,10 @@ def fig34() -> str:
 
 
 def fig9(single) -> str:
-    """Conv1's co-designed 3-level 8 MB single-core chip, a DianNao NFU per core, shared by 1-8 cores: K unrolling
-    partitions KB and OB and broadcasts the input; XY partitions IB and OB and shares KB (Sec. 3.3). Chip memory stays
-    the same as cores are added; each core's share is re-blocked on its private levels and its part of the last."""
+    """Conv1's co-designed 3-level 8 MB single-core chip (`single`: its BlockingResult), a DianNao NFU per core, shared
+    by 1-8 cores: K unrolling partitions KB and OB and broadcasts the input; XY partitions IB and OB and shares KB (Sec.
+    3.3). Chip memory stays the same as cores are added; each core's share is re-blocked on its private levels and its
+    part of the last."""
     layer = table4()["Conv1"]
     chip = single.hierarchy
     last = chip.on_chip[-1].name
@@ -211,7 +217,8 @@ def main() -> None:
     out.write("### Fig. 3-4: CPU caches (32 KB L1, 256 KB L2, 12 MB L3), direct blocking vs im2col + GEMM "
               "(accesses in 16-bit words)\n\n" + fig34() + "\n\n")
     out.write("### Fig. 9: Conv1 over cores sharing one chip's last level, an NFU per core (pJ per MAC)\n\n"
-              + fig9(conv1_8mb) + "\n\n")
+              + fig9(conv1_8mb[0]) + "\n\nSensitivity: the chip co-designed with stationary MAC operands (the design in "
+              "the Fig. 6-7 table's stationary columns), the same per core.\n\n" + fig9(conv1_8mb[1]) + "\n\n")
     out.write(f"_Total {time.perf_counter() - t:.0f} s._\n")
 
 

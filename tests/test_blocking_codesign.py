@@ -137,9 +137,10 @@ def test_two_levels_on_an_array_exact_equals_exhaustive(layer, budget, array):
 
 @pytest.mark.parametrize("layer, budget", [(Layer(X=4, C=2, K=2, Fw=2, name="conv-1d"), 64),
                                            (Layer(X=2, C=4, K=4, name="fc"), 4 * KB)], ids=["conv-1d", "fc"])
-def test_three_levels_on_an_array_search_equals_exhaustive(layer, budget):
-    search = design(layer, total_bytes=budget, levels=3, array=ARRAY_NOC)
-    brute = design(layer, total_bytes=budget, levels=3, method="exhaustive", array=ARRAY_NOC)
+@pytest.mark.parametrize("stationary", [False, True])
+def test_three_levels_on_an_array_search_equals_exhaustive(layer, budget, stationary):
+    search = design(layer, total_bytes=budget, levels=3, array=ARRAY_NOC, stationary=stationary)
+    brute = design(layer, total_bytes=budget, levels=3, method="exhaustive", array=ARRAY_NOC, stationary=stationary)
     assert not search.optimal and search.energy_pj == pytest.approx(brute.energy_pj, rel=1e-12)
 
 
@@ -174,5 +175,22 @@ def test_codesign_on_diannaos_nfu_conv5():
     diannao = block(layer, dataclasses.replace(Hierarchy.diannao(), array=nfu))
     assert res.energy_pj / layer.macs == pytest.approx(1.743, abs=5e-4)  # pJ/MAC, BENCHMARKS.md Fig. 6-7
     assert diannao.energy_pj / layer.macs == pytest.approx(8.318, abs=5e-4)
+    still = codesign(layer, total_bytes=1024 * KB, levels=2, array=nfu, stationary=True)
+    assert still.energy_pj / layer.macs == pytest.approx(0.950, abs=5e-4)  # weights held over the X/Y loops
     both = codesign([layer, Layer(X=7, Y=7, C=64, K=32, Fw=3, Fh=3)], total_bytes=256 * KB, levels=2, array=nfu)
     assert all(r.hierarchy.array == nfu for r in both.results)
+
+
+C3 = Layer(X=2, Y=2, C=3, K=2, Fw=2, name="c3")
+STATIONARY_CASES = [(TINY[1], 64, ARRAY_NOC), (C3, 24, ARRAY_NOC), (C3, 4 * KB, None)]
+
+
+@pytest.mark.parametrize("layer, budget, array", STATIONARY_CASES,
+                         ids=[f"{l.name}-{b}B-{a.name if a else 'no array'}" for l, b, a in STATIONARY_CASES])
+def test_stationary_two_levels_exact_equals_exhaustive(layer, budget, array):
+    """With stationary MAC operands the brute force also tries every order of the loops inside level 0's tile."""
+    brute = design(layer, total_bytes=budget, levels=2, method="exhaustive", array=array, stationary=True)
+    exact = design(layer, total_bytes=budget, levels=2, array=array, stationary=True)
+    assert exact.hierarchy.stationary and exact.energy_pj == pytest.approx(brute.energy_pj, rel=1e-12)
+    # holding operands at the multipliers never costs more than re-reading them
+    assert exact.energy_pj <= design(layer, total_bytes=budget, levels=2, array=array).energy_pj * (1 + 1e-12)

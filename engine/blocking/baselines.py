@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
-from engine.blocking.model import Blocking, Cost, SpatialView, evaluate
-from engine.blocking.optimizer import _unrolls, block, divisors
+from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, evaluate
+from engine.blocking.optimizer import CANONICAL, _unrolls, block, divisors
 from engine.errors import EngineError
 
 # DianNao's conv pseudo-code (Chen et al., ASPLOS 2014), outside its buffered tile: the kernel
@@ -28,7 +28,7 @@ def diannao_baseline(layer: Layer, hierarchy: Hierarchy | None = None) -> Blocki
     and 16 output channels), and give it the best tile under those rules, so the comparison with
     `block` isolates what the paper credits the optimizer with: interchanging the loops. On a hierarchy with a PE
     array (DianNao's 16 x 16 `Cin|Cout` NFU) the 16-channel blocks are the array's first unrolling and the tiles
-    count temporal steps.
+    count temporal steps; with stationary MAC operands the loops inside the tile take the best canonical order.
     """
     hierarchy = hierarchy or Hierarchy.diannao()
     if len(hierarchy.on_chip) != 1:
@@ -40,14 +40,18 @@ def diannao_baseline(layer: Layer, hierarchy: Hierarchy | None = None) -> Blocki
     lanes = 1 if hierarchy.array else NFU_LANES  # the array's unrolling already takes the 16 channels
     options = [divisors(dims["X"]), divisors(dims["Y"])] + [
         [v for v in divisors(n) if v >= min(lanes, n)] or [n] for n in (dims["C"], dims["K"])]
+    inners = CANONICAL.values() if hierarchy.stationary else (INNER_ORDER,)
     for x, y, c, k in itertools.product(*options):
         for fw, fh in ((dims["Fw"], dims["Fh"]), (1, dims["Fh"]), (1, 1)):
             tile = dict(X=x, Y=y, C=c, K=k, N=1, Fw=fw, Fh=fh)
-            b = Blocking(tuple(dims.values()), (tuple(tile[d] for d in DIMS),), (DIANNAO_ORDER,), unroll)
-            cost = evaluate(layer, hierarchy, b)
-            if cost.fits and (best_pj is None or cost.memory_pj < best_pj):
-                best, best_pj = b, cost.memory_pj
-            if cost.fits:
+            fits = False
+            for inner in inners:
+                b = Blocking(tuple(dims.values()), (tuple(tile[d] for d in DIMS),), (DIANNAO_ORDER,), unroll, inner)
+                cost = evaluate(layer, hierarchy, b)
+                fits = cost.fits
+                if cost.fits and (best_pj is None or cost.memory_pj < best_pj):
+                    best, best_pj = b, cost.memory_pj
+            if fits:
                 break  # a smaller window tile only adds refetches
     if best is None:
         raise EngineError(f"layer '{layer.name}' has no tile that fits DianNao's buffers")

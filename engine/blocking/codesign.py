@@ -21,6 +21,9 @@ same core datapath design"), every co-designed level sits outside the array, as 
 NBout feed its NFU: level 0 serves each step's unrolled words (16 inputs multicast over 16 lanes, 256
 weights, 16 partial sums reduced by the adder trees), each buffer holds the whole array's tile, and the
 search runs per unrolling (least floor first; an unrolling whose floor cannot beat the best is skipped).
+With `stationary` (a sensitivity: DianNao's NFU reads its 256 weights from SB every cycle), an input or weight
+word stays at the multiplier over the loops inside level 0's tile that do not index it (`Hierarchy.stationary`),
+so level 0 serves it once per such run; the best of the three canonical orders of those loops is kept per tile.
 
 Several layers (Sec. 3.6): each layer's own design, and the union of them (each buffer at its
 largest size) when it fits the budget, are the candidate common designs; every layer is blocked
@@ -37,9 +40,9 @@ import numpy as np
 
 from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
 from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import BUFFER_NAMES, Blocking, SpatialView, evaluate, stored_levels
-from engine.blocking.optimizer import (CANONICAL, BlockingResult, _grid, _pairs, _refill_words, _unrolls, block,
-                                       every_blocking, every_unroll)
+from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
+from engine.blocking.optimizer import (_GROUP_ORDER, CANONICAL, BlockingResult, _grid, _pairs, _refill_words, _unrolls,
+                                       block, every_blocking, every_unroll)
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj
 
@@ -129,7 +132,7 @@ class CodesignResult:
 
 
 def fitted_hierarchy(layer: Layer, blocking: Blocking, pricing: BufferPricing = BufferPricing(),
-                     array: SpatialArray | None = None) -> Hierarchy:
+                     array: SpatialArray | None = None, stationary: bool = False) -> Hierarchy:
     """The memories a blocking string creates (Sec. 3.5): at each level, an IB/KB/OB buffer exactly the size of the
     tile of each tensor kept there (Table 2's buffer sizes; with an `array`, the whole array's tile, every level
     outside the PEs), priced by Table 3 at that size; then DRAM."""
@@ -141,14 +144,16 @@ def fitted_hierarchy(layer: Layer, blocking: Blocking, pricing: BufferPricing = 
         nbytes = tuple(int(b) for b in pricing.bytes_of(words))
         levels.append(Memory(f"L{l}", split_bytes=nbytes, energy_pj=tuple(pricing.energy(b) for b in nbytes)))
     return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign",
-                     array=array)
+                     array=array, stationary=stationary)
 
 
 def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, width_bits: int = 512,
-             small: str = "floor", method: str = "exact", array: SpatialArray | None = None) -> CodesignResult:
+             small: str = "floor", method: str = "exact", array: SpatialArray | None = None,
+             stationary: bool = False) -> CodesignResult:
     """The buffers (one SRAM per tensor and level, each its tile's size) and blockings of least total memory energy
     for `layers` (one Layer or several) with `levels` on-chip levels and at most `total_bytes` of on-chip memory,
-    on a given PE `array` (the buffers then feed the whole array) or without one."""
+    on a given PE `array` (the buffers then feed the whole array) or without one; `stationary`: MAC inputs and
+    weights are reused at the multipliers over the innermost loops that skip them."""
     layers = (layers,) if isinstance(layers, Layer) else tuple(layers)
     if not layers:
         raise EngineError("co-design needs at least one layer")
@@ -158,8 +163,8 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
         raise UnknownNameError("co-design method", method, METHODS)
     start = time.perf_counter()
     pricing = BufferPricing(width_bits, word_bits, small)
-    own = [design(layer, total_bytes=total_bytes, levels=levels, pricing=pricing, method=method, array=array)
-           for layer in layers]
+    own = [design(layer, total_bytes=total_bytes, levels=levels, pricing=pricing, method=method, array=array,
+                  stationary=stationary) for layer in layers]
     if len(layers) == 1:
         r = own[0]
         return CodesignResult(r.hierarchy, (r,), ((_buffer_bytes(r.hierarchy), r.energy_pj),), total_bytes,
@@ -183,16 +188,16 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
 
 
 def design(layer: Layer, *, total_bytes: int, levels: int = 2, pricing: BufferPricing = BufferPricing(),
-           method: str = "exact", array: SpatialArray | None = None) -> BlockingResult:
+           method: str = "exact", array: SpatialArray | None = None, stationary: bool = False) -> BlockingResult:
     """One layer's co-design: its least-energy blocking with `levels` on-chip levels on its own fitted buffers
     (around `array`, if given: every unrolling it searches, least floor first)."""
     start = time.perf_counter()
     if method == "exhaustive":
-        blocking, evaluated, optimal = *_exhaustive(layer, total_bytes, levels, pricing, array), True
+        blocking, evaluated, optimal = *_exhaustive(layer, total_bytes, levels, pricing, array, stationary), True
     else:
         found, evaluated, optimal = None, 0, True
         noc = array.noc_pj if array else (0.0, 0.0, 0.0)
-        tables = [_Tables(layer, pricing, u, noc) for u in _array_unrolls(layer, array, every=False)]
+        tables = [_Tables(layer, pricing, u, noc, stationary) for u in _array_unrolls(layer, array, every=False)]
         for c in sorted(tables, key=lambda c: c.floor(total_bytes)):
             if found is not None and c.floor(total_bytes) >= found[0] * (1 - 1e-12):
                 break
@@ -208,7 +213,7 @@ def design(layer: Layer, *, total_bytes: int, levels: int = 2, pricing: BufferPr
             raise EngineError(f"layer '{layer.name}' has no {levels}-level design within {int(total_bytes)} bytes; "
                               "allow more bytes")
         blocking = found[1]
-    h = fitted_hierarchy(layer, blocking, pricing, array)
+    h = fitted_hierarchy(layer, blocking, pricing, array, stationary)
     return BlockingResult(layer, h, blocking, evaluate(layer, h, blocking), method, optimal, evaluated,
                           time.perf_counter() - start)
 
@@ -228,7 +233,8 @@ class _Tables:
     the cost of level 0 (the operand words of every step, priced at each level-0 buffer's size, and the array's
     network) and of the last level's refills from DRAM. Tiles count temporal steps; words are the whole array's."""
 
-    def __init__(self, layer: Layer, pricing: BufferPricing, unroll=None, noc_pj=(0.0, 0.0, 0.0)):
+    def __init__(self, layer: Layer, pricing: BufferPricing, unroll=None, noc_pj=(0.0, 0.0, 0.0),
+                 stationary: bool = False):
         self.layer, self.grid = layer, _grid(layer, unroll)
         g, view = self.grid, self.grid.view
         self.price, self.nbytes = {}, {}
@@ -242,11 +248,31 @@ class _Tables:
                           - (self.price[T] * g.full[T] if T == "O" else 0.0)
                           + noc[T] * (2 * steps * view.lanes - g.full_pe[T] if T == "O" else steps * view.lanes)
                           for T in layer.tensors)
+        self.inner = np.zeros(g.size, dtype=np.int64)  # canonical order of the loops inside level 0 (stationary)
+        self._is_stationary = stationary
+        if stationary:
+            self.inner = self._stationary(pricing, noc, steps)
         self.bytes0 = sum(self.nbytes[T] for T in layer.tensors)
         words, _ = _refill_words(layer, g, np.arange(g.size), None)
         dram = np.stack([sum(pricing.dram_pj * w[T] for T in layer.tensors) for w in words])
         self.top, self.top_order = dram.min(axis=0), dram.argmin(axis=0)
         self.dram_pj = pricing.dram_pj
+
+    def _stationary(self, pricing, noc, steps) -> np.ndarray:
+        """Lower `level0` by the MAC reads a stationary input or weight saves (one per run of the innermost loops of
+        the level-0 tile that skip it) under the best canonical order of those loops, and return that order."""
+        g, view, one = self.grid, self.grid.view, (1,) * len(DIMS)
+        mac = {T: self.price[T] * steps * view.words(T, one, False) + noc[T] * steps * view.lanes
+               for T in "IW" if T in self.layer.tensors}
+        saving = []
+        for order in CANONICAL:
+            groups = _GROUP_ORDER[order]
+            first = np.select([g.group[G] > 1 for G in groups], [0, 1, 2], -1)  # the innermost group that loops
+            saving.append(sum((mac[T] * (1 / np.where(first == groups.index(T), g.group[T], 1.0) - 1) for T in mac),
+                              np.zeros(g.size)))
+        saving = np.stack(saving)
+        self.level0 = self.level0 + saving.min(axis=0)
+        return saving.argmin(axis=0)
 
     def pair(self, a, b):
         """Energy of refilling child tiles `a` from parent tiles `b` (best canonical order), that order, and the
@@ -276,8 +302,9 @@ class _Tables:
         names = tuple(CANONICAL)
         orders = [CANONICAL[names[int(self.pair(np.array([a]), np.array([b]))[1][0])]] for a, b in zip(chain, chain[1:])]
         orders.append(CANONICAL[names[int(self.top_order[chain[-1]])]])
-        view = self.grid.view
-        return Blocking(view.dims, tuple(self.grid.tile(i) for i in chain), tuple(orders), view.unroll)
+        view, stationary = self.grid.view, self._is_stationary
+        inner = CANONICAL[names[int(self.inner[chain[0]])]] if stationary else INNER_ORDER
+        return Blocking(view.dims, tuple(self.grid.tile(i) for i in chain), tuple(orders), view.unroll, inner)
 
     def child_floor(self, *, above_dram: bool = True) -> np.ndarray:
         """A lower bound on the energy of any blocking whose level-0 tile is each tile (two or more levels).
@@ -430,14 +457,14 @@ def _terms_without(c: _Tables, chain, l: int) -> tuple[float, float]:
 
 # ---- brute force (the oracle) ------------------------------------------------------
 def _exhaustive(layer: Layer, budget: float, levels: int, pricing: BufferPricing,
-                array: SpatialArray | None = None) -> tuple[Blocking, int]:
+                array: SpatialArray | None = None, stationary: bool = False) -> tuple[Blocking, int]:
     """Every unrolling (every factor of every mapped dim), chain of divisor tiles and order of each block's non-unit
     loops, scored with `evaluate` on the blocking's own fitted buffers (Sec. 3.5's first optimizer, with the
     memories following the string)."""
     best, best_pj, evaluated = None, None, 0
     for unroll in _array_unrolls(layer, array, every=True):
-        for base, blockings in every_blocking(layer, levels, unroll):
-            h = fitted_hierarchy(layer, base, pricing, array)
+        for base, blockings in every_blocking(layer, levels, unroll, inner=stationary):
+            h = fitted_hierarchy(layer, base, pricing, array, stationary)
             if sum(m.total_bytes for m in h.on_chip) > budget:
                 continue
             for blocking in blockings:
@@ -461,4 +488,4 @@ def _union(hierarchies, pricing: BufferPricing) -> Hierarchy:
         nbytes = tuple(max(h.on_chip[l].split_bytes[i] for h in hierarchies) for i in range(3))
         levels.append(Memory(f"L{l}", split_bytes=nbytes, energy_pj=tuple(pricing.energy(b) for b in nbytes)))
     return Hierarchy((*levels, Memory.dram(word_bits=pricing.word_bits)), pricing.word_bits, name="codesign union",
-                     array=hierarchies[0].array)
+                     array=hierarchies[0].array, stationary=hierarchies[0].stationary)
