@@ -133,7 +133,7 @@ def test_multicore_partition_last_shares_the_chip(unroll, shared):
     assert split[shared] == chip.on_chip[-1].split_bytes[shared]
     assert [b * 4 for i, b in enumerate(split) if i != shared] == \
         [b for i, b in enumerate(chip.on_chip[-1].split_bytes) if i != shared]
-    assert four.broadcast_pj == pytest.approx(access_energy_pj(4 * 256 + 14 * KB))
+    assert four.broadcast_pj == pytest.approx(access_energy_pj(4 * 256 + 14 * KB, width_bits=512))
     with pytest.raises(EngineError, match="split"):
         multicore(layer, Hierarchy.from_sizes([256, 8 * KB]), cores=2, partition_last=True)
 

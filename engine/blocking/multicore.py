@@ -46,7 +46,8 @@ def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "
 
     `hierarchy` is one core's memories, or with `partition_last` the whole single-core chip whose
     split last level the cores share (its partitioned IB/KB/OB buffers re-priced by Table 3 at
-    1/cores of their size and `width_bits`).
+    1/cores of their size and `width_bits`). The broadcast wire is priced as one access to a memory of the chip's
+    on-chip bytes (Sec. 3.4) in the same Table 3 column, `width_bits`.
     """
     if unroll not in SHARED:
         raise UnknownNameError("unrolled loop", unroll, SHARED)
@@ -61,7 +62,7 @@ def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "
         on_chip_bytes = cores * sum(m.total_bytes for m in hierarchy.on_chip)
     best = block(share, hierarchy)
     top = hierarchy.on_chip[-1].name
-    wire = access_energy_pj(on_chip_bytes, word_bits=hierarchy.word_bits)
+    wire = access_energy_pj(on_chip_bytes, width_bits=width_bits, word_bits=hierarchy.word_bits)
     energy = []
     for a in best.cost.accesses:
         if a.tensor != shared:
