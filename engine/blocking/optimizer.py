@@ -30,8 +30,8 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import DIMS, REUSE_GROUP, TENSORS, Layer
-from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate
+from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
+from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate, window_sum
 from engine.errors import EngineError, UnknownNameError
 
 # Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
@@ -168,8 +168,9 @@ def _grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> "_Grid":
 class _Grid:
     """Every temporal tile (a divisor of each temporal bound), with footprints, as numpy columns.
 
-    `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array),
-    `fp_pe[T]` those of all busy PEs' tiles together, `per_pe[T]` one PE's.
+    `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array), `per_pe[T]`
+    one PE's (what levels store); `moved[T]` and `moved_pe[T]` the real words one load of a tile moves, on
+    average over its positions (a padded dim's last tile is partial), into the array's or every busy PE's tiles.
     """
 
     def __init__(self, layer: Layer, unroll: tuple[int, ...] | None = None):
@@ -184,9 +185,10 @@ class _Grid:
         s = np.array(self.view.unroll, dtype=np.int64)
         self.fp = {T: _footprints(self.view.padded, T, self.val * s) for T in TENSORS}
         self.per_pe = {T: _footprints(self.view.pe, T, self.val) for T in TENSORS}
-        self.fp_pe = {T: self.per_pe[T] * self.view.lanes for T in TENSORS}
-        self.full = {T: float(self.view.words(T, dims, False)) for T in layer.tensors}  # words of the whole layer
-        self.full_pe = {T: float(self.view.words(T, dims, True)) for T in layer.tensors}
+        self.moved = {T: self._moved(T, False) for T in TENSORS}
+        self.moved_pe = {T: self._moved(T, True) for T in TENSORS}
+        self.full = {T: float(self.view.real(T, dims, False)) for T in layer.tensors}  # words of the whole layer
+        self.full_pe = {T: float(self.view.real(T, dims, True)) for T in layer.tensors}
         self.above = np.prod(np.array(dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
         # per tensor T: product of the tile's bounds over the loops that reuse T (REUSE_GROUP)
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
@@ -194,6 +196,20 @@ class _Grid:
         self.full_group = {T: float(math.prod(dims[DIMS.index(d)] for d in REUSE_GROUP[T])) for T in TENSORS}
         # per dim: divides[j][a, b] is True when divisor a divides divisor b
         self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
+
+    def _moved(self, T: str, inside: bool) -> np.ndarray:
+        """Real words of T per load of each tile (see `SpatialView.real`), on average over the tile's positions."""
+        view, dims = self.view, self.view.dims
+        positions = np.prod([dims[j] / self.val[:, j] for j, d in enumerate(DIMS) if d in RELEVANT[T]], axis=0)
+        if T != "I":
+            return view.real(T, dims, inside) / positions
+        real = float(self.layer.N * self.layer.C)
+        for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))):
+            i, k = DIMS.index(out), DIMS.index(win)
+            table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside)
+                               for f in self.divs[k]] for a in self.divs[i]], dtype=np.float64)
+            real = real * table[self.idx[:, i], self.idx[:, k]]
+        return real / positions
 
     def tile(self, i: int) -> tuple[int, ...]:
         return tuple(int(v) for v in self.val[i])
@@ -243,8 +259,8 @@ def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False, raw: boo
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
     else:
         group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
-    fp, full = (grid.fp_pe, grid.full_pe) if pe else (grid.fp, grid.full)
-    base = {T: fp[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
+    moved, full = (grid.moved_pe, grid.full_pe) if pe else (grid.moved, grid.full)
+    base = {T: moved[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
     changed = {}
     for T in layer.tensors:
         o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
@@ -403,7 +419,7 @@ def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
     dram = hierarchy.levels[-1]
     on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
     fixed = _level0_pj(layer, hierarchy, view, "O" if hierarchy.stationary else TENSORS)
-    return fixed + sum(dram.energy(T) * view.words(T, view.dims, False) for T in on_chip)
+    return fixed + sum(dram.energy(T) * view.real(T, view.dims, False) for T in on_chip)
 
 
 def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
@@ -488,12 +504,12 @@ def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView, operands=T
     for T in (T for T in layer.tensors if T in operands):
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
-        words = [steps * view.words(T, ones, inside), view.words(T, view.dims, inside)]
+        words = [view.moved(T, steps, ones, inside), view.real(T, view.dims, inside)]
         mem = hierarchy.levels[h0]
         pj = mem.energy(T) * (words[0] - words[1]) + mem.write_energy(T) * words[0] if T == "O" \
             else mem.energy(T) * words[0]
         if hierarchy.array is not None and not inside:
-            pe = steps * view.lanes, view.words(T, view.dims, True)
+            pe = view.moved(T, steps, ones, True), view.real(T, view.dims, True)
             pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
         total += pj
     return total
@@ -558,7 +574,7 @@ def _refill_floor(layer: Layer, hierarchy: Hierarchy, grid: _Grid, l: int) -> np
     above = hierarchy.levels[l + 1:]
     for T in layer.tensors:
         distinct = grid.above * grid.group[T] / grid.full_group[T]
-        fills = grid.fp[T] * distinct
+        fills = grid.moved[T] * distinct
         words = 2 * fills - grid.full[T] if T == "O" else fills
         total += min(mem.energy(T) for mem in above) * words
     return total
