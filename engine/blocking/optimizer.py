@@ -357,9 +357,7 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    k = hierarchy.array_level
-    for bound, _, unroll in _floors(layer, hierarchy.levels[-1], hierarchy.array, frozenset(hierarchy.on_chip[:k]),
-                                    frozenset(hierarchy.on_chip[k:])):
+    for bound, _, unroll in _floors(layer, hierarchy):
         if bound >= best_pj * (1 - 1e-12):
             break
         blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
@@ -399,27 +397,67 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     return out
 
 
-@lru_cache(maxsize=1024)
-def _floors(layer: Layer, dram, array, inside: frozenset, outside: frozenset) -> list:
+def _floors(layer: Layer, hierarchy: Hierarchy) -> list:
     """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
 
-    Keyed by the sets of levels inside and outside the PEs: every level order of a hierarchy shares these
-    floors, as each operand's innermost holder stays the same.
+    Every level order of a hierarchy shares these floors (each operand's innermost holder stays the same), so
+    they are cached under one of its orders.
     """
-    def order(levels):
-        return sorted(levels, key=lambda mem: mem.name)
-    first = Hierarchy((*order(inside), *order(outside), dram), array=array, array_level=len(inside))
-    return sorted((_unroll_floor(layer, first, u), -math.prod(u), u) for u in _unrolls(layer, first))
+    first = min(level_orders(hierarchy), key=lambda h: tuple(mem.name for mem in h.levels))
+    return _floors_of(layer, replace(first, name=""))
+
+
+@lru_cache(maxsize=1024)
+def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
+    return sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
 
 
 def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
-    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed) plus
-    every word of each operand held on chip loaded once from DRAM."""
+    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed, less the
+    most a stationary operand can save: `_max_run`) plus every word of each operand held on chip loaded once
+    from DRAM (outputs: written once into it)."""
     view = SpatialView.of(layer, unroll)
     dram = hierarchy.levels[-1]
     on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
-    fixed = _level0_pj(layer, hierarchy, view, "O" if hierarchy.stationary else TENSORS)
-    return fixed + sum(dram.energy(T) * view.real(T, view.dims, False) for T in on_chip)
+    return _mac_floor(layer, hierarchy, view) + sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+                       for T in on_chip)
+
+
+def _mac_floor(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
+    """A lower bound (pJ, one group) on the MACs' operand words: all of them, less the most a stationary operand
+    can save (one of I and W is reused over the innermost loops of level 0's tile, by at most `_max_run`)."""
+    pj = {T: _level0_pj(layer, hierarchy, view, (T,)) for T in layer.tensors}
+    saving = min((pj[T] * (1 / _max_run(layer, hierarchy, view, T) - 1) for T in "IW" if T in pj and
+                  hierarchy.stationary), default=0.0)
+    return sum(pj.values()) + saving
+
+
+def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
+    """An upper bound on the run of the loops inside level 0's tile that reuse `T` (its reuse group): level 0's
+    tile lies inside every operand's innermost holder's tile, so each such loop's bound is at most the largest
+    divisor of its steps that keeps a tile of that bound alone (the rest one element) within each holder's
+    capacity for the operands it is the innermost holder of, and that the loop indexes."""
+    run = 1
+    for d in REUSE_GROUP[T]:
+        j = DIMS.index(d)
+        best = 1
+        for v in divisors(view.dims[j])[1:]:  # footprints grow with v: stop at the first that does not fit
+            tile = tuple(v if i == j else 1 for i in range(len(DIMS)))
+            if not all(_fits_alone(layer, hierarchy, view, l, tile) for l in range(len(hierarchy.on_chip))):
+                break
+            best = v
+        run *= best
+    return run
+
+
+def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: int, tile) -> bool:
+    """Whether `level` holds `tile` of the operands it is the innermost holder of (its shared or split capacity)."""
+    mem = hierarchy.levels[level]
+    mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
+    kept = {T: view.stored(T, tile, hierarchy.inside(level)) for T in mine}
+    if mem.split_bytes:
+        return all(kept[T] <= hierarchy.capacity_words(level, T) for T in mine)
+    return sum(kept.values()) <= hierarchy.capacity_words(level)
 
 
 def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
@@ -439,7 +477,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _level0_pj(layer, hierarchy, grid.view) - _stationary_saving(layer, hierarchy, grid)[0].min()
+    budget = cap - _mac_floor(layer, hierarchy, grid.view)
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
@@ -497,20 +535,18 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
 def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView, operands=TENSORS) -> float:
     """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
     from each operand's innermost holder (multicast across the array when that holder is outside it)."""
-    steps = math.prod(view.dims)
-    ones = (1,) * len(DIMS)
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
     total = 0.0
     for T in (T for T in layer.tensors if T in operands):
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
-        words = [view.moved(T, steps, ones, inside), view.real(T, view.dims, inside)]
         mem = hierarchy.levels[h0]
-        pj = mem.energy(T) * (words[0] - words[1]) + mem.write_energy(T) * words[0] if T == "O" \
-            else mem.energy(T) * words[0]
-        if hierarchy.array is not None and not inside:
-            pe = view.moved(T, steps, ones, True), view.real(T, view.dims, True)
-            pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
+        words = view.mac_words(T, inside)
+        pj = mem.energy(T) * (words - view.real(T, view.dims, inside)) + mem.write_energy(T) * words if T == "O" \
+            else mem.energy(T) * words
+        if hierarchy.array is not None and not inside and noc[T]:
+            words = view.mac_words(T, True)
+            pj += noc[T] * (2 * words - view.real(T, view.dims, True) if T == "O" else words)
         total += pj
     return total
 
