@@ -236,3 +236,24 @@ def test_stationary_operands_against_run_counts_and_brute_force(layer, h, pj):
     slow = block(layer, h, method="exhaustive")
     assert fast.energy_pj == pytest.approx(slow.energy_pj, rel=1e-12) == pj  # brute force's figure
     assert fast.energy_pj <= block(layer, replace(h, stationary=False)).energy_pj  # rs: 3714.4 without the rule
+
+
+NOT_MAXIMAL = [(Layer(X=1, Y=2, C=3, K=5, Fw=2, name="k3"), tpu_like(2, 4, 48), 16806.0, 16821.0),
+               (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="fh3"), row_stationary(), 4656.8, 4660.0)]
+
+
+@pytest.mark.parametrize("layer, h, pj, maximal_pj", NOT_MAXIMAL, ids=lambda x: getattr(x, "name", ""))
+def test_every_unrolling_equals_brute_force_where_a_non_maximal_one_wins(layer, h, pj, maximal_pj):
+    """unrolling="all" is exact over every unrolling: brute force over every factor of every mapped dim agrees, on
+    layers whose best unrolling leaves an axis less full than another unrolling would (K by 3 of 4 columns; Fh by 3
+    with Y left temporal), so the maximal search misses it."""
+    from dataclasses import replace
+
+    from engine.blocking.optimizer import _unrolls
+
+    h = replace(h, stationary=True) if h.name == "rs-small" else h
+    fast = block(layer, h)
+    maximal = block(layer, replace(h, array=replace(h.array, unrolling="maximal")))
+    assert fast.energy_pj == pytest.approx(block(layer, h, method="exhaustive").energy_pj, rel=1e-12)
+    assert (fast.energy_pj, maximal.energy_pj) == (pytest.approx(pj), pytest.approx(maximal_pj))
+    assert fast.blocking.unroll not in _unrolls(layer, replace(h, array=replace(h.array, unrolling="maximal")))
