@@ -434,20 +434,26 @@ def _mac_floor(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
 
 def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
     """An upper bound on the run of the loops inside level 0's tile that reuse `T` (its reuse group): level 0's
-    tile lies inside every operand's innermost holder's tile, so each such loop's bound is at most the largest
-    divisor of its steps that keeps a tile of that bound alone (the rest one element) within each holder's
-    capacity for the operands it is the innermost holder of, and that the loop indexes."""
-    run = 1
-    for d in REUSE_GROUP[T]:
-        j = DIMS.index(d)
-        best = 1
-        for v in divisors(view.dims[j])[1:]:  # footprints grow with v: stop at the first that does not fit
-            tile = tuple(v if i == j else 1 for i in range(len(DIMS)))
-            if not all(_fits_alone(layer, hierarchy, view, l, tile) for l in range(len(hierarchy.on_chip))):
+    tile lies inside every operand's innermost holder's tile, so the group's loops together can take at most the
+    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity."""
+    group = [DIMS.index(d) for d in REUSE_GROUP[T]]
+    levels = range(len(hierarchy.on_chip))
+    best = 1
+
+    def grow(tile, k):
+        nonlocal best
+        if k == len(group):
+            best = max(best, math.prod(tile[j] for j in group))
+            return
+        j = group[k]
+        for v in divisors(view.dims[j]):  # footprints grow with v: stop at the first that does not fit
+            t = tile[:j] + (v,) + tile[j + 1:]
+            if v > 1 and not all(_fits_alone(layer, hierarchy, view, l, t) for l in levels):
                 break
-            best = v
-        run *= best
-    return run
+            grow(t, k + 1)
+
+    grow((1,) * len(DIMS), 0)
+    return best
 
 
 def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: int, tile) -> bool:
