@@ -33,12 +33,13 @@ def row_stationary():
 
 # ---- the model against a walk of every PE's data ----------------------------------------------
 def words(layer, T, unroll, starts, extents, pe=None):
-    """The distinct words of T that temporal extents (per dim, from `starts`) touch on one PE (`pe`: its index
-    per dim) or on the whole array, enumerated index by index."""
+    """The distinct real words of T that temporal extents (per dim, from `starts`) touch on one PE (`pe`: its index
+    per dim) or on the whole array, enumerated index by index; a padded index (past the layer's bound) touches
+    nothing."""
     ranges = []
     for d, s, t0, n in zip(DIMS, unroll, starts, extents):
         js = [pe[DIMS.index(d)]] if pe is not None else range(s)
-        ranges.append([t * s + j for t in range(t0, t0 + n) for j in js])
+        ranges.append([t * s + j for t in range(t0, t0 + n) for j in js if t * s + j < getattr(layer, d)])
     x, y, c, k, n_, fw, fh = ranges
     (sx, sy), (dx, dy) = layer.stride, layer.dilation
     if T == "I":
@@ -59,12 +60,12 @@ def simulate(layer, h, b):
     loops += [(-1, d, t) for d, t in zip(DIMS, b.tiles[0])]  # the steps inside level 0's tile
     pes = list(itertools.product(*(range(s) for s in b.unroll)))
     reads, writes, noc = {}, {}, dict.fromkeys("IWO", 0)
-    ones, zero = (1,) * len(DIMS), (0,) * len(DIMS)
+    ones = (1,) * len(DIMS)
 
-    def units(T, level, tile):
+    def units(T, level, tile, starts):
         if h.inside(level):
-            return sum(words(layer, T, b.unroll, zero, tile, pe) for pe in pes)
-        return words(layer, T, b.unroll, zero, tile)
+            return sum(words(layer, T, b.unroll, starts, tile, pe) for pe in pes)
+        return words(layer, T, b.unroll, starts, tile)
 
     def add(table, key, n):
         table[key] = table.get(key, 0) + n
@@ -81,8 +82,13 @@ def simulate(layer, h, b):
                     continue
                 last[child] = key
                 tile = ones if child is None else b.tiles[child]
-                n_src = units(T, src, tile)
-                n_pe = units(T, 0, tile) if h.array and not h.inside(src) and (child is None or h.inside(child)) else 0
+                starts = [0] * len(DIMS)  # the tile's first temporal step per dim
+                for p, (blk, d, _) in zip(point, loops):
+                    if blk >= lo:
+                        starts[DIMS.index(d)] += p * (b.tiles[blk][DIMS.index(d)] if blk >= 0 else 1)
+                n_src = units(T, src, tile, starts)
+                n_pe = units(T, 0, tile, starts) if h.array and not h.inside(src) and (child is None or h.inside(child)) \
+                    else 0
                 first = (child, key) not in seen
                 seen.add((child, key))
                 if T == "O":  # written up; read back down unless this is the output's first fill
@@ -153,6 +159,14 @@ def test_utilisation_counts_idle_rows_and_padding():
     cost = evaluate(odd, h, Blocking.of(odd, {}, {}, {}, unroll={"C": 32, "K": 32}))
     assert cost.cycles == 2 * 2 * 2
     assert cost.utilisation == pytest.approx(64 * 40 * 2 / (32 * 32 * 8))
+    # padded words move nothing: K = 64 runs the same steps, and K = 40 moves 40/64 of its weight and output words
+    full = Layer(X=2, C=64, K=64)
+    cost64 = evaluate(full, h, Blocking.of(full, {}, {}, {}, unroll={"C": 32, "K": 32}))
+    assert cost64.cycles == cost.cycles
+    for T in "WO":
+        assert cost.at("DRAM", T) * 64 == cost64.at("DRAM", T) * 40 > 0
+    assert cost.at("DRAM", "I") == cost64.at("DRAM", "I") > 0
+    assert cost.at("DRAM", "W") == 64 * 40  # each real weight once (the innermost X loop reuses it)
 
 
 # ---- bad input ------------------------------------------------------------------------------------
@@ -222,3 +236,24 @@ def test_stationary_operands_against_run_counts_and_brute_force(layer, h, pj):
     slow = block(layer, h, method="exhaustive")
     assert fast.energy_pj == pytest.approx(slow.energy_pj, rel=1e-12) == pj  # brute force's figure
     assert fast.energy_pj <= block(layer, replace(h, stationary=False)).energy_pj  # rs: 3714.4 without the rule
+
+
+NOT_MAXIMAL = [(Layer(X=1, Y=2, C=3, K=5, Fw=2, name="k3"), tpu_like(2, 4, 48), 16806.0, 16821.0),
+               (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="fh3"), row_stationary(), 4656.8, 4660.0)]
+
+
+@pytest.mark.parametrize("layer, h, pj, maximal_pj", NOT_MAXIMAL, ids=lambda x: getattr(x, "name", ""))
+def test_every_unrolling_equals_brute_force_where_a_non_maximal_one_wins(layer, h, pj, maximal_pj):
+    """unrolling="all" is exact over every unrolling: brute force over every factor of every mapped dim agrees, on
+    layers whose best unrolling leaves an axis less full than another unrolling would (K by 3 of 4 columns; Fh by 3
+    with Y left temporal), so the maximal search misses it."""
+    from dataclasses import replace
+
+    from engine.blocking.optimizer import _unrolls
+
+    h = replace(h, stationary=True) if h.name == "rs-small" else h
+    fast = block(layer, h)
+    maximal = block(layer, replace(h, array=replace(h.array, unrolling="maximal")))
+    assert fast.energy_pj == pytest.approx(block(layer, h, method="exhaustive").energy_pj, rel=1e-12)
+    assert (fast.energy_pj, maximal.energy_pj) == (pytest.approx(pj), pytest.approx(maximal_pj))
+    assert fast.blocking.unroll not in _unrolls(layer, replace(h, array=replace(h.array, unrolling="maximal")))

@@ -11,7 +11,7 @@ import re
 import pytest
 
 import engine
-from benchmarks.bench_zigzag import CASES, dram_elements, layer_of, like_for_like, zigzag_layers
+from benchmarks.bench_zigzag import CASES, best_of_mappers, dram_elements, layer_of, like_for_like, zigzag_layers
 from engine.blocking import Layer, block
 from engine.graph import OpKind
 
@@ -53,8 +53,9 @@ def test_zigzag_energy_is_macs_plus_accesses_times_costs(hardware, mapper):
 
 
 def test_ours_within_2_percent_of_zigzag_where_the_models_agree():
-    """tpu_like, the layers without padding (fc, the 1x1 downsamples): both tools move every word across DRAM
-    once, so the DRAM words agree exactly, and our optimum over every unrolling is at most 2 % above ZigZag's."""
+    """tpu_like, the layers without padding (fc, the 1x1 downsamples): both tools move every real word across DRAM
+    once (the fc's K = 1000 padded to 32 columns moves no padded weight rows), so the DRAM words agree exactly, and
+    our optimum over every unrolling is at most 2 % above ZigZag's."""
     hierarchy = like_for_like("tpu_like", "all")
     rows = [row for row in zigzag_layers("tpu_like", "loma") if not re.search(r"[1-9]", row["padding"])]
     assert len(rows) == 4
@@ -62,3 +63,15 @@ def test_ours_within_2_percent_of_zigzag_where_the_models_agree():
         result = block(layer_of(row), hierarchy)
         assert result.cost.at("DRAM") == dram_elements(row), row["name"]
         assert result.cost.total_pj <= 1.02 * row["energy_pj"], row["name"]
+
+
+@pytest.mark.parametrize("hardware", ["tpu_like", "eyeriss_like"])
+def test_preset_never_more_than_2_percent_above_zigzag(hardware):
+    """Every ResNet-18 layer on the preset as it ships (maximal unrollings): at most 2 % above ZigZag's best mapper;
+    on the fc 0.999 of it on tpu_like (1.023 while padded words were counted as moved)."""
+    hierarchy = like_for_like(hardware)
+    ratios = {row["name"]: block(layer_of(row), hierarchy).cost.total_pj / row["energy_pj"]
+              for row in best_of_mappers(hardware)}
+    assert len(ratios) == 21 and max(ratios.values()) <= 1.02, ratios
+    if hardware == "tpu_like":
+        assert ratios["/fc/Gemm"] == pytest.approx(0.9988, abs=1e-4)

@@ -242,27 +242,26 @@ class _Tables:
             uniq, inv = np.unique(g.fp[T], return_inverse=True)
             self.price[T] = np.array([pricing.energy(b) for b in pricing.bytes_of(uniq)])[inv.ravel()]
             self.nbytes[T] = pricing.bytes_of(g.fp[T])
-        steps, one = math.prod(view.dims), (1,) * len(DIMS)
         noc = dict(zip(TENSORS, noc_pj))  # the array's network: every busy PE's words (fixed for the unrolling)
-        self.level0 = sum(self.price[T] * steps * view.words(T, one, False) * (2 if T == "O" else 1)
+        self.level0 = sum(self.price[T] * view.mac_words(T, False) * (2 if T == "O" else 1)
                           - (self.price[T] * g.full[T] if T == "O" else 0.0)
-                          + noc[T] * (2 * steps * view.lanes - g.full_pe[T] if T == "O" else steps * view.lanes)
+                          + noc[T] * (2 * view.mac_words(T, True) - g.full_pe[T] if T == "O" else view.mac_words(T, True))
                           for T in layer.tensors)
         self.inner = np.zeros(g.size, dtype=np.int64)  # canonical order of the loops inside level 0 (stationary)
         self._is_stationary = stationary
         if stationary:
-            self.inner = self._stationary(pricing, noc, steps)
+            self.inner = self._stationary(pricing, noc)
         self.bytes0 = sum(self.nbytes[T] for T in layer.tensors)
         words, _ = _refill_words(layer, g, np.arange(g.size), None)
         dram = np.stack([sum(pricing.dram_pj * w[T] for T in layer.tensors) for w in words])
         self.top, self.top_order = dram.min(axis=0), dram.argmin(axis=0)
         self.dram_pj = pricing.dram_pj
 
-    def _stationary(self, pricing, noc, steps) -> np.ndarray:
+    def _stationary(self, pricing, noc) -> np.ndarray:
         """Lower `level0` by the MAC reads a stationary input or weight saves (one per run of the innermost loops of
         the level-0 tile that skip it) under the best canonical order of those loops, and return that order."""
-        g, view, one = self.grid, self.grid.view, (1,) * len(DIMS)
-        mac = {T: self.price[T] * steps * view.words(T, one, False) + noc[T] * steps * view.lanes
+        g, view = self.grid, self.grid.view
+        mac = {T: self.price[T] * view.mac_words(T, False) + noc[T] * view.mac_words(T, True)
                for T in "IW" if T in self.layer.tensors}
         saving = []
         for order in CANONICAL:
@@ -316,7 +315,7 @@ class _Tables:
         """
         g, floor = self.grid, self.level0.copy()
         for T in self.layer.tensors:
-            distinct = g.fp[T] * g.above * g.group[T] / g.full_group[T]
+            distinct = g.moved[T] * g.above * g.group[T] / g.full_group[T]
             size = g.full[T]
             moved = 2 * distinct - size if T == "O" else distinct
             if above_dram:

@@ -81,7 +81,7 @@ class Layer:
         """Words of `tensor` a tile (bounds in `DIMS` order) touches; the input includes its halo."""
         x, y, c, k, n, fw, fh = tile
         if tensor == "I":
-            return n * c * _span(x, fw, self.stride[0], self.dilation[0]) * _span(y, fh, self.stride[1], self.dilation[1])
+            return n * c * span(x, fw, self.stride[0], self.dilation[0]) * span(y, fh, self.stride[1], self.dilation[1])
         if tensor == "W":
             return c * k * fw * fh if self.has_weights else 0
         if tensor == "O":
@@ -114,7 +114,7 @@ class Layer:
                          "loop nest to block; blocking covers conv, dwconv, matmul, pool and LRN ops")
 
 
-def _span(outputs: int, taps: int, stride: int, dilation: int) -> int:
+def span(outputs: int, taps: int, stride: int, dilation: int) -> int:
     """Input positions `outputs` windows of `taps` taps touch along one axis (contiguous span, or disjoint windows)."""
     return min((outputs - 1) * stride + (taps - 1) * dilation + 1, outputs * taps)
 

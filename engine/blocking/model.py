@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer
+from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer, span
 from engine.errors import EngineError
 
 INNER_ORDER = ("Fw", "Fh", "X", "Y", "C", "K", "N")  # how the loops inside level 0 are written out
@@ -106,8 +106,9 @@ class SpatialView:
 
     The unrolled loops are innermost, so PE j of a dim unrolled by s handles indices j, j + s, ...:
     its nest has the temporal bounds with stride (or dilation) times s. Bounds that the factor
-    does not divide are padded up (ceil): idle PEs, and the padded words counted as moved (an
-    overestimate of at most the padding fraction).
+    does not divide are padded up (ceil): the padded steps keep PEs idle (cycles count them), a
+    level stores the whole padded tile, but only real words move: the last, partial tile of a
+    dim loads only the indices that exist (`real`).
     """
 
     layer: Layer
@@ -128,17 +129,39 @@ class SpatialView:
         """PEs the unrolling keeps busy (padded lanes included)."""
         return math.prod(self.unroll)
 
-    def words(self, tensor: str, tile, inside: bool) -> int:
-        """Words of `tensor` a temporal tile touches: in all busy PEs together (inside), or in the array's whole tile."""
+    def stored(self, tensor: str, tile, inside: bool) -> int:
+        """Words of `tensor` a level keeps for a temporal tile: per PE (inside), or the array's whole (padded) tile."""
         if inside:
-            return self.pe.footprint(tensor, tile) * self.lanes
-        if self.lanes == 1:
-            return self.padded.footprint(tensor, tile)
+            return self.pe.footprint(tensor, tile)
         return self.padded.footprint(tensor, tuple(a * f for a, f in zip(tile, self.unroll)))
 
-    def stored(self, tensor: str, tile, inside: bool) -> int:
-        """Words of `tensor` a level keeps for a temporal tile: per PE (inside), or the array's whole tile."""
-        return self.pe.footprint(tensor, tile) if inside else self.words(tensor, tile, False)
+    def positions(self, tensor: str, tile) -> int:
+        """Distinct tiles of `tensor` in the layer: the tile's positions along the loops that index it."""
+        return math.prod(n // a for d, n, a in zip(DIMS, self.dims, tile) if d in RELEVANT[tensor])
+
+    def real(self, tensor: str, tile, inside: bool) -> int:
+        """Real words of `tensor` summed over every position of a temporal tile (per busy PE inside the array,
+        the array's whole tile outside): padded indices move nothing, so one load of each tile moves this."""
+        return _real_words(self.layer, self.unroll, tensor, tuple(tile), inside)
+
+    def mac_words(self, tensor: str, inside: bool) -> int:
+        """Real words of `tensor` the MACs take over all steps, one word per busy PE per step (`moved` for a
+        one-step tile, in closed form): each real index once per step of the loops that do not index it."""
+        if tensor == "W" and not self.layer.has_weights:
+            return 0
+        rel = RELEVANT[tensor]
+        words = math.prod(t * (s if inside else 1) for d, t, s in zip(DIMS, self.dims, self.unroll) if d not in rel)
+        if tensor != "I":
+            return words * math.prod(getattr(self.layer, d) for d in rel)
+        layer = self.layer
+        if inside:
+            return words * layer.N * layer.C * layer.X * layer.Fw * layer.Y * layer.Fh
+        return words * layer.N * layer.C * window_sum(layer, self.unroll, 0, 1, 1, False) \
+            * window_sum(layer, self.unroll, 1, 1, 1, False)
+
+    def moved(self, tensor: str, count: int, tile, inside: bool) -> int:
+        """Real words `count` loads of a temporal tile move (every position is loaded equally often)."""
+        return count // self.positions(tensor, tile) * self.real(tensor, tile, inside)
 
 
 @lru_cache(maxsize=65536)
@@ -151,6 +174,44 @@ def _view(layer: Layer, unroll: tuple[int, ...]) -> SpatialView:
     padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
                    has_weights=layer.has_weights)
     return SpatialView(layer, unroll, pe, padded)
+
+
+@lru_cache(maxsize=65536)
+def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[int, ...], inside: bool) -> int:
+    """`SpatialView.real`: every real index of a loop that does not slide a window appears once over the positions,
+    so the product of the real bounds, times the input's column and row spans with their windows (`window_sum`);
+    inside the array each PE lane of a loop that does not index the tensor holds its own copy."""
+    if tensor == "W" and not layer.has_weights:
+        return 0
+    copies = math.prod(s for d, s in zip(DIMS, unroll) if d not in RELEVANT[tensor]) if inside else 1
+    if tensor != "I":
+        return copies * math.prod(getattr(layer, d) for d in DIMS if d in RELEVANT[tensor])
+    t = dict(zip(DIMS, tile))
+    return copies * layer.N * layer.C * math.prod(window_sum(layer, unroll, axis, t[out], t[win], inside)
+                                                  for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))))
+
+
+@lru_cache(maxsize=65536)
+def window_sum(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool) -> int:
+    """Real input positions along `axis` (0: X with Fw, 1: Y with Fh) summed over the positions of a temporal tile
+    of `a` output and `f` window steps (and over the busy PEs inside the array): the last tile of a padded dim is
+    partial, and a PE lane past the bound touches nothing."""
+    out, win = (("X", "Fw"), ("Y", "Fh"))[axis]
+    s = dict(zip(DIMS, unroll))
+    stride, dilation = layer.stride[axis], layer.dilation[axis]
+    if inside:
+        stride, dilation = stride * s[out], dilation * s[win]
+    return sum(m * n * (span(x, w, stride, dilation) if x and w else 0)
+               for x, m in _extents(getattr(layer, out), s[out], a, inside)
+               for w, n in _extents(getattr(layer, win), s[win], f, inside))
+
+
+def _extents(bound: int, s: int, a: int, inside: bool) -> list[tuple[int, int]]:
+    """(real extent, how many) of a dim's tiles of `a` temporal steps, unrolled by `s` (per PE lane inside)."""
+    t = -(-bound // s)
+    n, r = t // a, bound - (t - 1) * s  # positions; real lanes of the last step
+    out = [(a, (n - 1) * s + r), (a - 1, s - r)] if inside else [(a * s, n - 1), (a * s - s + r, 1)]
+    return [(x, k) for x, k in out if k]
 
 
 def _split_order(text: str) -> tuple[str, ...]:
@@ -281,17 +342,9 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
     inside = hierarchy.inside
     reads = {(l, T): 0 for l in range(m + 1) for T in TENSORS}
     writes, fills, stored, passing, noc = (dict.fromkeys(reads, 0) for _ in range(5))
-    words = {}  # (T, tile, inside) -> words; the whole layer's tile is asked for at every level
-
     def moved(T, count, tile, level):
         """(words, first-fill words) of `count` loads of a tile of T into `level`'s side of the array."""
-        out = []
-        for t in (tile, view.dims):
-            key = T, t, inside(level)
-            if key not in words:
-                words[key] = view.words(*key)
-            out.append(words[key])
-        return count * out[0], out[1]
+        return view.moved(T, count, tile, inside(level)), view.real(T, view.dims, inside(level))
 
     for T in layer.tensors:
         held = holders(hierarchy, T)
@@ -321,7 +374,7 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                 if child is not None:
                     fills[child, T] += f_child
             if hierarchy.array is not None and (child is None or inside(child)) and not inside(src):
-                f_pe, size_pe = count * view.words(T, tile, True), view.words(T, view.dims, True)
+                f_pe, size_pe = view.moved(T, count, tile, True), view.real(T, view.dims, True)
                 noc[src, T] += 2 * f_pe - size_pe if T == "O" else f_pe  # every busy PE's words cross the network
             for k in range(side + 1 if child is not None else 0, src):
                 if hierarchy.levels[k].keeps(T):

@@ -30,8 +30,8 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import DIMS, REUSE_GROUP, TENSORS, Layer
-from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate
+from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
+from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate, window_sum
 from engine.errors import EngineError, UnknownNameError
 
 # Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
@@ -168,8 +168,9 @@ def _grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> "_Grid":
 class _Grid:
     """Every temporal tile (a divisor of each temporal bound), with footprints, as numpy columns.
 
-    `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array),
-    `fp_pe[T]` those of all busy PEs' tiles together, `per_pe[T]` one PE's.
+    `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array), `per_pe[T]`
+    one PE's (what levels store); `moved[T]` and `moved_pe[T]` the real words one load of a tile moves, on
+    average over its positions (a padded dim's last tile is partial), into the array's or every busy PE's tiles.
     """
 
     def __init__(self, layer: Layer, unroll: tuple[int, ...] | None = None):
@@ -184,9 +185,10 @@ class _Grid:
         s = np.array(self.view.unroll, dtype=np.int64)
         self.fp = {T: _footprints(self.view.padded, T, self.val * s) for T in TENSORS}
         self.per_pe = {T: _footprints(self.view.pe, T, self.val) for T in TENSORS}
-        self.fp_pe = {T: self.per_pe[T] * self.view.lanes for T in TENSORS}
-        self.full = {T: float(self.view.words(T, dims, False)) for T in layer.tensors}  # words of the whole layer
-        self.full_pe = {T: float(self.view.words(T, dims, True)) for T in layer.tensors}
+        self.moved = {T: self._moved(T, False) for T in TENSORS}
+        self.moved_pe = {T: self._moved(T, True) for T in TENSORS}
+        self.full = {T: float(self.view.real(T, dims, False)) for T in layer.tensors}  # words of the whole layer
+        self.full_pe = {T: float(self.view.real(T, dims, True)) for T in layer.tensors}
         self.above = np.prod(np.array(dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
         # per tensor T: product of the tile's bounds over the loops that reuse T (REUSE_GROUP)
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
@@ -194,6 +196,20 @@ class _Grid:
         self.full_group = {T: float(math.prod(dims[DIMS.index(d)] for d in REUSE_GROUP[T])) for T in TENSORS}
         # per dim: divides[j][a, b] is True when divisor a divides divisor b
         self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
+
+    def _moved(self, T: str, inside: bool) -> np.ndarray:
+        """Real words of T per load of each tile (see `SpatialView.real`), on average over the tile's positions."""
+        view, dims = self.view, self.view.dims
+        positions = np.prod([dims[j] / self.val[:, j] for j, d in enumerate(DIMS) if d in RELEVANT[T]], axis=0)
+        if T != "I":
+            return view.real(T, dims, inside) / positions
+        real = float(self.layer.N * self.layer.C)
+        for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))):
+            i, k = DIMS.index(out), DIMS.index(win)
+            table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside)
+                               for f in self.divs[k]] for a in self.divs[i]], dtype=np.float64)
+            real = real * table[self.idx[:, i], self.idx[:, k]]
+        return real / positions
 
     def tile(self, i: int) -> tuple[int, ...]:
         return tuple(int(v) for v in self.val[i])
@@ -243,8 +259,8 @@ def _refill_words(layer: Layer, grid: _Grid, a, b, *, pe: bool = False, raw: boo
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
     else:
         group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
-    fp, full = (grid.fp_pe, grid.full_pe) if pe else (grid.fp, grid.full)
-    base = {T: fp[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
+    moved, full = (grid.moved_pe, grid.full_pe) if pe else (grid.moved, grid.full)
+    base = {T: moved[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
     changed = {}
     for T in layer.tensors:
         o1, o2 = (X for X in TENSORS if X != T)  # the groups of loops that index T
@@ -341,9 +357,7 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    k = hierarchy.array_level
-    for bound, _, unroll in _floors(layer, hierarchy.levels[-1], hierarchy.array, frozenset(hierarchy.on_chip[:k]),
-                                    frozenset(hierarchy.on_chip[k:])):
+    for bound, _, unroll in _floors(layer, hierarchy):
         if bound >= best_pj * (1 - 1e-12):
             break
         blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
@@ -383,27 +397,73 @@ def _unrolls(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     return out
 
 
-@lru_cache(maxsize=1024)
-def _floors(layer: Layer, dram, array, inside: frozenset, outside: frozenset) -> list:
+def _floors(layer: Layer, hierarchy: Hierarchy) -> list:
     """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
 
-    Keyed by the sets of levels inside and outside the PEs: every level order of a hierarchy shares these
-    floors, as each operand's innermost holder stays the same.
+    Every level order of a hierarchy shares these floors (each operand's innermost holder stays the same), so
+    they are cached under one of its orders.
     """
-    def order(levels):
-        return sorted(levels, key=lambda mem: mem.name)
-    first = Hierarchy((*order(inside), *order(outside), dram), array=array, array_level=len(inside))
-    return sorted((_unroll_floor(layer, first, u), -math.prod(u), u) for u in _unrolls(layer, first))
+    first = min(level_orders(hierarchy), key=lambda h: tuple(mem.name for mem in h.levels))
+    return _floors_of(layer, replace(first, name=""))
+
+
+@lru_cache(maxsize=1024)
+def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
+    return sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
 
 
 def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
-    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed) plus
-    every word of each operand held on chip loaded once from DRAM."""
+    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed, less the
+    most a stationary operand can save: `_max_run`) plus every word of each operand held on chip loaded once
+    from DRAM (outputs: written once into it)."""
     view = SpatialView.of(layer, unroll)
     dram = hierarchy.levels[-1]
     on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
-    fixed = _level0_pj(layer, hierarchy, view, "O" if hierarchy.stationary else TENSORS)
-    return fixed + sum(dram.energy(T) * view.words(T, view.dims, False) for T in on_chip)
+    return _mac_floor(layer, hierarchy, view) + sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+                       for T in on_chip)
+
+
+def _mac_floor(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
+    """A lower bound (pJ, one group) on the MACs' operand words: all of them, less the most a stationary operand
+    can save (one of I and W is reused over the innermost loops of level 0's tile, by at most `_max_run`)."""
+    pj = {T: _level0_pj(layer, hierarchy, view, (T,)) for T in layer.tensors}
+    saving = min((pj[T] * (1 / _max_run(layer, hierarchy, view, T) - 1) for T in "IW" if T in pj and
+                  hierarchy.stationary), default=0.0)
+    return sum(pj.values()) + saving
+
+
+def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
+    """An upper bound on the run of the loops inside level 0's tile that reuse `T` (its reuse group): level 0's
+    tile lies inside every operand's innermost holder's tile, so the group's loops together can take at most the
+    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity."""
+    group = [DIMS.index(d) for d in REUSE_GROUP[T]]
+    levels = range(len(hierarchy.on_chip))
+    best = 1
+
+    def grow(tile, k):
+        nonlocal best
+        if k == len(group):
+            best = max(best, math.prod(tile[j] for j in group))
+            return
+        j = group[k]
+        for v in divisors(view.dims[j]):  # footprints grow with v: stop at the first that does not fit
+            t = tile[:j] + (v,) + tile[j + 1:]
+            if v > 1 and not all(_fits_alone(layer, hierarchy, view, l, t) for l in levels):
+                break
+            grow(t, k + 1)
+
+    grow((1,) * len(DIMS), 0)
+    return best
+
+
+def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: int, tile) -> bool:
+    """Whether `level` holds `tile` of the operands it is the innermost holder of (its shared or split capacity)."""
+    mem = hierarchy.levels[level]
+    mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
+    kept = {T: view.stored(T, tile, hierarchy.inside(level)) for T in mine}
+    if mem.split_bytes:
+        return all(kept[T] <= hierarchy.capacity_words(level, T) for T in mine)
+    return sum(kept.values()) <= hierarchy.capacity_words(level)
 
 
 def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
@@ -423,7 +483,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _level0_pj(layer, hierarchy, grid.view) - _stationary_saving(layer, hierarchy, grid)[0].min()
+    budget = cap - _mac_floor(layer, hierarchy, grid.view)
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
@@ -481,20 +541,18 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
 def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView, operands=TENSORS) -> float:
     """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
     from each operand's innermost holder (multicast across the array when that holder is outside it)."""
-    steps = math.prod(view.dims)
-    ones = (1,) * len(DIMS)
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
     total = 0.0
     for T in (T for T in layer.tensors if T in operands):
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
-        words = [steps * view.words(T, ones, inside), view.words(T, view.dims, inside)]
         mem = hierarchy.levels[h0]
-        pj = mem.energy(T) * (words[0] - words[1]) + mem.write_energy(T) * words[0] if T == "O" \
-            else mem.energy(T) * words[0]
-        if hierarchy.array is not None and not inside:
-            pe = steps * view.lanes, view.words(T, view.dims, True)
-            pj += noc[T] * (2 * pe[0] - pe[1] if T == "O" else pe[0])
+        words = view.mac_words(T, inside)
+        pj = mem.energy(T) * (words - view.real(T, view.dims, inside)) + mem.write_energy(T) * words if T == "O" \
+            else mem.energy(T) * words
+        if hierarchy.array is not None and not inside and noc[T]:
+            words = view.mac_words(T, True)
+            pj += noc[T] * (2 * words - view.real(T, view.dims, True) if T == "O" else words)
         total += pj
     return total
 
@@ -558,7 +616,7 @@ def _refill_floor(layer: Layer, hierarchy: Hierarchy, grid: _Grid, l: int) -> np
     above = hierarchy.levels[l + 1:]
     for T in layer.tensors:
         distinct = grid.above * grid.group[T] / grid.full_group[T]
-        fills = grid.fp[T] * distinct
+        fills = grid.moved[T] * distinct
         words = 2 * fills - grid.full[T] if T == "O" else fills
         total += min(mem.energy(T) for mem in above) * words
     return total
