@@ -247,17 +247,15 @@ class _Tables:
                           - (self.price[T] * g.full[T] if T == "O" else 0.0)
                           + noc[T] * (2 * view.mac_words(T, True) - g.full_pe[T] if T == "O" else view.mac_words(T, True))
                           for T in layer.tensors)
-        self.inner = np.zeros(g.size, dtype=np.int64)  # canonical order of the loops inside level 0 (stationary)
-        self._is_stationary = stationary
-        if stationary:
-            self.inner = self._stationary(pricing, noc)
+        # per tile, the canonical order of the loops inside level 0 (None: operands are not stationary)
+        self.inner = self._stationary(noc) if stationary else None
         self.bytes0 = sum(self.nbytes[T] for T in layer.tensors)
         words, _ = _refill_words(layer, g, np.arange(g.size), None)
         dram = np.stack([sum(pricing.dram_pj * w[T] for T in layer.tensors) for w in words])
         self.top, self.top_order = dram.min(axis=0), dram.argmin(axis=0)
         self.dram_pj = pricing.dram_pj
 
-    def _stationary(self, pricing, noc) -> np.ndarray:
+    def _stationary(self, noc) -> np.ndarray:
         """Lower `level0` by the MAC reads a stationary input or weight saves (one per run of the innermost loops of
         the level-0 tile that skip it) under the best canonical order of those loops, and return that order."""
         g, view = self.grid, self.grid.view
@@ -301,8 +299,8 @@ class _Tables:
         names = tuple(CANONICAL)
         orders = [CANONICAL[names[int(self.pair(np.array([a]), np.array([b]))[1][0])]] for a, b in zip(chain, chain[1:])]
         orders.append(CANONICAL[names[int(self.top_order[chain[-1]])]])
-        view, stationary = self.grid.view, self._is_stationary
-        inner = CANONICAL[names[int(self.inner[chain[0]])]] if stationary else INNER_ORDER
+        view = self.grid.view
+        inner = INNER_ORDER if self.inner is None else CANONICAL[names[int(self.inner[chain[0]])]]
         return Blocking(view.dims, tuple(self.grid.tile(i) for i in chain), tuple(orders), view.unroll, inner)
 
     def child_floor(self, *, above_dram: bool = True) -> np.ndarray:
