@@ -27,15 +27,15 @@ def diannao_baseline(layer: Layer, hierarchy: Hierarchy | None = None) -> Blocki
     channels and window) and its datapath's 16-channel blocks (a tile holds at least 16 input
     and 16 output channels), and give it the best tile under those rules, so the comparison with
     `block` isolates what the paper credits the optimizer with: interchanging the loops. On a hierarchy with a PE
-    array (DianNao's 16 x 16 `Cin|Cout` NFU) the 16-channel blocks are the array's first unrolling and the tiles
-    count temporal steps; with stationary MAC operands the loops inside the tile take the best canonical order.
+    array (DianNao's 16 x 16 `Cin|Cout` NFU) the 16-channel blocks are the array's fullest unrolling (most busy PEs)
+    and the tiles count temporal steps; with stationary MAC operands the loops inside the tile take the best canonical order.
     """
     hierarchy = hierarchy or Hierarchy.diannao()
     if len(hierarchy.on_chip) != 1:
         raise EngineError("the DianNao baseline schedules one on-chip level (IB/KB/OB) and DRAM")
     best, best_pj = None, None
     # DianNao's NFU takes Tn = 16 input and 16 output channels a cycle: tiles hold at least that many
-    unroll = _unrolls(layer, hierarchy)[0] if hierarchy.array else (1,) * len(DIMS)
+    unroll = max(_unrolls(layer, hierarchy), key=math.prod) if hierarchy.array else (1,) * len(DIMS)
     dims = dict(zip(DIMS, SpatialView.of(layer, unroll).dims))
     lanes = 1 if hierarchy.array else NFU_LANES  # the array's unrolling already takes the 16 channels
     options = [divisors(dims["X"]), divisors(dims["Y"])] + [
