@@ -41,8 +41,8 @@ import numpy as np
 from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
 from engine.blocking.layer import DIMS, TENSORS, Layer
 from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
-from engine.blocking.optimizer import (_GROUP_ORDER, CANONICAL, BlockingResult, _grid, _pairs, _refill_words, _unrolls,
-                                       block, every_blocking, every_unroll)
+from engine.blocking.optimizer import (_GROUP_ORDER, CANONICAL, BlockingResult, _grid, _mac_words, _pairs, _refill_words,
+                                       _unrolls, block, every_blocking, every_unroll)
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj
 
@@ -243,9 +243,12 @@ class _Tables:
             self.price[T] = np.array([pricing.energy(b) for b in pricing.bytes_of(uniq)])[inv.ravel()]
             self.nbytes[T] = pricing.bytes_of(g.fp[T])
         noc = dict(zip(TENSORS, noc_pj))  # the array's network: every busy PE's words (fixed for the unrolling)
-        self.level0 = sum(self.price[T] * view.mac_words(T, False) * (2 if T == "O" else 1)
+        u = np.array([view.unroll], dtype=np.float64)
+        self.mac = {(T, inside): float(_mac_words(layer, [view.unroll], u, T, inside)[0][0])
+                    for T in layer.tensors for inside in (False, True)}  # real words the MACs take over all steps
+        self.level0 = sum(self.price[T] * self.mac[T, False] * (2 if T == "O" else 1)
                           - (self.price[T] * g.full[T] if T == "O" else 0.0)
-                          + noc[T] * (2 * view.mac_words(T, True) - g.full_pe[T] if T == "O" else view.mac_words(T, True))
+                          + noc[T] * (2 * self.mac[T, True] - g.full_pe[T] if T == "O" else self.mac[T, True])
                           for T in layer.tensors)
         # per tile, the canonical order of the loops inside level 0 (None: operands are not stationary)
         self.inner = self._stationary(noc) if stationary else None
@@ -258,9 +261,8 @@ class _Tables:
     def _stationary(self, noc) -> np.ndarray:
         """Lower `level0` by the MAC reads a stationary input or weight saves (one per run of the innermost loops of
         the level-0 tile that skip it) under the best canonical order of those loops, and return that order."""
-        g, view = self.grid, self.grid.view
-        mac = {T: self.price[T] * view.mac_words(T, False) + noc[T] * view.mac_words(T, True)
-               for T in "IW" if T in self.layer.tensors}
+        g = self.grid
+        mac = {T: self.price[T] * self.mac[T, False] + noc[T] * self.mac[T, True] for T in "IW" if T in self.layer.tensors}
         saving = []
         for order in CANONICAL:
             groups = _GROUP_ORDER[order]

@@ -144,21 +144,6 @@ class SpatialView:
         the array's whole tile outside): padded indices move nothing, so one load of each tile moves this."""
         return _real_words(self.layer, self.unroll, tensor, tuple(tile), inside)
 
-    def mac_words(self, tensor: str, inside: bool) -> int:
-        """Real words of `tensor` the MACs take over all steps, one word per busy PE per step (`moved` for a
-        one-step tile, in closed form): each real index once per step of the loops that do not index it."""
-        if tensor == "W" and not self.layer.has_weights:
-            return 0
-        rel = RELEVANT[tensor]
-        words = math.prod(t * (s if inside else 1) for d, t, s in zip(DIMS, self.dims, self.unroll) if d not in rel)
-        if tensor != "I":
-            return words * math.prod(getattr(self.layer, d) for d in rel)
-        layer = self.layer
-        if inside:
-            return words * layer.N * layer.C * layer.X * layer.Fw * layer.Y * layer.Fh
-        return words * layer.N * layer.C * window_sum(layer, self.unroll, 0, 1, 1, False) \
-            * window_sum(layer, self.unroll, 1, 1, 1, False)
-
     def moved(self, tensor: str, count: int, tile, inside: bool) -> int:
         """Real words `count` loads of a temporal tile move (every position is loaded equally often)."""
         return count // self.positions(tensor, tile) * self.real(tensor, tile, inside)

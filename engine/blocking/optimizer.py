@@ -409,27 +409,29 @@ def _floors(layer: Layer, hierarchy: Hierarchy) -> list:
 
 @lru_cache(maxsize=1024)
 def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
-    return sorted((_unroll_floor(layer, hierarchy, u), -math.prod(u), u) for u in _unrolls(layer, hierarchy))
-
-
-def _unroll_floor(layer: Layer, hierarchy: Hierarchy, unroll) -> float:
-    """A lower bound (pJ, one group) on any blocking under `unroll`: the MACs' operand words (fixed, less the
-    most a stationary operand can save: `_max_run`) plus every word of each operand held on chip loaded once
-    from DRAM (outputs: written once into it)."""
-    view = SpatialView.of(layer, unroll)
+    """`_floors` for one order of the levels: the MAC floor of every unrolling (`_mac_floors`) plus every real word
+    of each operand held on chip loaded once from DRAM (outputs written once into it, at its write price)."""
+    unrolls = _unrolls(layer, hierarchy)
     dram = hierarchy.levels[-1]
-    on_chip = {T for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip)}
-    return _mac_floor(layer, hierarchy, view) + sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
-                       for T in on_chip)
+    view = SpatialView.of(layer, unrolls[0])  # real words outside the array do not depend on the unrolling
+    once = sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+               for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
+    floors = _mac_floors(layer, hierarchy, unrolls) + once
+    return sorted((float(f), -math.prod(u), u) for f, u in zip(floors, unrolls))
 
 
-def _mac_floor(layer: Layer, hierarchy: Hierarchy, view: SpatialView) -> float:
-    """A lower bound (pJ, one group) on the MACs' operand words: all of them, less the most a stationary operand
-    can save (one of I and W is reused over the innermost loops of level 0's tile, by at most `_max_run`)."""
-    pj = {T: _level0_pj(layer, hierarchy, view, (T,)) for T in layer.tensors}
-    saving = min((pj[T] * (1 / _max_run(layer, hierarchy, view, T) - 1) for T in "IW" if T in pj and
-                  hierarchy.stationary), default=0.0)
-    return sum(pj.values()) + saving
+def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
+    """Per unrolling, a lower bound (pJ, one group) on the MACs' operand words: all of them, less the most a
+    stationary operand can save (one of I and W is reused over the innermost loops of level 0's tile, by at most
+    `_max_run`)."""
+    pj = {T: _level0_pj(layer, hierarchy, unrolls, (T,)) for T in layer.tensors}
+    total = sum(pj.values())
+    if not hierarchy.stationary:
+        return total
+    views = [SpatialView.of(layer, u) for u in unrolls]
+    saving = [pj[T] * (1 / np.array([_max_run(layer, hierarchy, v, T) for v in views]) - 1)
+              for T in "IW" if T in pj]
+    return total + np.min(saving, axis=0) if saving else total
 
 
 def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
@@ -483,7 +485,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _mac_floor(layer, hierarchy, grid.view)
+    budget = cap - _mac_floors(layer, hierarchy, [unroll])[0]
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
@@ -538,23 +540,42 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
     return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll, inner_order), evaluated
 
 
-def _level0_pj(layer: Layer, hierarchy: Hierarchy, view: SpatialView, operands=TENSORS) -> float:
-    """Energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy PE per step
-    from each operand's innermost holder (multicast across the array when that holder is outside it)."""
+def _level0_pj(layer: Layer, hierarchy: Hierarchy, unrolls, operands=TENSORS) -> np.ndarray:
+    """Per unrolling, the energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy
+    PE per step from each operand's innermost holder (multicast across the array when that holder is outside it)."""
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
-    total = 0.0
+    u = np.array(unrolls, dtype=np.float64).reshape(-1, len(DIMS))
+    total = np.zeros(len(u))
     for T in (T for T in layer.tensors if T in operands):
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
         mem = hierarchy.levels[h0]
-        words = view.mac_words(T, inside)
-        pj = mem.energy(T) * (words - view.real(T, view.dims, inside)) + mem.write_energy(T) * words if T == "O" \
+        words, copies = _mac_words(layer, unrolls, u, T, inside)  # an output's first write reads no zero
+        total += mem.energy(T) * (words - copies * layer.size(T)) + mem.write_energy(T) * words if T == "O" \
             else mem.energy(T) * words
         if hierarchy.array is not None and not inside and noc[T]:
-            words = view.mac_words(T, True)
-            pj += noc[T] * (2 * words - view.real(T, view.dims, True) if T == "O" else words)
-        total += pj
+            words, copies = _mac_words(layer, unrolls, u, T, True)
+            total += noc[T] * (2 * words - copies * layer.size(T) if T == "O" else words)
     return total
+
+
+def _mac_words(layer: Layer, unrolls, u: np.ndarray, T: str, inside: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per unrolling, the real words of T the MACs take over all steps (one word per busy PE per step: each real
+    index once per step of the loops that do not index it; `SpatialView.moved` of a one-step tile, in closed
+    form), and the copies of each real word (busy PEs along the loops that do not index T, inside the array)."""
+    if T == "W" and not layer.has_weights:
+        return np.zeros(len(u)), np.ones(len(u))
+    steps = np.ceil(np.array(layer.dims) / u)
+    irrelevant = [j for j, d in enumerate(DIMS) if d not in RELEVANT[T]]
+    copies = np.prod(u[:, irrelevant], axis=1) if inside else np.ones(len(u))
+    per_step = np.prod(steps[:, irrelevant], axis=1) * copies
+    if T != "I":
+        return per_step * layer.size(T), copies
+    if inside:
+        return per_step * layer.N * layer.C * layer.X * layer.Fw * layer.Y * layer.Fh, copies
+    windows = np.array([window_sum(layer, v, 0, 1, 1, False) * window_sum(layer, v, 1, 1, 1, False)
+                        for v in unrolls], dtype=np.float64)
+    return per_step * layer.N * layer.C * windows, copies
 
 
 def _stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> tuple[np.ndarray, np.ndarray]:
@@ -564,7 +585,7 @@ def _stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> tuple
     orders cover every order."""
     if not hierarchy.stationary:
         return np.zeros(grid.size), np.zeros(grid.size, dtype=np.int64)
-    full = _level0_pj(layer, hierarchy, grid.view, ("I",)), _level0_pj(layer, hierarchy, grid.view, ("W",))
+    full = [_level0_pj(layer, hierarchy, [grid.view.unroll], (T,))[0] for T in "IW"]
     saving = []
     for order in CANONICAL:
         g = _GROUP_ORDER[order]
