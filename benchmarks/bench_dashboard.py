@@ -28,8 +28,10 @@ from dashboard.tabs.fusion import FusionTab
 
 NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "densenet121", "mobilenet_v2")
 STEPS_KB = (90, 181, 362, 724, 1448)
-# a chain with residuals, inception branches, and a transformer (the zoo's Llama prefill where it has one)
-BROWSER_NETWORKS = ("resnet50", "googlenet", "vit_b_16")
+# a chain with residuals, inception branches, and a transformer (the zoo's Llama prefill where it has one); "floor" is
+# benchmarks/floor_app.py: the same template and slider with one line of text, what any move costs at least
+FLOOR = "floor"
+BROWSER_NETWORKS = (FLOOR, "resnet50", "googlenet", "vit_b_16")
 MOVES = 10
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,13 +44,16 @@ TIMING_SCRIPT = """
   class Timed extends Native {
     set onmessage(handler) {
       super.onmessage = (event) => {
+        const arrived = performance.now();
         const result = handler.call(this, event);
         const text = typeof event.data === 'string' ? event.data : '';
-        const entry = {header: /msgtype/.test(text), done: 0,
+        const entry = {header: /msgtype/.test(text), arrived, applied: 0, done: 0,
+                       bytes: typeof event.data === 'string' ? event.data.length : (event.data.byteLength || 0),
                        content: /"(ModelChanged|ColumnDataChanged|ColumnsPatched|RootAdded)"/.test(text)
                                 && !/"loader"|"attr":"search"/.test(text)};   // not the spinner, not the URL
         window.__frames.push(entry);
-        Promise.resolve(result).then(() => requestAnimationFrame(() => setTimeout(() => { entry.done = performance.now(); })));
+        Promise.resolve(result).then(() => { entry.applied = performance.now();
+          requestAnimationFrame(() => setTimeout(() => { entry.done = performance.now(); })); });
         return result;
       };
     }
@@ -58,13 +63,18 @@ TIMING_SCRIPT = """
   const mark = () => { window.__release = performance.now(); window.__frames = []; };
   document.addEventListener('mouseup', mark, true);
   document.addEventListener('mousemove', (e) => { if (e.buttons) mark(); }, true);   // a drag step, handle held
-  window.__drawnAfter = () => {   // ms from the release to the frame after the last content message was applied
+  window.__drawnAfter = () => {   // ms from the release to: the last content message's arrival, its application, the frame after
     const f = window.__frames;
     let last = -1;
     f.forEach((e, i) => { if (e.content) last = i; });
     if (last < 0) return null;
-    while (last + 1 < f.length && !f[last + 1].header) last += 1;   // its binary buffers follow it
-    return f[last].done - window.__release;
+    let first = last;
+    while (first > 0 && !f[first].header) first -= 1;   // the message's header frame
+    let bytes = 0;
+    for (let i = first; i <= last; i++) bytes += f[i].bytes;
+    while (last + 1 < f.length && !f[last + 1].header) { last += 1; bytes += f[last].bytes; }   // its binary buffers
+    const t0 = window.__release;
+    return {arrived: f[first].arrived - t0, applied: f[last].applied - t0, drawn: f[last].done - t0, bytes};
   };
 })();
 """
@@ -94,8 +104,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
-    """Per network, ms from the slider move to the new report drawn, over ten moves.
+def browser_side(networks, prefetch: bool) -> dict[str, list[dict]]:
+    """Per network, ten moves' ms from the slider move to the new report's message arriving, applied and drawn.
 
     Without prefetch, from the release (the report is computed then); with it, from the mouse
     move that carries the held handle onto the next step (the views follow the drag).
@@ -106,7 +116,8 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
     panel = Path(sys.executable).parent / "panel"
     env = {**os.environ, "DASHBOARD_PREFETCH": "1" if prefetch else "0"}
     env["PYTHONPATH"] = str(ROOT)  # this checkout's code, whatever is installed
-    server = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1"],
+    server = subprocess.Popen([str(panel), "serve", "dashboard", "benchmarks/floor_app.py", "--port", str(port),
+                               "--address", "127.0.0.1"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.time() + 90
@@ -123,7 +134,8 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
             for net in networks:
                 page = browser.new_page(viewport={"width": 1500, "height": 1100})
                 page.add_init_script(TIMING_SCRIPT)
-                page.goto(f"http://127.0.0.1:{port}/dashboard?network={net}&buffer_kb=8", timeout=120_000)
+                path = "floor_app" if net == FLOOR else f"dashboard?network={net}&buffer_kb=8"
+                page.goto(f"http://127.0.0.1:{port}/{path}", timeout=120_000)
                 page.get_by_text(re.compile(r"best plan \(")).first.wait_for(timeout=120_000)  # the headline's
                 page.wait_for_timeout(5000)
                 step = page.locator(".noUi-target").first.bounding_box()["width"] / (len(BUFFER_STEPS_KB) - 1)
@@ -141,8 +153,8 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[float]]:
             server.wait(10)
 
 
-def _one_move(page, dx: float) -> float:
-    """Drag the handle one step and release it; ms from the release to the new report drawn."""
+def _one_move(page, dx: float) -> dict:
+    """Drag the handle one step and release it; ms from the release to the new report arriving, applied, drawn."""
     x, y = _grab_handle(page)
     page.mouse.move(x + dx, y, steps=4)
     page.mouse.up()
@@ -150,8 +162,9 @@ def _one_move(page, dx: float) -> float:
     return page.evaluate("window.__drawnAfter()")
 
 
-def _one_drag_step(page, dx: float) -> float:
-    """Carry the held handle onto the next step in one mouse move; ms from that move to the new report drawn."""
+def _one_drag_step(page, dx: float) -> dict:
+    """Carry the held handle onto the next step in one mouse move; ms from that move to the new report drawn (as
+    `_one_move`)."""
     x, y = _grab_handle(page)
     page.mouse.move(x + dx, y)
     _until_quiet(page)
@@ -208,14 +221,23 @@ def main():
           "new group outlines and legend). "
           "Cold (`DASHBOARD_PREFETCH=0`): every move computes its report when the handle is released; ms from the release. "
           "Prefetched (the default): the other buffer steps were computed in the background after the page loaded, so the "
-          "views follow the handle while it is dragged; ms from the mouse move that carries the held handle onto the next step.\n")
-    print("| network | reports | median (ms) | fastest | slowest |")
-    print("|---|---|---:|---:|---:|")
+          "views follow the handle while it is dragged; ms from the mouse move that carries the held handle onto the next step. "
+          "*floor*: `benchmarks/floor_app.py`, the same template and slider with one line of text that follows it, what any "
+          "move costs at least. *message arrives*: the last message carrying the new report reaches the page (the server's "
+          "part, and the slider's own messages before it); *applied*: BokehJS has applied it; *message*: its size.\n")
+    print("| network | reports | median (ms) | fastest | slowest | message arrives | applied | message (KB) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for prefetch in (False, True):
-        for net, times in browser_side(browser_networks(), prefetch).items():
-            print(f"| {net} | {'prefetched' if prefetch else 'cold'} | {statistics.median(times):.0f} | "
-                  f"{min(times):.0f} | {max(times):.0f} |")
-
+        for net, moves in browser_side(browser_networks(), prefetch).items():
+            moves = [m for m in moves if m is not None]
+            if not moves:  # no content message after any move: say so rather than fail
+                print(f"| {net} | {'prefetched' if prefetch else 'cold'} | - | - | - | - | - | - |")
+                continue
+            drawn = [m["drawn"] for m in moves]
+            print(f"| {net} | {'prefetched' if prefetch else 'cold'} | {statistics.median(drawn):.0f} | "
+                  f"{min(drawn):.0f} | {max(drawn):.0f} | {statistics.median(m['arrived'] for m in moves):.0f} | "
+                  f"{statistics.median(m['applied'] for m in moves):.0f} | "
+                  f"{statistics.median(m['bytes'] for m in moves) / 1e3:.0f} |")
 
 if __name__ == "__main__":
     hv.extension("bokeh")

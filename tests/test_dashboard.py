@@ -721,3 +721,20 @@ def test_the_legend_lists_at_most_its_row_limit_and_names_the_rest():
     rest = sum(costs[10:])
     assert f"G10 to G{len(plan.groups) - 1}</td><td>{len(plan.groups) - 10} more" in html
     assert f"{rest / 1e3:,.1f} KB" in html
+
+
+def test_a_move_sends_only_the_dag_columns_that_changed():
+    from dashboard.tabs.fusion import changed_columns, fusion_view_data
+
+    s = Session(ExplorerState(network="resnet50", buffer_kb=16))
+    before = fusion_view_data(s.report).dag.region_columns
+    s.state.buffer_kb = 22
+    after = fusion_view_data(s.report).dag.region_columns
+    assert len(before["region"]) == len(after["region"]) == 71  # as many groups at both sizes
+    sent = changed_columns(before, after)
+    assert set(sent) == {col for col in after if list(before[col]) != list(after[col])}
+    assert set(sent) == {"dram_bytes"}  # the same 71 groups: only their DRAM bytes go to the browser
+    s.state.buffer_kb = 2048
+    fewer = fusion_view_data(s.report).dag.region_columns
+    assert len(fewer["region"]) < 71 and changed_columns(after, fewer) == fewer  # another row count: every column
+    assert changed_columns(fewer, fewer) == {}

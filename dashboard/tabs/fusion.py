@@ -126,6 +126,15 @@ def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()):
                       title or groups_title(rep))
 
 
+def changed_columns(drawn, columns: dict) -> dict:
+    """The columns of `columns` whose values differ from those in `drawn` (a data source's data); all of them when
+    the row count differs. Only these go to the browser: each column sent is parsed and re-applied there."""
+    rows = {len(values) for values in columns.values()}
+    if any(len(drawn.get(col, ())) not in rows for col in columns):
+        return dict(columns)
+    return {col: values for col, values in columns.items() if list(drawn[col]) != list(values)}
+
+
 @dataclass(frozen=True)
 class DagData:
     """What one plan (or part/module overlay) changes in a drawn DAG: box colours, outlines, legend, title."""
@@ -220,10 +229,17 @@ class DagPlot:
         if key != self._key:
             self._draw(dag_element(rep, colour_by, cpu_kinds), key)
         data = fusion_view_data(rep).dag if overlay is None else dag_data(rep, overlay, title)
-        self._ops.data.update(data.node_columns)
-        self._regions.data = dict(data.region_columns)
+        nodes = changed_columns(self._ops.data, data.node_columns)
+        if nodes:
+            self._ops.data.update(nodes)
+        regions = changed_columns(self._regions.data, data.region_columns)
+        if len(regions) == len(data.region_columns):  # every column, or the row count changed: replace the table
+            self._regions.data = dict(data.region_columns)
+        elif regions:
+            self._regions.data.update(regions)
         self._figure.title.text = data.title
-        self.legend.object = data.legend_html
+        if self.legend.object != data.legend_html:
+            self.legend.object = data.legend_html
 
     def _draw(self, figure, key):
         self._ops = figure.select_one({"name": "dag-ops"})

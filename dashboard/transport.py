@@ -1,0 +1,24 @@
+"""How a page's messages reach the browser: the websocket sends each frame at once.
+
+Bokeh writes every message as three or more websocket frames (header, metadata, content,
+buffers), each its own write to the socket. With Nagle's algorithm on (Tornado's default) the
+kernel holds a small write back while an earlier one is unacknowledged, and the browser
+acknowledges late (delayed ACK, 40 ms on Linux): every slider move waited ~40 ms for nothing
+(docs/dashboard.md, "Why a slider move is quick").
+"""
+
+from __future__ import annotations
+
+
+def send_frames_at_once(doc) -> int:
+    """Turn Nagle's algorithm off on every websocket of `doc`'s server session; how many there were.
+
+    Bokeh exposes no option for it, so this reaches the session's connections (a ServerSession's
+    subscribed ServerConnections, each wrapping Tornado's WebSocketHandler) through their private fields.
+    """
+    context = getattr(doc, "session_context", None)
+    session = getattr(context, "session", None)
+    connections = list(getattr(session, "_subscribed_connections", ()))
+    for connection in connections:
+        connection._socket.set_nodelay(True)
+    return len(connections)
