@@ -14,11 +14,14 @@ def send_frames_at_once(doc) -> int:
     """Turn Nagle's algorithm off on every websocket of `doc`'s server session; how many there were.
 
     Bokeh exposes no option for it, so this reaches the session's connections (a ServerSession's
-    subscribed ServerConnections, each wrapping Tornado's WebSocketHandler) through their private fields.
+    subscribed ServerConnections, each wrapping Tornado's WebSocketHandler) through their private fields;
+    where a Bokeh release has renamed them nothing is changed (the page is then only slower).
     """
     context = getattr(doc, "session_context", None)
     session = getattr(context, "session", None)
     connections = list(getattr(session, "_subscribed_connections", ()))
-    for connection in connections:
-        connection._socket.set_nodelay(True)
-    return len(connections)
+    sockets = [getattr(connection, "_socket", None) for connection in connections]
+    handlers = [socket for socket in sockets if callable(getattr(socket, "set_nodelay", None))]
+    for handler in handlers:
+        handler.set_nodelay(True)
+    return len(handlers)
