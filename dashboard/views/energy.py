@@ -5,6 +5,8 @@ from __future__ import annotations
 import holoviews as hv
 import pandas as pd
 
+from dashboard.views import NEUTRAL
+
 LABELS = {"dram": "DRAM", "buffer": "buffer", "array": "PE array", "rf": "RF", "mac": "MAC"}
 COLOURS = {"DRAM": "#d62728", "buffer": "#ff7f0e", "PE array": "#9467bd", "RF": "#2ca02c", "MAC": "#1f77b4"}
 
@@ -29,7 +31,7 @@ def latency_bars(energies: dict) -> hv.Bars:
     """Latency per method (the larger of compute and DRAM time, summed over fused groups)."""
     lat = energy_frame(energies).drop_duplicates("method")
     return hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
-        color="#555555", tools=["hover"], responsive=True, height=320, ylabel="latency (ms)", title="Latency")
+        color=NEUTRAL, tools=["hover"], responsive=True, height=320, ylabel="latency (ms)", title="Latency")
 
 
 def stacked_columns(energies: dict) -> dict[str, list]:
