@@ -756,3 +756,21 @@ def test_an_upload_in_chunks_shows_its_progress_then_its_name_in_the_network_box
     box._process_events({"value": "light_squeezenet.onnx"})  # the network in use, typed again: the upload goes
     assert session.state.upload_name == "" and session.report.graph.name == "light_squeezenet"
     assert box.value == "light_squeezenet.onnx" and not session.status.visible
+
+
+def test_defect_11s_wordings_singular_counts_explained_statuses_no_none_and_the_readmes_zoo_count():
+    """Defect 11's small items: '1 groups', statuses and columns never explained, 'proven gap None', and a README
+    promising more networks than the zoo has."""
+    import re
+    from pathlib import Path
+
+    from dashboard.tabs.fusion import SUMMARY_NOTE, counted, summary_html
+
+    assert (counted(1, "group"), counted(1_500, "group")) == ("1 group", "1,500 groups")
+    for word in ("`optimal`", "`restricted`", "`unfused`", "`beam`", "*× Oracle*", "*proven gap*"):
+        assert word in SUMMARY_NOTE
+    table = summary_html(Session(ExplorerState(network="light_squeezenet.onnx", methods=["dnnvm", "optimus"]))
+                         .report.summary_frame())
+    assert "proven gap" in table and "None" not in table and "nan" not in table
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert int(re.search(r"one of (\d+) built-in ones", readme).group(1)) == len(engine.zoo.names())
