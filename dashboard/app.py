@@ -81,7 +81,7 @@ def checked(widget: pn.widgets.Widget, session: Session, name: str, shown=None) 
     shown = shown or (lambda: getattr(s, name))
 
     def typed(event):
-        if event.new == shown():  # the page's own words, put there by `show`
+        if event.new == shown():  # the page's own words (`shown`), not an edit
             return
         try:
             s.param.update(**{name: event.new})

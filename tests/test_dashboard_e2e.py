@@ -455,6 +455,8 @@ class LoopProbe:
 def _drag_until(page, done, at_least: int) -> list[float]:
     """Drag the page's buffer slider 40 px right and left until `done()` (and `at_least` times): seconds each move
     took to show its size in the headline."""
+    from playwright.sync_api import TimeoutError as Timeout
+
     waits = []
     deadline = time.time() + 180
     while time.time() < deadline and (len(waits) < at_least or not done()):
@@ -464,7 +466,13 @@ def _drag_until(page, done, at_least: int) -> list[float]:
         page.mouse.down()
         page.mouse.move(x + (40 if len(waits) % 2 == 0 else -40), y, steps=2)
         page.mouse.up()
-        waits.append(_headline_shows(page, f"squeezenet1_0 \\(batch 1\\) on optimus, {_released_kb(page):,} KB buffer", 60))
+        released = _released_kb(page)
+        try:
+            waits.append(_headline_shows(page, f"squeezenet1_0 \\(batch 1\\) on optimus, {released:,} KB buffer", 60))
+        except Timeout:  # the released size never shown: say what is
+            shown = page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.inner_text()
+            pytest.fail(f"move {len(waits) + 1} released at {released} KB; after 60 s the headline says "
+                        f"{shown.splitlines()[0]!r} and the slider {_released_kb(page)} KB")
     return waits
 
 
