@@ -5,7 +5,7 @@ from __future__ import annotations
 import holoviews as hv
 import pandas as pd
 
-from dashboard.views import NEUTRAL
+from dashboard.views import NEUTRAL, numbers
 
 
 def placement_rectangles(alloc) -> pd.DataFrame:
@@ -48,4 +48,5 @@ def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
              f"peak {alloc.peak_bytes / 1024:,.1f} KB of {budget_bytes / 1024:,.1f} KB")
     return (boxes * spill_pts * back_pts * budget).opts(
         hv.opts.Overlay(title=title, xlabel="timestep (op in schedule order)", ylabel="address (KB)",
-                        responsive=True, height=420, legend_position="top_right", show_legend=True))
+                        yformatter=numbers(), responsive=True, height=420, show_legend=True,
+                        legend_position="right"))  # beside the plot: inside, it hid the last steps' marks
