@@ -3,8 +3,6 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# an uploaded model travels in one websocket message, base64-encoded: room for the 200 MB the page accepts
-UPLOAD_MESSAGE_BYTES := 300000000
 
 .PHONY: serve test bench clean browser compiled
 
@@ -25,7 +23,6 @@ compiled: $(STAMP)
 # a closed page's session ends within about a second (Bokeh's default: 15-30 s), and with it that page's work
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
-	  --websocket-max-message-size $(UPLOAD_MESSAGE_BYTES) \
 	  --check-unused-sessions 1000 --unused-session-lifetime 1000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 

@@ -11,8 +11,9 @@ import param
 
 import engine
 from dashboard import uploads, url
-from dashboard.session import Session
+from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+from dashboard.tabs.common import toggles
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
 from dashboard.tabs.fusion import FusionTab
@@ -21,6 +22,7 @@ from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
 
+UPLOAD_CHUNK_BYTES = 4 * 2**20  # an upload's chunk: one websocket message each, well under Bokeh's 20 MB limit
 URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
               "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
@@ -48,6 +50,21 @@ class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
             super()._update_value(event)
 
 
+class ModelDropper(pn.widgets.FileDropper):
+    """Panel's FileDropper: the file comes in chunks (a 200 MB model in one websocket message would need the server's
+    message limit raised), with FilePond's progress bar; `progress` also follows the chunks that reached the server
+    (the browser's bar counts what it handed to the websocket, ahead of that)."""
+
+    progress = param.Tuple(default=("", 0.0), doc="(file name, fraction of its chunks received) of the last upload")
+
+    _rename = {**pn.widgets.FileDropper._rename, "progress": None}  # the server's alone, not the browser's
+
+    def _process_event(self, event):
+        if event.event_name == "upload_event":  # before the last chunk makes the file the value
+            self.progress = (event.data["name"], event.data["chunk"] / event.data["total_chunks"])
+        super()._process_event(event)
+
+
 class Fast(pn.theme.Fast):
     """Panel's Fast design without its web font, which the browser would fetch from outside the machine:
     everything the page needs is served by the dashboard's own server, so it works offline. (Named as
@@ -56,22 +73,72 @@ class Fast(pn.theme.Fast):
     _resources = {**pn.theme.Fast._resources, "font": {}}
 
 
-def checked(widget: pn.widgets.Widget, session: Session, name: str) -> pn.widgets.Widget:
+def checked(widget: pn.widgets.Widget, session: Session, name: str, shown=None) -> pn.widgets.Widget:
     """`widget` edits the state's `name`; a value the state refuses is named in the status line (as a bad URL value
-    is) and the box shows the state's value again, instead of keeping a value that changes nothing."""
+    is) and the box shows the state's value again, instead of keeping a value that changes nothing. `shown()` is what
+    the box says when it is not the value (the network box: an upload's name); setting it is not an edit."""
     s = session.state
+    shown = shown or (lambda: getattr(s, name))
 
     def typed(event):
+        if event.new == shown():  # the page's own words (`shown`), not an edit
+            return
         try:
             s.param.update(**{name: event.new})
         except Exception:
             session.error = url.rejected(s, name, f"{s.param[name].label} {event.new!r}")
             # set after Panel's handling of the browser's message: a change made during it is not sent back
-            pn.state.execute(lambda: setattr(widget, "value", getattr(s, name)), schedule=Session._served())
+            pn.state.execute(lambda: setattr(widget, "value", shown()), schedule=Session._served())
 
     widget.param.watch(typed, "value")
-    s.param.watch(lambda e: setattr(widget, "value", e.new), name)
+    s.param.watch(lambda e: setattr(widget, "value", shown()), name)
     return widget
+
+
+def network_box(session: Session) -> pn.widgets.AutocompleteInput:
+    """The network box: a zoo network's name, typed or chosen; the uploaded file in use; the upload under way."""
+    s = session.state
+
+    def shown() -> str:
+        if session.uploading:
+            return session.uploading
+        return f"{s.upload_name.rpartition('/')[2]} (uploaded)" if s.upload_name else s.network
+
+    # not restricted to the options: a restricted box keeps a mistyped name on screen and never says it is unknown
+    box = checked(pn.widgets.AutocompleteInput(
+        label="Network (type to search)", value=shown(), options=list(s.param.network.objects), restrict=False,
+        min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network", shown)
+
+    def chosen(event):  # the network in use typed again replaces the upload (a new name does so by itself)
+        if event.new == s.network and event.new != shown():
+            s.upload_name = ""
+
+    box.param.watch(chosen, "value")
+    s.param.watch(lambda e: setattr(box, "value", shown()), "upload_name")
+    session.param.watch(lambda e: setattr(box, "value", shown()), "uploading")
+    return box
+
+
+def upload_box(session: Session) -> ModelDropper:
+    """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported."""
+    dropper = ModelDropper(multiple=False, chunk_size=UPLOAD_CHUNK_BYTES, layout="compact", sizing_mode="stretch_width",
+                           max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB")
+
+    def arriving(event):
+        name, fraction = event.new
+        if fraction < 1:
+            session.uploading = f"uploading {name}... {fraction:.0%}"
+
+    def arrived(event):
+        name = dropper.progress[0]
+        if name in event.new:
+            data = event.new[name]
+            dropper.value = {}  # the session keeps the file from here; the widget holds no copy of it
+            session.on_upload(data.encode() if isinstance(data, str) else data, name)
+
+    dropper.param.watch(arriving, "progress")
+    dropper.param.watch(arrived, "value")
+    return dropper
 
 
 def number_box(session: Session, name: str, widget_type=pn.widgets.IntInput, **kw) -> pn.widgets.Widget:
@@ -84,14 +151,6 @@ def number_box(session: Session, name: str, widget_type=pn.widgets.IntInput, **k
 def sidebar(session: Session) -> list:
     """The sidebar's widgets: network, accelerator, methods and allocation choices."""
     s = session.state
-    # not restricted to the options: a restricted box keeps a mistyped name on screen and never says it is unknown
-    network = checked(pn.widgets.AutocompleteInput(
-        label="Network (type to search)", value=s.network, options=list(s.param.network.objects), restrict=False,
-        min_characters=0, case_sensitive=False, search_strategy="includes"), session, "network")
-    # Panel's FileDropper would send big files in chunks with a progress bar, but it made the page fetch stylesheets
-    # from Panel's CDN (no request may leave the machine); the file goes in one message (`make serve` raises the limit)
-    upload = pn.widgets.FileInput(accept=".onnx", multiple=False)
-    upload.param.watch(lambda e: session.on_upload(e.new, upload.filename or "model.onnx"), "value")
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new), "value")
@@ -102,8 +161,9 @@ def sidebar(session: Session) -> list:
 
     s.param.watch(follow_state, "buffer_kb")
     return [
-        pn.pane.Markdown("#### Network"), network, pn.pane.Markdown("or upload an .onnx file (up to 200 MB):"),
-        upload, pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
+        pn.pane.Markdown("#### Network"), network_box(session),
+        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
+        pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),
         pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
         pn.Row(number_box(session, "pe_rows", width=110),
@@ -113,7 +173,7 @@ def sidebar(session: Session) -> list:
         number_box(session, "dram_gbps", pn.widgets.FloatInput),
         pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
-        pn.widgets.RadioButtonGroup.from_param(s.param.access_model),
+        toggles(s.param.access_model),
         pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),
         pn.pane.Markdown("#### Scratchpad allocation"),
         pn.widgets.Select.from_param(s.param.alloc_method),
@@ -143,6 +203,7 @@ def main_area(session: Session) -> pn.Column:
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
     hv.extension("bokeh")
+    pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
     location = pn.state.location
     problems = []

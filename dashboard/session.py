@@ -96,6 +96,7 @@ class Session(param.Parameterized):
     notes = param.Dict(default={}, doc="Upload key -> what its partial import left out")
     link_note = param.String(default="", doc="What the page's link asked for that is not allowed (until a choice "
                                              "changes: a report does not clear it)")
+    uploading = param.String(default="", doc="What the upload under way is doing ('uploading x.onnx... 40%'), or ''")
 
     def __init__(self, state: ExplorerState | None = None, **params):
         super().__init__(**params)
@@ -227,11 +228,13 @@ class Session(param.Parameterized):
             return
         safe = Path(filename).name or "model.onnx"
         if not data:
-            self.error = f"{safe}: the file is empty; choose an .onnx model file"
+            self.error, self.uploading = f"{safe}: the file is empty; choose an .onnx model file", ""
             return
         if len(data) > MAX_UPLOAD_BYTES:
-            self.error = f"{safe}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} MB limit"
+            self.error, self.uploading = (f"{safe}: {len(data) / 1e6:.0f} MB is over the {MAX_UPLOAD_BYTES // 2**20} "
+                                          "MB limit"), ""
             return
+        self.uploading = f"uploading {safe}... importing"
         # each upload under its content hash: the graph cache is keyed by path, so a changed file under the same
         # name is a new path, and the same file uploaded again is found in the cache
         key = uploads.store().put(data, safe, self.holder)
@@ -271,6 +274,7 @@ class Session(param.Parameterized):
         await done
 
     def _use_upload(self, key: str, error: str, note: str):
+        self.uploading = ""
         if error:
             self.error = error
             return

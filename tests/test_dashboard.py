@@ -10,7 +10,8 @@ import engine
 from dashboard.app import LiveDiscreteSlider, build_app, sidebar
 from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
-from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_element
+from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_colouring, dag_data, dag_element
+from dashboard.views.dag import PART_COLOURS
 
 hv.extension("bokeh")  # the views set Bokeh options, which need the backend loaded (build_app does it in the page)
 
@@ -160,8 +161,15 @@ def test_dag_overlays_colour_by_part_and_module():
     by_group = ops(dag_element(s.report))
     by_part = ops(dag_element(s.report, colour_by="CPU/accelerator part", cpu_kinds=("pool",)))
     pools = by_part["kind"] == "pool"
-    assert by_part.loc[pools, "overlay"].str.startswith("cpu part").all()
+    assert by_part.loc[pools, "overlay"].str.startswith("CPU part").all()
     assert by_part.loc[~pools, "overlay"].str.startswith("accelerator part").all()
+    # the colour says the device: every CPU part orange, every accelerator part blue, as the legend's heading says
+    assert set(by_part.loc[pools, "colour"]) == {PART_COLOURS["CPU part"]}
+    assert set(by_part.loc[~pools, "colour"]) == {PART_COLOURS["accelerator part"]}
+    data = dag_data(s.report, *dag_colouring(s.report, "CPU/accelerator part", ("pool",)))
+    assert data.legend_html.startswith("<b>parts: accelerator blue, CPU orange</b>")
+    assert data.region_columns["region"][:4] == ["accelerator part 0", "CPU part 1", "accelerator part 2",
+                                                 "CPU part 3"]  # the legend in execution order: conv1, its max pool, ...
     modules = dag_element(s.report, colour_by="module")
     assert ops(modules)["overlay"].str.startswith("inception").sum() > 40  # GoogLeNet's nine inception modules
     assert sum(r.startswith("inception") for r in modules.select_one({"name": "dag-regions"}).data["region"]) == 9
@@ -738,3 +746,48 @@ def test_a_move_sends_only_the_dag_columns_that_changed():
     fewer = fusion_view_data(s.report).dag.region_columns
     assert len(fewer["region"]) < 71 and changed_columns(after, fewer) == fewer  # another row count: every column
     assert changed_columns(fewer, fewer) == {}
+
+
+def test_an_upload_in_chunks_shows_its_progress_then_its_name_in_the_network_box(session):
+    """Defect 2's rest: a big file comes in chunks, the network box saying how far (not the old network's name);
+    then it names the uploaded file, and typing the network in use again goes back to it."""
+    from types import SimpleNamespace
+
+    from dashboard.app import ModelDropper
+    from engine.loading import onnx_light_models
+
+    widgets = sidebar(session)
+    box = next(w for w in widgets if isinstance(w, pn.widgets.AutocompleteInput))
+    dropper = next(w for w in widgets if isinstance(w, ModelDropper))
+    data = (onnx_light_models() / "light_resnet50.onnx").read_bytes()
+    third = len(data) // 3 + 1
+    shown = []
+    for i in range(3):  # as the browser sends them: one event per chunk
+        dropper._process_event(SimpleNamespace(event_name="upload_event", data={
+            "name": "mine.onnx", "chunk": i + 1, "total_chunks": 3, "type": "", "data": data[i * third:(i + 1) * third]}))
+        shown.append(box.value)
+    assert shown[:2] == ["uploading mine.onnx... 33%", "uploading mine.onnx... 67%"]
+    assert shown[2] == box.value == "mine.onnx (uploaded)" and dropper.value == {}  # imported; no copy kept
+    assert session.report.graph.name == "mine" and len(session.report.graph.ops) > 50  # ResNet-50 in light form
+    assert session.state.upload_name.endswith("/mine.onnx")
+    box._process_events({"value": "light_squeezenet.onnx"})  # the network in use, typed again: the upload goes
+    assert session.state.upload_name == "" and session.report.graph.name == "light_squeezenet"
+    assert box.value == "light_squeezenet.onnx" and not session.status.visible
+
+
+def test_defect_11s_wordings_singular_counts_explained_statuses_no_none_and_the_readmes_zoo_count():
+    """Defect 11's small items: '1 groups', statuses and columns never explained, 'proven gap None', and a README
+    promising more networks than the zoo has."""
+    import re
+    from pathlib import Path
+
+    from dashboard.tabs.fusion import SUMMARY_NOTE, counted, summary_html
+
+    assert (counted(1, "group"), counted(1_500, "group")) == ("1 group", "1,500 groups")
+    for word in ("`optimal`", "`restricted`", "`unfused`", "`beam`", "*× Oracle*", "*proven gap*"):
+        assert word in SUMMARY_NOTE
+    table = summary_html(Session(ExplorerState(network="light_squeezenet.onnx", methods=["dnnvm", "optimus"]))
+                         .report.summary_frame())
+    assert "proven gap" in table and "None" not in table and "nan" not in table
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert int(re.search(r"one of (\d+) built-in ones", readme).group(1)) == len(engine.zoo.names())

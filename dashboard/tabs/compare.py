@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import panel as pn
 
-from dashboard.tabs.fusion import shown_plan
+from dashboard.tabs.fusion import TABLE_CSS, shown_plan
 from dashboard.views.dag import dag_figure, plan_differences
 
 NONE = "(no comparison)"
@@ -51,7 +51,8 @@ class ComparePanel:
                  f"(thick outline: not a group of {base.method})")
         figure = dag_figure(rep.graph, other.groups, rep.acc.word_bits, [c.dram_bytes for c in other.costs],
                             title=title, highlight=differing)
-        self.body[:] = [pn.pane.HTML(difference_html(diff, base, other), sizing_mode="stretch_width"),
+        self.body[:] = [pn.pane.HTML(difference_html(diff, base, other), stylesheets=[TABLE_CSS],
+                                     sizing_mode="stretch_width"),
                         pn.pane.Bokeh(figure, sizing_mode="stretch_width")]
 
     def panel(self) -> pn.Column:

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 from functools import lru_cache
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 from bokeh import events
@@ -19,7 +18,7 @@ from panel.io.state import set_curdoc
 
 import engine
 from dashboard.state import BUFFER_STEPS_KB, KB
-from dashboard.tabs.common import message
+from dashboard.tabs.common import message, render
 from dashboard.views.curve import curve_view
 from engine.explore import CURVE_BUFFERS_KB, curve_rows
 
@@ -70,7 +69,7 @@ class CurvePlot:
         state.param.watch(self._follow, "buffer_kb")
 
     def draw(self, df: pd.DataFrame):
-        figure = hv.render(curve_view(df, self.state.buffer_kb, XLIM), backend="bokeh")
+        figure = render(curve_view(df, self.state.buffer_kb, XLIM))
         figure.on_event(events.Tap, self.clicked)
         self.figure = figure
         return pn.pane.Bokeh(figure, sizing_mode="stretch_width")

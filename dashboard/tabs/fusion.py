@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 
 import engine
 from dashboard.state import KB
-from dashboard.tabs.common import error_text
-from dashboard.views.dag import dag_figure, legend_html, node_table, outline_table, region_columns
+from dashboard.tabs.common import error_text, render, toggles
+from dashboard.views.dag import PART_COLOURS, dag_figure, legend_html, node_table, outline_table, region_columns
 from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
+from engine.partition import ACCELERATOR
 
 # node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
 RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
@@ -34,14 +34,14 @@ SUMMARY_NOTE = ("*× Oracle*: the plan's DRAM traffic over the Oracle's (every t
                 "plan may be; `-` where there is none to give.")
 LEGEND_CSS = """
 table.legend { border-collapse: collapse; font-size: 12px; }
-table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid rgba(128, 128, 128, 0.35); text-align: left; vertical-align: top; }
 table.legend td { overflow-wrap: anywhere; }  /* long op names (model.layers.0.post_attention_layernorm) wrap, bytes stay in view */
 table.legend td.bytes, table.legend td:first-child { text-align: right; white-space: nowrap; }
 span.swatch { display: inline-block; width: 12px; height: 12px; border: 2px solid; border-radius: 3px; }
 """
 TABLE_CSS = """
 table.methods { border-collapse: collapse; font-size: 13px; }
-table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: right; }
+table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid rgba(128, 128, 128, 0.35); text-align: right; }
 table.methods th:first-child, table.methods td:first-child { text-align: left; }
 """
 
@@ -93,9 +93,11 @@ def groups_title(rep) -> str:
 def part_overlay(graph, cpu_kinds: tuple[str, ...], word_bits: int):
     """Op -> 'accelerator part i' / 'CPU part i' when the kinds in `cpu_kinds` stay on the CPU."""
     split = engine.partition(graph, lambda op: op.kind.value not in cpu_kinds, word_bits=word_bits)
-    overlay = {op: f"{p.device} part {i}" for i, p in enumerate(split.parts) for op in p.ops}
-    title = (f"{graph.name}: {len(split.accelerator_parts)} accelerator parts, {len(split.parts)} parts in all, "
-             f"{split.crossing_bytes / 1e6:,.2f} MB crossing CPU/accelerator")
+    overlay = {op: f"{'accelerator' if p.device == ACCELERATOR else 'CPU'} part {i}"
+               for i, p in enumerate(split.parts) for op in p.ops}  # the colours follow these words: PART_COLOURS
+    title = (f"{graph.name}: {len(split.accelerator_parts)} accelerator and "
+             f"{counted(len(split.parts) - len(split.accelerator_parts), 'CPU part')}, "
+             f"{split.crossing_bytes / 1e6:,.2f} MB crossing")
     return overlay, title
 
 
@@ -151,7 +153,9 @@ def dag_data(rep, overlay=None, title: str = "") -> DagData:
     costs = [c.dram_bytes for c in plan.costs]
     nodes = node_table(rep.graph, plan.groups, rep.acc.word_bits, costs, overlay)
     regions = outline_table(rep.graph, plan.groups, costs, overlay)
-    heading = f"{plan.method}'s {counted(len(plan.groups), 'fused group')}" if overlay is None else "parts / modules"
+    heading = (f"{plan.method}'s {counted(len(plan.groups), 'fused group')}" if overlay is None else
+               "parts: accelerator blue, CPU orange" if regions["region"].str.startswith(tuple(PART_COLOURS)).all()
+               else "modules")
     return DagData({col: nodes[col].tolist() for col in RECOLOURED}, region_columns(regions),
                    legend_html(regions, heading), title or groups_title(rep))
 
@@ -242,8 +246,9 @@ class DagPlot:
             self.legend.object = data.legend_html
 
     def _draw(self, figure, key):
-        self._ops = figure.select_one({"name": "dag-ops"})
-        self._regions = figure.select_one({"name": "dag-regions"})
+        # by its renderers: `select_one` walks every value of every data source (0.3 s for a 708-op Llama, on the UI thread)
+        sources = {r.data_source.name: r.data_source for r in figure.renderers}
+        self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
         self._ops.selected.on_change("indices", self._clicked)
         self._figure, self._key = figure, key
         self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]  # a new pane lays out afresh
@@ -265,7 +270,7 @@ class BarsPlot:
         """Draw for a new set of methods, else patch in `data` (the plot's columns for `energies`)."""
         key = tuple(energies)
         if key != self._key:
-            figure = hv.render(self._element(energies), backend="bokeh")
+            figure = render(self._element(energies))
             self._source = next(r for r in figure.renderers if hasattr(r, "data_source")).data_source
             self._figure, self._key = figure, key
             self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]
@@ -346,7 +351,7 @@ class FusionTab:
             self.dag.show(rep)
 
     def panel(self) -> pn.Column:
-        colour_by = pn.widgets.RadioButtonGroup.from_param(self.session.state.param.colour_by)
+        colour_by = toggles(self.session.state.param.colour_by)
         return pn.Column(pn.Row(self.headline, self.busy), colour_by,
                          pn.Row(self.dag.pane, pn.Column(self.dag.legend, self.detail.panel)), self.table,
                          pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),

@@ -12,6 +12,8 @@ COSMA = ("*Combined Scheduling, Memory Allocation and Tensor Replacement for Min
          "of DNN Accelerators*, Li, Gupta and Malik (Princeton), arXiv 2023")
 MODULES = ("*A Simple Method to Reduce Off-chip Memory Accesses on Convolutional Neural Networks*, Kim, Kim, Ko "
            "and Ha, arXiv 2019")
+LIMIT = ("*Mind the Gap: Attainable Data Movement and Operational Intensity Bounds for Tensor Algorithms*, Huang, "
+         "Tsai, Emer and Parashar (NVIDIA), ISCA 2024")
 PARTITION = "the DLA paper on extracting maximal convex subgraphs for an accelerator (Sec. 3)"
 
 GUIDES = {
@@ -23,7 +25,9 @@ CPU/accelerator part follows {PARTITION}; by module, {MODULES}. *Compare* draws 
 the groups that differ outlined thickly.""",
     "What-if curve": f"""DRAM traffic of every fusion method against the on-chip buffer size, with the Oracle (each
 tensor crossing once) as the floor no plan can beat. A bigger buffer lets bigger groups fit, so traffic
-falls in steps; click a point to move the slider there. Methods and the Oracle: {OPTIMUS}.""",
+falls in steps; click a point to move the slider there. Methods and the Oracle: {OPTIMUS}. *limit_layerwise* and
+*limit_fused* are the least traffic any schedule could reach, op by op and with fusion: lower bounds after
+{LIMIT}.""",
     "Memory timeline": f"""How a scratchpad of the chosen budget holds the tensors over time: each rectangle is a
 tensor's address range (up) for the steps it stays on chip (across); triangles mark spills to DRAM and
 retrievals. COSMA orders ops, places tensors and picks what to spill in one ILP, against four simple

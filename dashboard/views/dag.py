@@ -22,6 +22,8 @@ from engine.graph import Graph
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
            "#bab0ac", "#1f9e89", "#8f6ad9")
 GREY = "#cccccc"
+# CPU/accelerator parts take their device's colour (so the colour says where an op runs), by label prefix
+PART_COLOURS = {"accelerator part": "#4e79a7", "CPU part": "#f28e2b"}
 BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
 GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
@@ -166,15 +168,25 @@ def short_name(name: str, limit: int = 18) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def regions_of(groups, overlay=None) -> tuple[list[str], list[tuple[str, ...]]]:
-    """(label, ops) of each outlined region: the fused groups, or the parts/modules of `overlay` (op -> label)."""
+def regions_of(graph: Graph, groups, overlay=None) -> tuple[list[str], list[tuple[str, ...]]]:
+    """(label, ops) of each outlined region in execution order: the fused groups, or the parts/modules of `overlay`
+    (op -> label)."""
     if overlay is None:
         return [f"G{i}" for i in range(len(groups))], [tuple(g) for g in groups]
     members: dict[str, list[str]] = {}
-    for op, label in overlay.items():
-        if label:
-            members.setdefault(label, []).append(op)
+    for op in graph.ops:
+        if overlay.get(op.name):
+            members.setdefault(overlay[op.name], []).append(op.name)
     return list(members), [tuple(ops) for ops in members.values()]
+
+
+def colours_of(graph: Graph, labels, members) -> list[str]:
+    """Each region's colour: a CPU/accelerator part its device's (PART_COLOURS), any other region one of a colouring
+    in which neighbours differ (`region_colours`)."""
+    devices = [next((prefix for prefix in PART_COLOURS if label.startswith(prefix + " ")), None) for label in labels]
+    if labels and None not in devices:
+        return [PART_COLOURS[d] for d in devices]
+    return region_colours(graph, members)
 
 
 def _key(groups, group_bytes, overlay) -> tuple:
@@ -198,8 +210,8 @@ def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items
     overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
     group_of = {op: i for i, grp in enumerate(groups) for op in grp}
-    labels, members = regions_of(groups, overlay)
-    colours = dict(zip(labels, region_colours(graph, members)))
+    labels, members = regions_of(graph, groups, overlay)
+    colours = dict(zip(labels, colours_of(graph, labels, members)))
     rows = []
     for op in graph.ops:
         g = group_of.get(op.name, -1)
@@ -231,8 +243,8 @@ def outline_table(graph: Graph, groups, group_bytes=None, overlay=None) -> pd.Da
 def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataFrame:
     overlay = None if overlay_items is None else dict(overlay_items)
     pos = layered_layout(graph)
-    labels, members = regions_of(groups, overlay)
-    colours = region_colours(graph, members)
+    labels, members = regions_of(graph, groups, overlay)
+    colours = colours_of(graph, labels, members)
     rows = []
     for i, (label, ops, colour) in enumerate(zip(labels, members, colours)):
         shape = outline(pos, ops)
@@ -316,14 +328,16 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     fig.axis.visible = False
     fig.grid.visible = False
     region_src = ColumnDataSource(region_columns(regions), name="dag-regions")
-    edge_src = ColumnDataSource({"xs": [p[:, 0] for p in lay.paths], "ys": [p[:, 1] for p in lay.paths]},
-                                name="dag-edges")
+    # every edge in one array per axis, NaN between edges: one array per edge went to the browser as a websocket
+    # frame of its own (3,482 frames, 3 s of the server's UI thread, for a Llama prefill)
+    joined = np.concatenate([np.vstack([p, (np.nan, np.nan)]) for p in lay.paths]) if lay.paths else np.empty((0, 2))
+    edge_src = ColumnDataSource({"x": joined[:, 0], "y": joined[:, 1]}, name="dag-edges")
     op_src = ColumnDataSource(node_columns(nodes), name="dag-ops")
     shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
                          line_width="line_width")
     fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
              text_color="colour", text_baseline="bottom")
-    fig.multi_line("xs", "ys", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
+    fig.line("x", "y", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
     boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
                      line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
                      selection_line_color="black", selection_line_width=3, selection_fill_color="colour")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import holoviews as hv
 import pandas as pd
 
+from dashboard.views import NEUTRAL, numbers
+
 LABELS = {"dram": "DRAM", "buffer": "buffer", "array": "PE array", "rf": "RF", "mac": "MAC"}
 COLOURS = {"DRAM": "#d62728", "buffer": "#ff7f0e", "PE array": "#9467bd", "RF": "#2ca02c", "MAC": "#1f77b4"}
 
@@ -21,7 +23,7 @@ def energy_frame(energies: dict) -> pd.DataFrame:
 def energy_bars(energies: dict) -> hv.Bars:
     """Stacked energy bars (DRAM / buffer / PE array / RF / MAC) per method."""
     return hv.Bars(energy_frame(energies), kdims=["method", "component"], vdims=["uJ"]).opts(
-        stacked=True, cmap=COLOURS, tools=["hover"], responsive=True, height=320, ylabel="energy (µJ)",
+        stacked=True, cmap=COLOURS, tools=["hover"], responsive=True, height=320, ylabel="energy (µJ)", yformatter=numbers(),
         title="Energy per inference", legend_position="right")
 
 
@@ -29,7 +31,8 @@ def latency_bars(energies: dict) -> hv.Bars:
     """Latency per method (the larger of compute and DRAM time, summed over fused groups)."""
     lat = energy_frame(energies).drop_duplicates("method")
     return hv.Bars(lat, kdims=["method"], vdims=["latency_ms"]).opts(
-        color="#555555", tools=["hover"], responsive=True, height=320, ylabel="latency (ms)", title="Latency")
+        color=NEUTRAL, tools=["hover"], responsive=True, height=320, ylabel="latency (ms)", yformatter=numbers(),
+        title="Latency")
 
 
 def stacked_columns(energies: dict) -> dict[str, list]:

@@ -6,6 +6,7 @@ import holoviews as hv
 import pandas as pd
 
 import engine
+from dashboard.views import numbers
 
 COMBINATION = ("network", "accelerator", "batch")  # what one drawing of the sweep holds fixed
 
@@ -37,6 +38,6 @@ def sweep_view(rows: pd.DataFrame, network: str, accelerator: str, batch: int) -
     curves = hv.Dataset(one, kdims=["method", "buffer_kb"], vdims=["dram_mb"]).to(hv.Curve, "buffer_kb", "dram_mb",
                                                                                  groupby="method")
     return curves.overlay("method").opts(
-        hv.opts.Curve(logx=True, tools=["hover"], xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)",
+        hv.opts.Curve(logx=True, tools=["hover"], xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)", yformatter=numbers(),
                       responsive=True, height=380),
         hv.opts.NdOverlay(legend_position="top_right", title=f"{network} on {accelerator}, batch {batch}"))

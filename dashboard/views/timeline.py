@@ -5,6 +5,8 @@ from __future__ import annotations
 import holoviews as hv
 import pandas as pd
 
+from dashboard.views import NEUTRAL, numbers
+
 
 def placement_rectangles(alloc) -> pd.DataFrame:
     """Rectangles (step0, addr0, step1, addr1) per placement, from the allocation's tidy timeline."""
@@ -41,9 +43,10 @@ def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
         marker="inverted_triangle", size=10, color="#d62728")
     back_pts = hv.Scatter((back["step"], [retrieve_y] * len(back)), "step", "KB", label="retrieve").opts(
         marker="triangle", size=10, color="#2ca02c")
-    budget = hv.HLine(budget_kb).opts(color="black", line_dash="dashed", line_width=1.5)
+    budget = hv.HLine(budget_kb).opts(color=NEUTRAL, line_dash="dashed", line_width=1.5)
     title = (f"{alloc.method}: {alloc.status}, off-chip {alloc.offchip_bytes / 1024:,.1f} KB, "
              f"peak {alloc.peak_bytes / 1024:,.1f} KB of {budget_bytes / 1024:,.1f} KB")
     return (boxes * spill_pts * back_pts * budget).opts(
         hv.opts.Overlay(title=title, xlabel="timestep (op in schedule order)", ylabel="address (KB)",
-                        responsive=True, height=420, legend_position="top_right", show_legend=True))
+                        yformatter=numbers(), responsive=True, height=420, show_legend=True,
+                        legend_position="right"))  # beside the plot: inside, it hid the last steps' marks
