@@ -153,7 +153,7 @@ def sidebar(session: Session) -> list:
     s = session.state
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
-    buffer.param.watch(lambda e: session.follow_drag(e.new), "value")
+    buffer.param.watch(lambda e: session.follow_drag(e.new, buffer.value_throttled), "value")
 
     def follow_state(event):  # a preset or a curve click moved the buffer; the slider's own moves are there already
         if event.new != buffer.value:

@@ -167,12 +167,14 @@ class Session(param.Parameterized):
         """Whether the report at this buffer step is already computed (prefetched or visited)."""
         return (self._choices(), buffer_kb) in self._ready
 
-    def follow_drag(self, buffer_kb: int):
+    def follow_drag(self, buffer_kb: int, released_kb: int | None = None):
         """The slider's handle, still held, reached a step: a computed report there is shown at once.
 
-        Steps not computed yet wait for the release (the throttled value), so a drag never queues searches.
+        Steps not computed yet wait for the release (the throttled value), so a drag never queues searches;
+        but the browser sends no release at `released_kb`, the step it was last released at (its throttled value
+        does not change), so a drag back there, after following computed steps, is followed at once.
         """
-        if buffer_kb != self.state.buffer_kb and self.is_ready(buffer_kb):
+        if buffer_kb != self.state.buffer_kb and (self.is_ready(buffer_kb) or buffer_kb == released_kb):
             self.state.buffer_kb = buffer_kb
 
     def refresh(self):

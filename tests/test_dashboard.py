@@ -4,6 +4,7 @@ import holoviews as hv
 import numpy as np
 import pandas as pd
 import panel as pn
+import param
 import pytest
 
 import engine
@@ -791,3 +792,29 @@ def test_defect_11s_wordings_singular_counts_explained_statuses_no_none_and_the_
     assert "proven gap" in table and "None" not in table and "nan" not in table
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert int(re.search(r"one of (\d+) built-in ones", readme).group(1)) == len(engine.zoo.names())
+
+
+def _browser_sets(widget, **values):
+    """A widget's properties changed in the browser, as Panel applies them (constant ones included)."""
+    with param.parameterized.edit_constant(widget):
+        widget.param.update(**values)
+
+
+def test_a_drag_released_on_the_last_released_step_shows_that_step():
+    """The browser sends the slider's `value_throttled` only when it changes: a drag that follows a computed step
+    and comes back to the last release, not computed yet, must show it without a release message."""
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64, methods=["dnnvm", "optimus"]))
+    slider = next(w for w in sidebar(s) if isinstance(w, LiveDiscreteSlider))
+    inner, index = slider._slider, BUFFER_STEPS_KB.index  # the browser's events reach the inner IntSlider
+    s.prepared(128)  # computed ahead: a drag over it shows it at once
+    _browser_sets(inner, value=index(181))  # the handle dragged to 181 ...
+    _browser_sets(inner, value_throttled=index(181))  # ... and released there
+    assert s.state.buffer_kb == 181 and not s.is_ready(181)  # its report is still being computed (not served: at once)
+    _browser_sets(inner, value=index(128))  # the next drag passes 128, computed: shown at once
+    assert s.state.buffer_kb == 128
+    _browser_sets(inner, value=index(181))  # back to 181 and released: value_throttled is 181 still, nothing is sent
+    assert s.state.buffer_kb == 181 and s.report.acc.buffer_bytes == 181 * 1024
+    s.state.buffer_kb = 256  # a curve click moves the handle from the server: the browser's release stays at 181
+    assert slider.value == 256 and slider.value_throttled == 181
+    _browser_sets(inner, value=index(181))  # dragged there and released: again nothing is sent
+    assert s.state.buffer_kb == 181
