@@ -106,7 +106,7 @@ REGIONS = """() => {
   for (const doc of Bokeh.documents)
     for (const model of doc.all_models)
       if (model.name === "dag-regions")
-        return Array.from(model.data instanceof Map ? model.data.get("region") : model.data.region);
+        return Array.from(model.data instanceof Map ? model.data.get("region") : model.data.region).filter(r => r);
   return null;
 }"""
 

@@ -17,12 +17,13 @@ import panel as pn
 import engine
 from dashboard.state import KB
 from dashboard.tabs.common import error_text, render, toggles
-from dashboard.views.dag import PART_COLOURS, dag_figure, legend_html, node_table, outline_table, region_columns
+from dashboard.views.dag import (PART_COLOURS, SWATCH_CSS, dag_figure, legend_html, node_table, outline_table,
+                                 region_columns)
 from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
 from engine.partition import ACCELERATOR
 
 # node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
-RECOLOURED = ("group", "group_size", "group_dram_bytes", "overlay", "colour")
+RECOLOURED = ("group", "group_size", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
                     "x_oracle": "× Oracle", "x_limit": "× limit", "gap": "proven gap"}
@@ -36,9 +37,10 @@ LEGEND_CSS = """
 table.legend { border-collapse: collapse; font-size: 12px; }
 table.legend td, table.legend th { padding: 2px 6px; border-bottom: 1px solid rgba(128, 128, 128, 0.35); text-align: left; vertical-align: top; }
 table.legend td { overflow-wrap: anywhere; }  /* long op names (model.layers.0.post_attention_layernorm) wrap, bytes stay in view */
-table.legend td.bytes, table.legend td:first-child { text-align: right; white-space: nowrap; }
+table.legend td:last-child, table.legend td:first-child { text-align: right; white-space: nowrap; }
+table.legend td:first-child { font-weight: bold; }
 span.swatch { display: inline-block; width: 12px; height: 12px; border: 2px solid; border-radius: 3px; }
-"""
+""" + SWATCH_CSS
 TABLE_CSS = """
 table.methods { border-collapse: collapse; font-size: 13px; }
 table.methods th, table.methods td { padding: 3px 12px; border-bottom: 1px solid rgba(128, 128, 128, 0.35); text-align: right; }
@@ -128,13 +130,36 @@ def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()):
                       title or groups_title(rep))
 
 
-def changed_columns(drawn, columns: dict) -> dict:
-    """The columns of `columns` whose values differ from those in `drawn` (a data source's data); all of them when
-    the row count differs. Only these go to the browser: each column sent is parsed and re-applied there."""
+@dataclass(frozen=True)
+class Changes:
+    """What a data source needs to show new columns: whole columns to replace, and (row, value) patches of the
+    others' changed rows. Only these go to the browser: each value sent is parsed and re-applied there."""
+
+    columns: dict
+    patches: dict
+
+    def apply(self, source) -> None:
+        """Send them to `source` (a Bokeh ColumnDataSource)."""
+        if self.columns:
+            source.data.update(self.columns)
+        if self.patches:
+            source.patch(self.patches)
+
+
+def changes(drawn, columns: dict) -> Changes:
+    """How `drawn` (a data source's data) becomes `columns`: a column whose rows mostly changed is replaced, one
+    with a few changed rows patched there; every column is replaced when the row count differs."""
     rows = {len(values) for values in columns.values()}
     if any(len(drawn.get(col, ())) not in rows for col in columns):
-        return dict(columns)
-    return {col: values for col, values in columns.items() if list(drawn[col]) != list(values)}
+        return Changes(dict(columns), {})
+    whole, patches = {}, {}
+    for col, values in columns.items():
+        changed = [(i, new) for i, (old, new) in enumerate(zip(drawn[col], values)) if old != new]
+        if 2 * len(changed) > len(values):
+            whole[col] = values
+        elif changed:
+            patches[col] = changed
+    return Changes(whole, patches)
 
 
 @dataclass(frozen=True)
@@ -142,7 +167,7 @@ class DagData:
     """What one plan (or part/module overlay) changes in a drawn DAG: box colours, outlines, legend, title."""
 
     node_columns: dict  # RECOLOURED column -> values, one per op in graph order
-    region_columns: dict  # the outlines' data source, one row per region
+    region_columns: dict  # the outlines' data source, one row per op slot (views.dag.region_columns)
     legend_html: str
     title: str
 
@@ -156,7 +181,7 @@ def dag_data(rep, overlay=None, title: str = "") -> DagData:
     heading = (f"{plan.method}'s {counted(len(plan.groups), 'fused group')}" if overlay is None else
                "parts: accelerator blue, CPU orange" if regions["region"].str.startswith(tuple(PART_COLOURS)).all()
                else "modules")
-    return DagData({col: nodes[col].tolist() for col in RECOLOURED}, region_columns(regions),
+    return DagData({col: nodes[col].tolist() for col in RECOLOURED}, region_columns(rep.graph, regions),
                    legend_html(regions, heading), title or groups_title(rep))
 
 
@@ -233,14 +258,8 @@ class DagPlot:
         if key != self._key:
             self._draw(dag_element(rep, colour_by, cpu_kinds), key)
         data = fusion_view_data(rep).dag if overlay is None else dag_data(rep, overlay, title)
-        nodes = changed_columns(self._ops.data, data.node_columns)
-        if nodes:
-            self._ops.data.update(nodes)
-        regions = changed_columns(self._regions.data, data.region_columns)
-        if len(regions) == len(data.region_columns):  # every column, or the row count changed: replace the table
-            self._regions.data = dict(data.region_columns)
-        elif regions:
-            self._regions.data.update(regions)
+        changes(self._ops.data, data.node_columns).apply(self._ops)
+        changes(self._regions.data, data.region_columns).apply(self._regions)
         self._figure.title.text = data.title
         if self.legend.object != data.legend_html:
             self.legend.object = data.legend_html

@@ -8,6 +8,7 @@ redraws the outlines around them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import zlib
 from functools import lru_cache
 
 import networkx as nx
@@ -29,6 +30,9 @@ GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
 MAX_HEIGHT = 1300  # the DAG plot's pixels
 LEGEND_ROWS = 150  # regions the legend lists one by one
+# the legend's swatches by class, not by inline style: 90 bytes less per row of a legend sent on every slider move
+SWATCHES = (*PALETTE, *PART_COLOURS.values(), GREY)
+SWATCH_CSS = "".join(f"span.s{i} {{ background: {c}40; border-color: {c}; }}\n" for i, c in enumerate(SWATCHES))
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ def outline(pos: dict, ops) -> np.ndarray:
 
 def region_colours(graph: Graph, regions) -> list[str]:
     """A colour per region (a tuple of ops) such that regions joined by an edge, or whose outlines' boxes
-    overlap, never share one (greedy colouring of that adjacency, largest degree first)."""
+    overlap, never share one; a region's colour follows from its first op, so a new plan recolours only the
+    regions it changed and their neighbours (a slider move sends the colours of those alone)."""
     return list(_region_colours(graph, tuple(tuple(ops) for ops in regions)))
 
 
@@ -153,8 +158,14 @@ def _region_colours(graph: Graph, regions: tuple[tuple[str, ...], ...]) -> tuple
                 break
             if boxes[i][2] < boxes[j][3] and boxes[j][2] < boxes[i][3]:
                 adjacency.add_edge(i, j)
-    colour = nx.greedy_color(adjacency, strategy="largest_first")
-    return tuple(PALETTE[colour[i] % len(PALETTE)] for i in range(len(regions)))
+    first = [min(ops, key=graph.position.__getitem__) for ops in regions]
+    colour: dict[int, int] = {}
+    for i in sorted(range(len(regions)), key=lambda i: graph.position[first[i]]):  # in execution order
+        taken = {colour[j] for j in adjacency[i] if j in colour}
+        wanted = zlib.crc32(first[i].encode()) % len(PALETTE)  # the same for the same first op in any plan
+        colour[i] = next((c % len(PALETTE) for c in range(wanted, wanted + len(PALETTE)) if c % len(PALETTE)
+                          not in taken), wanted)
+    return tuple(PALETTE[colour[i]] for i in range(len(regions)))
 
 
 def short_name(name: str, limit: int = 18) -> str:
@@ -215,7 +226,7 @@ def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items
     rows = []
     for op in graph.ops:
         g = group_of.get(op.name, -1)
-        label = (overlay or {}).get(op.name, "") if overlay is not None else (f"G{g}" if g >= 0 else "")
+        label = overlay.get(op.name, "") if overlay is not None else (f"G{g}" if g >= 0 else "")
         x, y = pos[op.name]
         rows.append({
             "x0": x - BOX_W / 2, "y0": y - BOX_H / 2, "x1": x + BOX_W / 2, "y1": y + BOX_H / 2,
@@ -226,7 +237,7 @@ def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items
             "MACs": op.macs, "weight_bytes": graph.weight_bytes(op.name, word_bits),
             "group": g, "group_size": len(groups[g]) if g >= 0 else 1,
             "group_dram_bytes": group_bytes[g] if group_bytes is not None and g >= 0 else 0,
-            "overlay": label or "-",
+            "overlay": label if overlay is not None and label else "-",  # (a group's label is `group`)
             "colour": colours.get(label, GREY),
             "merged": ", ".join(t for _, t in op.merged[1:]) or "-",
         })
@@ -251,7 +262,8 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
         top = max(pos[op][1] for op in ops) + BOX_H / 2 + PAD
         left = min(pos[op][0] for op in ops) - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
-        rows.append({"xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
+        rows.append({"slot": min(graph.position[op] for op in ops),
+                     "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
                      "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
                      "line_width": 2.0})
@@ -269,32 +281,44 @@ def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS
     rows = []
     for r in regions.iloc[:max_rows].itertuples():
         cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
-        rows.append(f'<tr><td><span class="swatch" style="background:{r.colour}40;border-color:{r.colour}">'
-                    f'</span> <b>{html.escape(r.region)}</b></td><td>{r.n_ops} ops: {html.escape(r.ops)}</td>'
-                    f'<td class="bytes">{cost}</td></tr>')
+        swatch = (f'class="swatch s{SWATCHES.index(r.colour)}"' if r.colour in SWATCHES else
+                  f'class="swatch" style="background:{r.colour}40;border-color:{r.colour}"')
+        rows.append(f'<tr><td><span {swatch}></span> {html.escape(r.region)}</td><td>{r.n_ops} ops: '
+                    f'{html.escape(r.ops)}</td><td>{cost}</td></tr>')
     if len(regions) > max_rows:
         rest = regions.iloc[max_rows:]
         total = rest["dram_bytes"].clip(lower=0).sum()
         rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
                     f'<td>{len(rest)} more (hover an outline for its ops)</td>'
-                    f'<td class="bytes">{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
+                    f'<td>{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
 
 
-def region_columns(regions: pd.DataFrame) -> dict[str, list]:
-    """The outlines' data source columns (one row per region), for drawing or patching in place."""
-    return {col: list(regions[col]) for col in regions.columns}
+EMPTY_SLOT = {"xs": [], "ys": [], "region": "", "colour": GREY, "n_ops": 0, "ops": "", "dram_bytes": -1,
+              "tag_x": 0.0, "tag_y": 0.0, "line_width": 0.0}  # no outline, no tag, nothing to hover
+
+
+def region_columns(graph: Graph, regions: pd.DataFrame) -> dict[str, list]:
+    """The outlines' data source columns: one row per op slot (graph order), a region's row at its first op's, the
+    other rows empty. A region that a new plan keeps keeps its row, and the row count never changes, so a slider
+    move patches the changed rows alone (a merge renumbered and moved every later row of one row per region)."""
+    columns = {col: [value] * len(graph.ops) for col, value in EMPTY_SLOT.items()}
+    for row in regions.to_dict("records"):
+        for col in EMPTY_SLOT:
+            columns[col][row["slot"]] = row[col]
+    return columns
 
 
 def node_columns(nodes: pd.DataFrame) -> dict[str, list]:
-    """The op boxes' data source columns (one row per op, graph order)."""
-    return {col: nodes[col].tolist() for col in nodes.columns}
+    """The op boxes' data source columns (one row per op, graph order); a group's DRAM bytes are its outline's
+    (that column changes on most moves)."""
+    return {col: nodes[col].tolist() for col in nodes.columns if col != "group_dram_bytes"}
 
 
 OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
-               ("group", "G@{group} (@{group_size} ops), DRAM @{group_dram_bytes}{0,0} B"),
+               ("group", "G@{group} (@{group_size} ops; its outline says its DRAM bytes)"),
                ("part / module", "@{overlay}")]
 REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
 
@@ -327,7 +351,7 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
                  tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
     fig.axis.visible = False
     fig.grid.visible = False
-    region_src = ColumnDataSource(region_columns(regions), name="dag-regions")
+    region_src = ColumnDataSource(region_columns(graph, regions), name="dag-regions")
     # every edge in one array per axis, NaN between edges: one array per edge went to the browser as a websocket
     # frame of its own (3,482 frames, 3 s of the server's UI thread, for a Llama prefill)
     joined = np.concatenate([np.vstack([p, (np.nan, np.nan)]) for p in lay.paths]) if lay.paths else np.empty((0, 2))
