@@ -754,8 +754,8 @@ def test_a_move_sends_only_the_dag_rows_that_changed_and_kept_groups_keep_their_
     after = fusion_view_data(s.report).dag.region_columns
     assert sum(map(bool, before["region"])) == sum(map(bool, after["region"])) == 71  # as many groups at both sizes
     sent = changes(before, after)
-    assert set(sent.columns) | set(sent.patches) == {"dram_bytes"}  # the same 71 groups: only their bytes change
-    assert sent.columns["dram_bytes"] == after["dram_bytes"]  # most of them: the whole column, else the rows alone
+    assert not sent.columns and set(sent.patches) == {"dram_bytes"}  # the same 71 groups: only their bytes change
+    assert sent.patches["dram_bytes"] == [(slice(0, 72), after["dram_bytes"])]  # most of them: the whole column
     few = dict(after, dram_bytes=[b + (i == 5) for i, b in enumerate(after["dram_bytes"])])
     assert changes(after, few) == type(sent)({}, {"dram_bytes": [(5, after["dram_bytes"][5] + 1)]})
     assert changes(after, after) == changes(before, before) == type(sent)({}, {})

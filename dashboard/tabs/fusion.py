@@ -132,14 +132,15 @@ def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()):
 
 @dataclass(frozen=True)
 class Changes:
-    """What a data source needs to show new columns: whole columns to replace, and (row, value) patches of the
-    others' changed rows. Only these go to the browser: each value sent is parsed and re-applied there."""
+    """What a data source needs to show new columns: every column anew (the row count changed), or one patch of the
+    changed rows. Only these go to the browser: each value sent is parsed and re-applied there."""
 
     columns: dict
     patches: dict
 
     def apply(self, source) -> None:
-        """Send them to `source` (a Bokeh ColumnDataSource)."""
+        """Send them to `source` (a Bokeh ColumnDataSource), as one message event: BokehJS rebuilds a glyph's data
+        and index once per event, so whole columns and patched rows in two events cost two rebuilds."""
         if self.columns:
             source.data.update(self.columns)
         if self.patches:
@@ -147,19 +148,19 @@ class Changes:
 
 
 def changes(drawn, columns: dict) -> Changes:
-    """How `drawn` (a data source's data) becomes `columns`: a column whose rows mostly changed is replaced, one
-    with a few changed rows patched there; every column is replaced when the row count differs."""
+    """How `drawn` (a data source's data) becomes `columns`: a patch of each column's changed rows, the whole column
+    as one slice where most rows changed; every column anew when the row count differs."""
     rows = {len(values) for values in columns.values()}
     if any(len(drawn.get(col, ())) not in rows for col in columns):
         return Changes(dict(columns), {})
-    whole, patches = {}, {}
+    patches = {}
     for col, values in columns.items():
         changed = [(i, new) for i, (old, new) in enumerate(zip(drawn[col], values)) if old != new]
         if 2 * len(changed) > len(values):
-            whole[col] = values
+            patches[col] = [(slice(0, len(values)), list(values))]
         elif changed:
             patches[col] = changed
-    return Changes(whole, patches)
+    return Changes({}, patches)
 
 
 @dataclass(frozen=True)
