@@ -229,13 +229,17 @@ def test_optimus_equals_brute_force_on_random_mlp_blocks(seed, buffer):
 
 @pytest.mark.parametrize("seed,buffer", FFN_CASES[::3])
 def test_lower_bound_never_exceeds_the_optimum_on_mlp_blocks(seed, buffer):
+    _assert_bound_never_exceeds_the_optimum(random_ffn(seed), _acc(buffer), budgets=(2, 4, 1 << 20))
+
+
+def _assert_bound_never_exceeds_the_optimum(g, acc, budgets):
+    """The beam's proven bound (engine.fusion.bound) at each budget is at most the optimum `fuse` finds (exact: the
+    brute-force tests hold it to every partition)."""
     from engine.fusion.bound import lower_bound
 
-    g = random_ffn(seed)
-    acc = _acc(buffer)
-    best = fuse(g, acc).dram_bytes  # exact: the brute-force test above holds it to every partition
+    best = fuse(g, acc).dram_bytes
     model, cap = model_of(g, acc), Capacity.of(acc)
-    for budget in (2, 4, 1 << 20):
+    for budget in budgets:
         assert lower_bound(model, cap, budget=budget).bytes <= best
 
 
@@ -251,14 +255,7 @@ def test_compiled_search_matches_python_on_mlp_blocks(seed):
 def test_lower_bound_never_exceeds_the_optimum_on_transformer_blocks(seed, buffer):
     # the beam's proven bound (engine.fusion.bound) on attention blocks: streamed K/V and the softmax's second
     # pass at the windows' borders, with one window and with narrow ones
-    from engine.fusion.bound import lower_bound
-
-    g = random_block(seed)
-    acc = _acc(buffer)
-    best = fuse(g, acc).dram_bytes  # exact: the brute-force test above holds it to every partition
-    model, cap = model_of(g, acc), Capacity.of(acc)
-    for budget in (2, 4, 8, 1 << 20):
-        assert lower_bound(model, cap, budget=budget).bytes <= best
+    _assert_bound_never_exceeds_the_optimum(random_block(seed), _acc(buffer), budgets=(2, 4, 8, 1 << 20))
 
 
 @pytest.mark.parametrize("seed", range(0, 40, 3))
