@@ -20,7 +20,7 @@ import param
 
 import engine
 from dashboard import uploads
-from dashboard.transport import send_frames_at_once
+from dashboard.transport import deliver_every_queued_message, send_frames_at_once
 from dashboard.request import ReportRequest
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
@@ -118,6 +118,7 @@ class Session(param.Parameterized):
         self.state.param.watch(lambda *_: setattr(self, "link_note", ""), list(REPORT_PARAMS))
         self.state.param.watch(self._show_notice, "upload_name")
         if self._served():  # the first report once the browser has the page: see `_request`
+            deliver_every_queued_message()
             doc = pn.state.curdoc
             pn.state.onload(lambda: send_frames_at_once(doc))  # the websocket exists once the page has loaded
             pn.state.onload(self._request)

@@ -860,3 +860,81 @@ def test_a_drag_released_on_the_last_released_step_shows_that_step():
     assert slider.value == 256 and slider.value_throttled == 181
     _browser_sets(inner, value=index(181))  # dragged there and released: again nothing is sent
     assert s.state.buffer_kb == 181
+
+
+class _SlowSocket:
+    """A page's websocket for Panel's message queue: each write takes `write_s`; `write_lock` is the one Bokeh's own
+    messages (the replies to the browser's) hold while they are written."""
+
+    def __init__(self, write_s: float):
+        import tornado.locks
+
+        self.write_lock, self.write_s, self.written = tornado.locks.Lock(), write_s, []
+
+    def write(self, conn, msg):
+        import asyncio
+
+        self.written.append(msg)
+        return [asyncio.ensure_future(asyncio.sleep(self.write_s))]
+
+
+class _Page:
+    """A page's document, as Panel's queue keys it (weakly)."""
+
+
+class _Connection:
+    """A page's connection: its socket, and a protocol whose message is the list of events."""
+
+    def __init__(self, socket):
+        self._socket = socket
+        self.protocol = self
+
+    @staticmethod
+    def create(kind, events):
+        return events
+
+
+def _messages_written_while_the_socket_was_busy(dispatch) -> list:
+    """Panel's queue with `dispatch` as its dispatcher: a report's message queued while an earlier one is written
+    and the socket is locked by a reply until just after that write ends; the messages the socket got."""
+    import asyncio
+
+    from panel.io import document
+
+    socket = _SlowSocket(write_s=0.05)
+    conn = _Connection(socket)
+    doc = _Page()
+    saved = document.extra_socket_handlers.copy(), document._dispatch_msgs
+
+    async def run():
+        document.extra_socket_handlers[_SlowSocket] = socket.write
+        document._dispatch_msgs = dispatch
+        document.schedule_write_events(doc, [conn], ["report at 128 KB"])
+        await asyncio.sleep(0.01)  # its write is under way
+        await socket.write_lock.acquire()  # a reply to the browser's release is being written
+        document.schedule_write_events(doc, [conn], ["report at 181 KB"])  # queued: the socket is busy
+        await asyncio.sleep(0.055)  # the first write ends; the reply a moment later
+        socket.write_lock.release()
+        await asyncio.sleep(0.2)
+
+    try:
+        asyncio.run(run())
+    finally:
+        document.extra_socket_handlers.clear()
+        document.extra_socket_handlers.update(saved[0])
+        document._dispatch_msgs = saved[1]
+        document._WRITE_MSGS.pop(doc, None), document._WRITE_BLOCK.pop(doc, None)
+    return socket.written
+
+
+def test_a_report_queued_while_the_socket_is_busy_still_reaches_the_browser():
+    """Panel's queue drops a batch queued while another is written, when the socket's lock outlasts that write: the
+    last slider move's report stayed on the server (issue 19's open race). `delivering_queued` sends it."""
+    from panel.io import document
+
+    from dashboard.transport import delivering_queued
+
+    original = getattr(document._dispatch_msgs, "__wrapped__", document._dispatch_msgs)
+    assert _messages_written_while_the_socket_was_busy(original) == [["report at 128 KB"]]  # Panel 1.9's loss
+    assert _messages_written_while_the_socket_was_busy(delivering_queued(original)) == [["report at 128 KB"],
+                                                                                        ["report at 181 KB"]]

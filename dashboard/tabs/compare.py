@@ -28,7 +28,7 @@ class ComparePanel:
 
     def __init__(self, session):
         self.session = session
-        self.choice = pn.widgets.Select(name="Compare the DAG's plan with", options=[NONE], value=NONE, width=300)
+        self.choice = pn.widgets.Select(label="Compare the DAG's plan with", options=[NONE], value=NONE, width=300)
         self.body = pn.Column(sizing_mode="stretch_width")
         self.choice.param.watch(lambda e: self.show(), "value")
         session.param.watch(lambda e: self.show(), "report")

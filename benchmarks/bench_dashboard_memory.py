@@ -1,0 +1,88 @@
+"""The dashboard server's memory across many page loads (issue 19 saw 1.3 -> 2.3 GB over 117 loads).
+
+`panel serve dashboard` as `make serve` starts it, driven by headless Chromium (Playwright): each page
+opens one of five zoo networks, waits for its report, and is closed; the server's resident memory
+(VmRSS) is read once its closed sessions have ended. Run: `.venv/bin/python -m benchmarks.run dashboard_memory`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.bench_dashboard import ROOT, _free_port
+
+NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "mobilenet_v2", "vgg16")
+LOADS = 100
+READ_AT = (1, 5, 10, 25, 50, 75, 100)
+SESSION_END_S = 3.0  # `make serve` ends an unused session after 1 s; its work stops at its next step
+
+
+def resident_mb(pid: int) -> float:
+    """The process's resident memory, MB (Linux's /proc)."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
+
+
+def memory_over_loads() -> list[tuple[int, float, float]]:
+    """(page loads so far, seconds, server MB) after each count in READ_AT."""
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    panel = Path(sys.executable).parent / "panel"
+    server = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
+                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows, start = [], time.time()
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                        args=["--no-sandbox", "--disable-gpu"])
+            for load in range(1, LOADS + 1):
+                network = NETWORKS[(load - 1) % len(NETWORKS)]
+                page = browser.new_page(viewport={"width": 1500, "height": 1100})
+                page.goto(f"http://127.0.0.1:{port}/dashboard?network={network}", timeout=120_000)
+                page.get_by_text(re.compile(f"{network} \\(batch 1\\) on optimus")).first.wait_for(timeout=120_000)
+                page.close()
+                if load in READ_AT:
+                    time.sleep(SESSION_END_S)
+                    rows.append((load, time.time() - start, resident_mb(server.pid)))
+            browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+    return rows
+
+
+def main():
+    rows = memory_over_loads()
+    print("## Dashboard server memory across page loads\n")
+    print(f"`panel serve dashboard` as `make serve` runs it; {LOADS} pages opened in headless Chromium, each on one of "
+          f"{', '.join(NETWORKS)} in turn, waiting for its report, then closed. The server's resident memory "
+          f"{SESSION_END_S:.0f} s after the last page closed (its session ended):\n")
+    print("| page loads | seconds | server MB |")
+    print("|---:|---:|---:|")
+    for load, seconds, mb in rows:
+        print(f"| {load} | {seconds:.0f} | {mb:.0f} |")
+    first, last = rows[0][2], rows[-1][2]
+    print(f"\nFrom the first load to the {rows[-1][0]}th: {last - first:+.0f} MB ({(last - first) / first:+.0%}).")
+
+
+if __name__ == "__main__":
+    main()
