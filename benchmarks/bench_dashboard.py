@@ -104,6 +104,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_port(port: int, seconds: float = 90) -> None:
+    """Until the local server listens on `port` (or `seconds` pass)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+
+
 def browser_side(networks, prefetch: bool) -> dict[str, list[dict]]:
     """Per network, ten moves' ms from the slider move to the new report's message arriving, applied and drawn.
 
@@ -120,13 +131,7 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[dict]]:
                                "--address", "127.0.0.1"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_port(port)
         results = {}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,

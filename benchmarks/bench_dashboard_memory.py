@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_dashboard import ROOT, _free_port
+from benchmarks.bench_dashboard import ROOT, _free_port, wait_for_port
 
 NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "mobilenet_v2", "vgg16")
 LOADS = 100
@@ -40,13 +39,7 @@ def memory_over_loads() -> list[tuple[int, float, float]]:
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows, start = [], time.time()
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_port(port)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])
