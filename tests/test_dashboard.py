@@ -429,6 +429,14 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
         dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))
 
 
+def test_the_tallest_bar_ends_below_the_frame_on_the_first_draw_as_after_a_move():
+    s = Session(ExplorerState(network="resnet18", buffer_kb=32))
+    tab = FusionTab(s)
+    for plot, top in ((tab.energy, "top"), (tab.latency, "latency_ms")):
+        tallest = max(plot._source.data[top])
+        assert plot._figure.y_range.start == 0 and plot._figure.y_range.end == pytest.approx(1.05 * tallest)
+
+
 def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
     import asyncio
 

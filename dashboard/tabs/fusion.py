@@ -287,15 +287,16 @@ class BarsPlot:
         self._key = self._figure = self._source = None
 
     def show(self, energies: dict, data: dict):
-        """Draw for a new set of methods, else patch in `data` (the plot's columns for `energies`)."""
+        """Draw for a new set of methods, else patch in `data` (the plot's columns for `energies`); the tallest bar
+        ends 5 % below the frame either way."""
         key = tuple(energies)
         if key != self._key:
             figure = render(self._element(energies))
             self._source = next(r for r in figure.renderers if hasattr(r, "data_source")).data_source
             self._figure, self._key = figure, key
             self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]
-            return
-        self._source.data = data
+        else:
+            self._source.data = data
         end = 1.05 * max(data[self._top], default=1.0) or 1.0
         self._figure.y_range.update(start=0, end=end, reset_start=0, reset_end=end)
 
