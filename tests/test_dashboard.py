@@ -567,6 +567,27 @@ def test_each_fused_group_is_one_outline_and_neighbouring_groups_differ_in_colou
                     assert (cross >= -1e-6).all()  # left of every counter-clockwise edge: inside
 
 
+def test_a_small_network_is_drawn_at_the_scale_of_a_big_one(tmp_path):
+    """A single op's box filled half the plot: the first view spans at least MIN_SPAN_X units across and one unit
+    per pixel down, whatever the network's size."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from dashboard.views.dag import BOX_W, MIN_SPAN_X, dag_figure
+
+    weights = numpy_helper.from_array(np.ones((16, 3, 3, 3), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="only")], "one",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "one.onnx"))
+    for net in (engine.load_network(str(tmp_path / "one.onnx")), engine.load_network("resnet50")):
+        fig = dag_figure(net, [[op.name] for op in net.ops], 16)
+        across, down = fig.x_range.end - fig.x_range.start, fig.y_range.end - fig.y_range.start
+        assert across >= MIN_SPAN_X and down == pytest.approx(fig.height)  # 1 unit a pixel down (scale 1 here)
+        xs = np.array(fig.renderers[3].data_source.data["x0"])  # every box in view across
+        assert fig.x_range.start <= xs.min() and xs.max() + BOX_W <= fig.x_range.end
+
+
 def test_the_convex_hull_matches_brute_force():
     from dashboard.views.dag import convex_hull
 

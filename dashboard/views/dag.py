@@ -29,6 +29,7 @@ BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first z
 GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
 MAX_HEIGHT = 1300  # the DAG plot's pixels
+MIN_SPAN_X = 400.0  # layout units across the first view, at least: a ~640-pixel plot stretches a box at most 1.6x
 LEGEND_ROWS = 150  # regions the legend lists one by one
 # the legend's swatches by class, not by inline style: 90 bytes less per row of a legend sent on every slider move
 SWATCHES = (*PALETTE, *PART_COLOURS.values(), GREY)
@@ -344,9 +345,12 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     height = int(min(MAX_HEIGHT, max(420, (lay.height + 80) * scale)))
     xs, ys = nodes["x"].to_numpy(), nodes["y"].to_numpy()
     top = float(ys.max()) + BOX_H * 1.5
+    # at least MIN_SPAN_X layout units across and the plot's height in units down: a small network is not
+    # stretched to fill the plot (a single op's box was drawn half the plot wide and a third of it high)
+    middle = (float(xs.min()) + float(xs.max())) / 2
+    half = max(float(xs.max() - xs.min()) / 2 + BOX_W, MIN_SPAN_X / 2 / scale)
     fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
-                 x_range=(float(xs.min()) - BOX_W, float(xs.max()) + BOX_W),
-                 y_range=(max(float(ys.min()) - BOX_H, top - height / scale), top),
+                 x_range=(middle - half, middle + half), y_range=(top - height / scale, top),
                  min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
                  tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
     fig.axis.visible = False
