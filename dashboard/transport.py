@@ -1,10 +1,11 @@
-"""How a page's messages reach the browser: the websocket sends each frame at once.
+"""How a page's messages reach the browser: every message Panel queued is sent, and each frame at once.
 
 Bokeh writes every message as three or more websocket frames (header, metadata, content,
 buffers), each its own write to the socket. With Nagle's algorithm on (Tornado's default) the
 kernel holds a small write back while an earlier one is unacknowledged, and the browser
 acknowledges late (delayed ACK, 40 ms on Linux): every slider move waited ~40 ms for nothing
-(docs/dashboard.md, "Why a slider move is quick").
+(docs/dashboard.md, "Why a slider move is quick"). Panel 1.9 could leave a queued message unsent until
+the page's next change (`delivering_queued`).
 """
 
 from __future__ import annotations
