@@ -322,17 +322,23 @@ OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("
                ("group", "G@{group} (@{group_size} ops; its outline says its DRAM bytes)"),
                ("part / module", "@{overlay}")]
 REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
-# The rows of a text glyph near the view: the view widened by half its size on each side, rows with text only.
-# BokehJS neither culls text glyphs to the view nor skips empty ones: it measured and painted all 708 op labels and
-# all region tags of a Llama prefill on every slider move, though ~3% of them are in view at the first zoom.
+# The rows of a glyph near the view (the view widened by half its size on each side) that have something to show:
+# BokehJS culls neither text nor quads to the view, so it measured and painted all 708 op labels, 580 group tags and
+# 708 boxes of a Llama prefill, and parsed all their colours, on every slider move, with ~3% of them in view at the
+# first zoom. `bounds` names the columns of each row's extent: numbers, or arrays (an outline's xs and ys).
 NEAR_VIEW_JS = """
 const w = xr.end - xr.start, h = yr.end - yr.start;
 const near = [xr.start - w / 2, xr.end + w / 2, yr.start - h / 2, yr.end + h / 2];
 this.near = near;
-const xs = source.get_column(x), ys = source.get_column(y), texts = source.get_column(text);
+const [x0, x1, y0, y1] = bounds.map((name) => source.get_column(name));
+const shown = source.get_column(text);
+const lo = (v) => typeof v === "number" ? v : Math.min(...v);
+const hi = (v) => typeof v === "number" ? v : Math.max(...v);
 const rows = [];
-for (let i = 0; i < xs.length; i++) {
-  if (texts[i] && xs[i] >= near[0] && xs[i] <= near[1] && ys[i] >= near[2] && ys[i] <= near[3]) rows.push(i);
+for (let i = 0; i < shown.length; i++) {
+  if (shown[i] && hi(x1[i]) >= near[0] && lo(x0[i]) <= near[1] && hi(y1[i]) >= near[2] && lo(y0[i]) <= near[3]) {
+    rows.push(i);
+  }
 }
 return rows;
 """
@@ -384,23 +390,28 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     joined = np.concatenate([np.vstack([p, (np.nan, np.nan)]) for p in lay.paths]) if lay.paths else np.empty((0, 2))
     edge_src = ColumnDataSource({"x": joined[:, 0], "y": joined[:, 1]}, name="dag-edges")
     op_src = ColumnDataSource(node_columns(nodes), name="dag-ops")
-    shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
-                         line_width="line_width")
     ranges = {"xr": fig.x_range, "yr": fig.y_range}
-    near_tags = CustomJSFilter(args={**ranges, "x": "tag_x", "y": "tag_y", "text": "region"}, code=NEAR_VIEW_JS)
+
+    def near(bounds, text):  # a view of the rows with `text` whose extent (columns x0, x1, y0, y1) is near the view
+        return CDSView(filter=CustomJSFilter(args={**ranges, "bounds": bounds, "text": text}, code=NEAR_VIEW_JS))
+
+    views = {"shapes": near(["xs", "xs", "ys", "ys"], "region"), "tags": near(["tag_x", "tag_x", "tag_y", "tag_y"], "region"),
+             "boxes": near(["x0", "x1", "y0", "y1"], "op"), "labels": near(["x", "x", "y", "y"], "label")}
+    shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
+                         line_width="line_width", view=views["shapes"])
     fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
-             text_color="colour", text_baseline="bottom", view=CDSView(filter=near_tags))
+             text_color="colour", text_baseline="bottom", view=views["tags"])
     fig.line("x", "y", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
     boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
                      line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
-                     selection_line_color="black", selection_line_width=3, selection_fill_color="colour")
+                     selection_line_color="black", selection_line_width=3, selection_fill_color="colour",
+                     view=views["boxes"])
     # the op labels never change with the plan: on a source of their own, a new plan's colours do not make the
     # browser measure every label again (708 of them in a Llama prefill: ~40 ms a move)
     label_src = ColumnDataSource({col: nodes[col].tolist() for col in ("x", "y", "label")}, name="dag-labels")
-    near_labels = CustomJSFilter(args={**ranges, "x": "x", "y": "y", "text": "label"}, code=NEAR_VIEW_JS)
     fig.text("x", "y", text="label", source=label_src, text_font_size="7pt", text_align="center",
-             text_baseline="middle", text_color="#111111", text_line_height=1.1, view=CDSView(filter=near_labels))
-    moved = CustomJS(args={**ranges, "filters": [near_tags, near_labels]}, code=VIEW_MOVED_JS)
+             text_baseline="middle", text_color="#111111", text_line_height=1.1, view=views["labels"])
+    moved = CustomJS(args={**ranges, "filters": [v.filter for v in views.values()]}, code=VIEW_MOVED_JS)
     for bound in ("start", "end"):
         fig.x_range.js_on_change(bound, moved)
         fig.y_range.js_on_change(bound, moved)
