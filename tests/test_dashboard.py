@@ -967,3 +967,26 @@ def test_a_report_queued_while_the_socket_is_busy_still_reaches_the_browser():
     assert _messages_written_while_the_socket_was_busy(original) == [["report at 128 KB"]]  # Panel 1.9's loss
     assert _messages_written_while_the_socket_was_busy(delivering_queued(original)) == [["report at 128 KB"],
                                                                                         ["report at 181 KB"]]
+
+
+def test_the_dags_boxes_labels_outlines_and_tags_draw_only_the_rows_near_the_view():
+    from bokeh.models import CustomJSFilter, GlyphRenderer
+
+    from dashboard.views.dag import NEAR_VIEW_JS
+
+    s = Session(ExplorerState(network="resnet50", buffer_kb=64))
+    fig = dag_element(s.report)
+    culled = {}
+    for r in fig.select(GlyphRenderer):
+        f = r.view.filter
+        if isinstance(f, CustomJSFilter):
+            assert f.code == NEAR_VIEW_JS and f.args["xr"] is fig.x_range and f.args["yr"] is fig.y_range
+            assert set(f.args["bounds"]) | {f.args["text"]} <= set(r.data_source.data)  # the extent's columns are there
+            culled[type(r.glyph).__name__, r.data_source.name] = f
+    # BokehJS culls none of these four to the view itself (it measured and painted every label on every move)
+    assert set(culled) == {("Quad", "dag-ops"), ("Text", "dag-labels"), ("Patches", "dag-regions"),
+                           ("Text", "dag-regions")}
+    for bound in ("start", "end"):  # a pan or zoom past the area they cover recomputes their rows
+        for rng in (fig.x_range, fig.y_range):
+            (moved,) = rng.js_property_callbacks[f"change:{bound}"]
+            assert set(moved.args["filters"]) == set(culled.values())

@@ -129,6 +129,23 @@ FIGURE_BACKGROUNDS = """() => Bokeh.documents.flatMap(doc => Array.from(doc.all_
   .filter(m => m.type === "Figure").map(m => [m.title ? m.title.text : "", m.background_fill_color]))"""
 
 
+# Shows the DAG's rows from y0 to y1 (layout units), then says which op labels BokehJS draws: the rows of their
+# view (the labels outside the view and its margin are culled), out of all, with the first and last op's rows.
+LABELS_DRAWN = """([y0, y1]) => {
+  for (const doc of Bokeh.documents)
+    for (const fig of doc.all_models) {
+      const labels = fig.type === "Figure" ? fig.renderers.find(r => r.data_source?.name === "dag-labels") : undefined;
+      if (labels === undefined) continue;
+      fig.y_range.setv({start: y0, end: y1});
+      const ys = Array.from(labels.data_source.get_column("y"));
+      const drawn = Array.from(labels.view.indices.ones());
+      return {drawn: drawn.length, rows: ys.length, first: drawn.includes(0), last: drawn.includes(ys.length - 1),
+              top: Math.max(...ys), bottom: Math.min(...ys)};
+    }
+  return null;
+}"""
+
+
 # How a canvas is painted: opaque pixels, and among them the strongly coloured (a group's fill) and the near-white.
 CANVAS_PIXELS = """(canvas) => {
   const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
@@ -258,6 +275,14 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     after_click = dag.evaluate(CANVAS_PIXELS)
     assert after_click["coloured"] > 0.9 * before_click["coloured"], (before_click, after_click)
     page.screenshot(path=str(SHOTS / "layer-detail.png"), full_page=True)
+
+    # the op labels drawn are those near the view: a move re-measures and repaints those alone (issue 19)
+    whole = page.evaluate(LABELS_DRAWN, [-1e9, 1e9])
+    assert whole["drawn"] == whole["rows"] == 81
+    top = page.evaluate(LABELS_DRAWN, [whole["top"] - 300, whole["top"] + 30])  # zoomed in on the first ops
+    assert top["first"] and not top["last"] and top["drawn"] < whole["rows"] / 3, top
+    bottom = page.evaluate(LABELS_DRAWN, [whole["bottom"] - 30, whole["bottom"] + 300])  # panned to the last ops
+    assert bottom["last"] and not bottom["first"] and bottom["drawn"] < whole["rows"] / 3, bottom
 
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"definitely not protobuf" * 50)
