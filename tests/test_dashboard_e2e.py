@@ -131,12 +131,13 @@ FIGURE_BACKGROUNDS = """() => Bokeh.documents.flatMap(doc => Array.from(doc.all_
 
 # Shows the DAG's rows from y0 to y1 (layout units), then says which op labels BokehJS draws: the rows of their
 # view (the labels outside the view and its margin are culled), out of all, with the first and last op's rows.
-LABELS_DRAWN = """([y0, y1]) => {
+LABELS_DRAWN = """async ([y0, y1]) => {
   for (const doc of Bokeh.documents)
     for (const fig of doc.all_models) {
       const labels = fig.type === "Figure" ? fig.renderers.find(r => r.data_source?.name === "dag-labels") : undefined;
       if (labels === undefined) continue;
       fig.y_range.setv({start: y0, end: y1});
+      await new Promise(done => setTimeout(done, 500));  // the ranges' callback runs its code asynchronously
       const ys = Array.from(labels.data_source.get_column("y"));
       const drawn = Array.from(labels.view.indices.ones());
       return {drawn: drawn.length, rows: ys.length, first: drawn.includes(0), last: drawn.includes(ys.length - 1),
