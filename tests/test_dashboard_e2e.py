@@ -137,7 +137,14 @@ LABELS_DRAWN = """async ([y0, y1]) => {
       const labels = fig.type === "Figure" ? fig.renderers.find(r => r.data_source?.name === "dag-labels") : undefined;
       if (labels === undefined) continue;
       fig.y_range.setv({start: y0, end: y1});
-      await new Promise(done => setTimeout(done, 500));  // the ranges' callback runs its code asynchronously
+      // the ranges' callback runs its code asynchronously: wait until the labels' filter covers this view (and is
+      // no more than its recompute threshold wider), then a moment for the view's rows to follow
+      for (let waited = 0; waited < 20000; waited += 50) {
+        const near = labels.view.filter.near;
+        if (near != null && near[2] <= y0 && near[3] >= y1 && near[3] - near[2] <= 4 * (y1 - y0)) break;
+        await new Promise(done => setTimeout(done, 50));
+      }
+      await new Promise(done => setTimeout(done, 200));
       const ys = Array.from(labels.data_source.get_column("y"));
       const drawn = Array.from(labels.view.indices.ones());
       return {drawn: drawn.length, rows: ys.length, first: drawn.includes(0), last: drawn.includes(ys.length - 1),
