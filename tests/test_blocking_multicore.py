@@ -3,11 +3,15 @@ cores that share the chip's last level (Yang et al. Sec. 3.3-3.4), checked again
 
 import pytest
 
-from engine.blocking import Blocking, Hierarchy, Layer, Memory, access_energy_pj, evaluate, multicore
+from engine.accelerator import Accelerator
+from engine.blocking import (Blocking, Hierarchy, Layer, Memory, access_energy_pj, codesign, evaluate, multicore,
+                             table4)
 from engine.blocking.codesign import fitted_hierarchy
+from engine.blocking.hierarchy import pe_array
 from engine.errors import EngineError
 
 KB = 1024
+MB = 1024 * KB
 LAYER = Layer(X=4, Y=8, C=4, K=8, Fw=1, Fh=1, name="tiny")
 CHIP = Hierarchy((Memory.sram("RF", 64, width_bits=512),
                   Memory.split("LL", (2 * KB, 2 * KB, 2 * KB), widths=(512,) * 3), Memory.dram()))
@@ -82,3 +86,18 @@ def test_fixed_schedule_bad_input():
     small = Hierarchy((Memory.sram("RF", 64, width_bits=512), Memory.split("LL", (KB, KB, 256)), Memory.dram()))
     with pytest.raises(EngineError, match="does not fit chip.*LL OB"):
         multicore(LAYER, small, cores=2, partition_last=True, schedule=sched)
+
+
+def test_fig9_conv1_fixed_schedule_on_the_nfu():
+    """Fig. 9 under the paper's assumption on Conv1's co-designed 3-level 8 MB chip (sched4 in BENCHMARKS.md): XY over
+    X falls below one core from 4 cores on; K's loop has 2 trips at the last level, so 4 cores cannot take it."""
+    layer = table4()["Conv1"]
+    res = codesign(layer, total_bytes=8 * MB, levels=3, array=pe_array(Accelerator.preset("diannao"), (0.0,) * 3))
+    chip, sched = res.hierarchy, res.results[0].blocking
+    xy = [multicore(layer, chip, cores=n, unroll="XY", partition_last=True, schedule=sched) for n in (1, 2, 4, 8)]
+    assert [r.loops for r in xy] == ["", "X2", "X4", "X8"]
+    assert [r.energy_pj / layer.macs for r in xy] == pytest.approx([1.008, 1.023, 0.979, 0.957], abs=5e-4)
+    k2 = multicore(layer, chip, cores=2, unroll="K", partition_last=True, schedule=sched)
+    assert k2.energy_pj / layer.macs == pytest.approx(1.008, abs=5e-4)
+    with pytest.raises(EngineError, match="its K loop 2 trips"):
+        multicore(layer, chip, cores=4, unroll="K", partition_last=True, schedule=sched)

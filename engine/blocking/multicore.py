@@ -41,6 +41,7 @@ class MulticoreResult:
     per_core: BlockingResult  # one core's share: its best blocking, or the fixed schedule's part, on its memories
     energy: tuple[tuple[str, str, float], ...]  # (level, tensor, pJ) over all cores
     broadcast_pj: float  # per word sent from the shared last-level buffer
+    on_chip_bytes: int  # memory of all cores together (what the broadcast wire is priced by)
     loops: str = ""  # with a fixed schedule, the loops unrolled over the cores and by how much ("Y4 X2")
 
     @property
@@ -84,7 +85,7 @@ def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "
     best = block(share, hierarchy)
     wire = access_energy_pj(on_chip_bytes, width_bits=width_bits, word_bits=hierarchy.word_bits)
     energy = _over_cores(best.cost, hierarchy.on_chip[-1].name, shared, cores, wire)
-    return MulticoreResult(cores, unroll, best, energy, wire)
+    return MulticoreResult(cores, unroll, best, energy, wire, on_chip_bytes)
 
 
 def _fixed(layer: Layer, chip: Hierarchy, schedule: Blocking, cores: int, unroll: str,
@@ -121,7 +122,7 @@ def _fixed(layer: Layer, chip: Hierarchy, schedule: Blocking, cores: int, unroll
     wire = access_energy_pj(on_chip_bytes, width_bits=width_bits, word_bits=chip.word_bits)
     energy = _over_cores(cost, chip.on_chip[-1].name, SHARED[unroll], cores, wire, single)
     result = BlockingResult(share, hierarchy, core, cost, "fixed", False, 1, 0.0)
-    return MulticoreResult(cores, unroll, result, energy, wire, _loops(split))
+    return MulticoreResult(cores, unroll, result, energy, wire, on_chip_bytes, _loops(split))
 
 
 def _divided(bounds: tuple[int, ...], split: dict[str, int]) -> tuple[int, ...]:
