@@ -10,7 +10,7 @@ energy the paper estimates as one access to a memory the size of all on-chip mem
 Two ways to lay out the memories: every core gets its own copy of the hierarchy (the default),
 or, as in Fig. 9, the hierarchy is the single-core chip and the cores share its last level
 (split into IB/KB/OB): each core keeps 1/cores of the partitioned buffers there while the
-shared tensor's buffer stays whole, so chip memory stays the same as the cores are added.
+shared tensor's buffer stays whole, so the last level's memory stays the same as the cores are added.
 On that chip each core's share is either re-blocked inside its part of the memories, or, as the
 paper evaluates Fig. 9, a given single-core `schedule` keeps its tiles and its loop at the last
 level is unrolled over the cores (Sec. 3.3: "a physical unrolling of an outer loop in the blocking
