@@ -16,6 +16,7 @@ from engine.accelerator import Accelerator
 from engine.blocking import (DIMS, Hierarchy, Layer, Memory, block, codesign, diannao_baseline, evaluate,
                              lowered_cost, multicore, table4)
 from engine.blocking.hierarchy import pe_array
+from engine.errors import EngineError
 
 KB = 1024
 MB = 1024 * KB
@@ -177,7 +178,6 @@ def fig9(single) -> str:
     part of the last."""
     layer = table4()["Conv1"]
     chip = single.hierarchy
-    last = chip.on_chip[-1].name
     ib, kb, ob = (_size(b) for b in chip.on_chip[-1].split_bytes)
     rows = [f"Last level: IB {ib}, KB {kb}, OB {ob}; per core a 16 x 16 `Cin|Cout` NFU.", "",
             "| cores | unroll | shared | private levels | LL IB | LL KB | LL OB | on chip | DRAM | memory pJ/MAC | "
@@ -185,19 +185,73 @@ def fig9(single) -> str:
     for cores in (1, 2, 4, 8):
         for unroll, shared in (("K", "IB"), ("XY", "KB")):
             r = multicore(layer, chip, cores=cores, unroll=unroll, partition_last=True)
-            part = {}
-            for lv, T, e in r.energy:
-                key = T if lv == last else lv if lv == "DRAM" else "private"
-                part[key] = part.get(key, 0.0) + e / layer.macs
-            on_chip = r.energy_pj / layer.macs - part["DRAM"]
+            part = _bars(r, chip, layer)
             rows.append(f"| {cores} | {unroll} | {shared} | {part['private']:.3f} | {part['I']:.3f} | {part['W']:.3f} | "
-                        f"{part['O']:.3f} | {on_chip:.3f} | {part['DRAM']:.3f} | {r.energy_pj / layer.macs:.3f} | "
-                        f"{r.broadcast_pj:.1f} |")
+                        f"{part['O']:.3f} | {r.energy_pj / layer.macs - part['DRAM']:.3f} | {part['DRAM']:.3f} | "
+                        f"{r.energy_pj / layer.macs:.3f} | {r.broadcast_pj:.1f} |")
     return "\n".join(rows)
 
 
+FIG9_DESIGNS = [(levels, budget) for levels in (2, 3, 4) for budget in (512 * KB, 1 * MB, 2 * MB, 8 * MB)]
+
+
+def fig9_fixed(stationary: bool = False) -> str:
+    """Fig. 9 as the paper draws it: Conv1's four best single-core schedules (sched1-4: the four least-energy distinct
+    co-designs over 2-4 levels and 0.5-8 MB budgets, on DianNao's NFU), each kept fixed with its last-level K or XY
+    loop unrolled over 1-8 cores that share the chip's last level (Sec. 3.3, `multicore(..., schedule=)`); beside it,
+    the same cores re-blocking their share inside the same memories. Bars as the paper's: private buffers, LL IB /
+    KB / OB, DRAM (pJ/MAC; no Shuffle term: the paper gives no model of it)."""
+    layer = table4()["Conv1"]
+    found = {}  # the buffers a design keeps -> (its co-design, the (levels, budget) runs that gave it)
+    for levels, budget in FIG9_DESIGNS:
+        res = codesign(layer, total_bytes=budget, levels=levels, array=nfu(), stationary=stationary)
+        key = tuple((b.tensor, b.nbytes) for b in res.buffers)  # a level that keeps nothing is the same design
+        found.setdefault(key, (res, []))[1].append(f"{levels}{'' if res.optimal else '*'} levels, {_size(budget)}")
+    scheds = sorted(found.values(), key=lambda d: d[0].energy_pj)[:4]
+    rows = ["| schedule | co-designed by (levels, budget) | last level IB / KB / OB | on chip | single core pJ/MAC |",
+            "|---|---|---|---:|---:|"]
+    for n, (res, runs) in enumerate(scheds, 1):
+        last = " / ".join(_size(b) for b in res.hierarchy.on_chip[-1].split_bytes)
+        rows.append(f"| sched{n} | {'; '.join(runs)} | {last} | {_size(sum(res.sizes))} | "
+                    f"{res.energy_pj / layer.macs:.3f} |")
+    rows += ["", "| schedule | cores | unroll | loops over cores | private | LL IB | LL KB | LL OB | DRAM | "
+             "memory pJ/MAC | chip memory | re-blocked |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, (res, _) in enumerate(scheds, 1):
+        chip, sched = res.hierarchy, res.results[0].blocking
+        for cores in (1, 2, 4, 8):
+            for unroll in ("K", "XY") if cores > 1 else ("K",):
+                again = multicore(layer, chip, cores=cores, unroll=unroll, partition_last=True).energy_pj / layer.macs
+                try:
+                    r = multicore(layer, chip, cores=cores, unroll=unroll, partition_last=True, schedule=sched)
+                except EngineError:  # the schedule's loops at the last level do not split over these cores
+                    trips = ", ".join(f"{d} {_trips(sched, d)}" for d in (("K",) if unroll == "K" else ("Y", "X")))
+                    rows.append(f"| sched{n} | {cores} | {unroll} | cannot (trips: {trips}) | | | | | | | | {again:.3f} |")
+                    continue
+                part = _bars(r, chip, layer)
+                rows.append(f"| sched{n} | {cores} | {unroll if cores > 1 else '-'} | {r.loops or '-'} | "
+                            f"{part['private']:.3f} | {part['I']:.3f} | {part['W']:.3f} | {part['O']:.3f} | "
+                            f"{part['DRAM']:.3f} | {r.energy_pj / layer.macs:.3f} | {_size(r.on_chip_bytes)} | "
+                            f"{again:.3f} |")
+    return "\n".join(rows)
+
+
+def _trips(sched, d: str) -> int:
+    """Trips of loop `d` inside the last on-chip level of a blocking (what a fixed schedule unrolls over cores)."""
+    i = DIMS.index(d)
+    return sched.tiles[-1][i] // (sched.tiles[-2][i] if len(sched.tiles) > 1 else 1)
+
+
+def _bars(r, chip, layer) -> dict[str, float]:
+    """pJ/MAC of a multi-core result by the paper's bars: 'private' levels, the last level's 'I' / 'W' / 'O', 'DRAM'."""
+    last, part = chip.on_chip[-1].name, dict.fromkeys(("private", "I", "W", "O", "DRAM"), 0.0)
+    for lv, T, e in r.energy:
+        key = T if lv == last else lv if lv == "DRAM" else "private"
+        part[key] += e / layer.macs
+    return part
+
+
 def _size(b: int) -> str:
-    return f"{b / MB:.3g} MB" if b >= MB else f"{b / KB:.3g} KB" if b >= KB else f"{b} B"
+    return f"{b / MB:.3g} MB" if b >= MB else f"{b / KB:.{3 if b < 1000 * KB else 4}g} KB" if b >= KB else f"{b} B"
 
 
 def main() -> None:
@@ -217,8 +271,18 @@ def main() -> None:
     out.write("### Fig. 3-4: CPU caches (32 KB L1, 256 KB L2, 12 MB L3), direct blocking vs im2col + GEMM "
               "(accesses in 16-bit words)\n\n" + fig34() + "\n\n")
     out.write("### Fig. 9: Conv1 over cores sharing one chip's last level, an NFU per core (pJ per MAC)\n\n"
-              + fig9(conv1_8mb[0]) + "\n\nSensitivity: the chip co-designed with stationary MAC operands (the design in "
-              "the Fig. 6-7 table's stationary columns), the same per core.\n\n" + fig9(conv1_8mb[1]) + "\n\n")
+              "Each core's share re-blocked inside its part of the chip:\n\n" + fig9(conv1_8mb[0])
+              + "\n\nSensitivity: the chip co-designed with stationary MAC operands (the design in the Fig. 6-7 table's "
+              "stationary columns), the same per core.\n\n" + fig9(conv1_8mb[1]) + "\n\n")
+    out.write("### Fig. 9 as the paper evaluates it: Conv1's four best single-core schedules kept fixed, their last-level "
+              "K or XY loop unrolled over the cores (pJ per MAC)\n\nsched1-4 are the four least-energy distinct "
+              "co-designs over 2-4 levels and 0.5 / 1 / 2 / 8 MB budgets on DianNao's NFU (* = search). \"cannot\": "
+              "the schedule's loop inside the last level has fewer trips than cores (Sec. 3.3 needs the unrolled "
+              "dimension to be cores x the level below's); XY takes Y first, then X. \"chip memory\": all cores' "
+              "memories (XY keeps each core's input slice with its halo); \"re-blocked\": the table above's mode on "
+              "the same chip. No Shuffle bar: the paper gives no model of it.\n\n" + fig9_fixed()
+              + "\n\nSensitivity: stationary MAC operands (schedules co-designed with them).\n\n"
+              + fig9_fixed(stationary=True) + "\n\n")
     out.write(f"_Total {time.perf_counter() - t:.0f} s._\n")
 
 
