@@ -20,6 +20,7 @@ as the paper's first optimizer did; the tests check the two agree.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
@@ -44,6 +45,7 @@ PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
 PARENT_CAP = 64  # parents per level in the quick search that bounds the exact one
 EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
 METHODS = ("exact", "exhaustive")
+FIRST_BOUNDS = 4  # unrollings bounded before the first DP (the least bound of them goes first)
 
 
 @dataclass(frozen=True)
@@ -357,10 +359,34 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    for bound, _, unroll in _floors(layer, hierarchy):
-        if bound >= best_pj * (1 - 1e-12):
+    floors, heap, i = _floors(layer, hierarchy), [], 0
+    once = _once(layer, hierarchy)
+
+    def take():
+        nonlocal i
+        floor, busy, unroll = floors[i]
+        heapq.heappush(heap, (_refill_bound(layer, hierarchy, unroll, False), busy, unroll, floor, False))
+        i += 1
+
+    while True:
+        # unrollings least `_refill_bound` first; that bound is computed only while the cheap floors of those
+        # still unseen lie below both the least bound known and the best energy (and, before any energy is
+        # known, for at most `FIRST_BOUNDS` of them: that order is a heuristic, the bounds are the proof)
+        limit = best_pj * (1 - 1e-12)
+        while i < len(floors) and floors[i][0] < min(heap[0][0] if heap else np.inf, limit) \
+                and (limit < np.inf or len(heap) < FIRST_BOUNDS):
+            take()
+        if not heap or heap[0][0] >= limit:
+            if i < len(floors) and floors[i][0] < limit:
+                take()
+                continue
             break
-        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
+        bound, busy, unroll, floor, tight = heapq.heappop(heap)
+        if not tight:  # its quick bound is the least: take the tight one, and its place again
+            tight_bound = max(bound, _refill_bound(layer, hierarchy, unroll))
+            heapq.heappush(heap, (tight_bound, busy, unroll, floor, True))
+            continue
+        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
         evaluated += n
         if blocking is None:
             continue
@@ -412,12 +438,17 @@ def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
     """`_floors` for one order of the levels: the MAC floor of every unrolling (`_mac_floors`) plus every real word
     of each operand held on chip loaded once from DRAM (outputs written once into it, at its write price)."""
     unrolls = _unrolls(layer, hierarchy)
-    dram = hierarchy.levels[-1]
-    view = SpatialView.of(layer, unrolls[0])  # real words outside the array do not depend on the unrolling
-    once = sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
-               for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
-    floors = _mac_floors(layer, hierarchy, unrolls) + once
+    floors = _mac_floors(layer, hierarchy, unrolls) + _once(layer, hierarchy)
     return sorted((float(f), -math.prod(u), u) for f, u in zip(floors, unrolls))
+
+
+def _once(layer: Layer, hierarchy: Hierarchy) -> float:
+    """Energy (pJ, one group) of every real word of each operand held on chip loaded once from DRAM (outputs
+    written once into it, at its write price); real words outside the array do not depend on the unrolling."""
+    dram = hierarchy.levels[-1]
+    view = SpatialView.of(layer, (1,) * len(DIMS))
+    return sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+               for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
 
 
 def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
@@ -468,13 +499,109 @@ def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: in
     return sum(kept.values()) <= hierarchy.capacity_words(level)
 
 
-def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
+@lru_cache(maxsize=4096)
+def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True) -> float:
+    """A lower bound (pJ, one group) on the best blocking under one unrolling, tighter than `_floors`: the MAC
+    words of level 0's tile (with its stationary saving) plus the refills of each operand held on chip.
+
+    Each such operand T is refilled from level l, its innermost holder, at the first boundary where its tile
+    grows: either into an on-chip holder (then also loaded once from DRAM), or straight from DRAM, when it
+    passes every holder up to its last on chip, L (their tiles are then l's, within l's capacity). The block
+    above a level reuses (run > 1) at most one of the operands charged from that level's tile (those whose
+    innermost holder it is and that go on chip, and those that pass up to it and go to DRAM): the one whose
+    reuse group its first moving loop is in (or, when it has none, the first such block above). Every other
+    one is refilled once per iteration of all loops above the tile (`above`); the reused one moves at least
+    its real words. Each choice of operands that go straight to DRAM bounds its blockings, levels apart.
+    """
+    grid = _grid(layer, unroll)
+    routes = _routes(layer, hierarchy)
+    cand = _candidates(layer, hierarchy, grid, routes)
+    m, dram = len(hierarchy.on_chip), hierarchy.levels[-1]
+    saving, _ = _stationary_saving(layer, hierarchy, grid)
+    on_chip = [T for T in layer.tensors if routes.h0[T] < m]
+    last = {T: max(l for l in range(m) if hierarchy.levels[l].keeps(T)) for T in on_chip}
+    # a level's tile lies inside every tile above it, so it also fits where those levels keep their own operands
+    inner = [_capacity_ok(hierarchy, k, layer, {T: grid.kept(hierarchy, k, T) if routes.h0[T] == k
+                                                 else np.zeros(grid.size) for T in layer.tensors}) for k in range(m)]
+    cand = [np.logical_and.reduce([cand[j], *inner[j + 1:]]) for j in range(m)]
+    charge, fits = {}, {}
+    for T in on_chip:
+        l = routes.h0[T]
+        once = (dram.write_energy(T) if T == "O" else dram.energy(T)) * grid.full[T]
+        moved = (grid.moved[T] * grid.above, grid.moved_pe[T] * grid.above, grid.full[T], grid.full_pe[T])
+        full = (grid.full[T], grid.full_pe[T], grid.full[T], grid.full_pe[T])
+        for route, ks, extra in (("chip", range(l, last[T]), once), ("dram", range(last[T], m), 0.0)):
+            charge[T, route] = tuple(_least_charge(routes, T, ks, *words) + extra for words in (moved, full))
+        mem = hierarchy.levels[l]
+        cap = hierarchy.capacity_words(l, T) if mem.split_bytes else hierarchy.capacity_words(l)
+        fits[T] = grid.kept(hierarchy, l, T) <= cap
+    macs = _level0_pj(layer, hierarchy, [grid.view.unroll])[0]
+    if not tight:  # each operand by its cheaper route, each level's operands alone
+        total = macs
+        for j in range(m):
+            per = saving if j == 0 else np.zeros(grid.size)
+            mine = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
+                    for T in on_chip if routes.h0[T] == j]
+            if mine:
+                per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
+            total += float(np.min(np.where(cand[j], per, np.inf)))
+        return total
+    best, memo = np.inf, {}
+
+    def least(j, mine, reused, restrict):
+        """The least over level j's tiles (within the capacities of the operands in `restrict`, which go to DRAM
+        past it) of its MAC saving plus the charges of the operands `mine`, `reused` reused."""
+        key = (j, mine, reused, restrict)
+        if key not in memo:
+            per = saving if j == 0 else np.zeros(grid.size)
+            per = per + sum((charge[k][k == reused] for k in mine), np.zeros(grid.size))
+            ok = np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
+            memo[key] = float(np.min(np.where(ok, per, np.inf)))
+        return memo[key]
+
+    for n in range(len(on_chip) + 1):
+        for direct in itertools.combinations(on_chip, n):
+            if any(routes.h0[T] == last[T] for T in on_chip if T not in direct):
+                continue  # held at one level only: it can only go to DRAM
+            restrict = [tuple(T for T in direct if routes.h0[T] < j <= last[T]) for j in range(m)]
+            # between the innermost and last holders of an operand that goes to DRAM its tile does not change:
+            # those blocks move only its reuse group, so their levels share the one operand reused
+            slot = list(range(m))
+            for T in direct:
+                for j in range(routes.h0[T], last[T] + 1):
+                    slot = [slot[routes.h0[T]] if s == slot[j] else s for s in slot]
+            bounds = []
+            for at_last in (False, True):  # charge those that go to DRAM from their innermost level's tile, or last
+                mine = [tuple((T, "dram" if T in direct else "chip") for T in on_chip
+                              if (last[T] if T in direct and at_last else routes.h0[T]) == j) for j in range(m)]
+                total = macs
+                for levels in ([j for j in range(m) if slot[j] == s] for s in set(slot)):
+                    options = [k for j in levels for k in mine[j]] or [None]
+                    total += min(sum(least(j, mine[j], reused, restrict[j]) for j in levels) for reused in options)
+                bounds.append(total)
+            best = min(best, max(bounds))
+    return best
+
+
+def _least_charge(routes: _Routes, T: str, boundaries, words, words_pe, full, full_pe):
+    """The least energy (pJ) of moving `words` of T (`words_pe` into the PEs) across any of `boundaries`, by their
+    coefficients (`_Routes.coef`; inf with none)."""
+    best = np.inf
+    for k in boundaries:
+        a_pe, b_pe, a_arr, b_arr = routes.coef[k, T]
+        best = np.minimum(best, a_arr * words - b_arr * full + a_pe * words_pe - b_pe * full_pe)
+    return best
+
+
+def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf,
+                    mac_floor: float | None = None) -> tuple[Blocking | None, int]:
     """The DP over levels for one unrolling, DRAM inwards; value[l][state, tile] = least energy above level l.
 
     Branch and bound: a feasible blocking found first (the given `cap`, else a quick search) caps the
     energy, so a tile whose energy above it already exceeds that cap minus the fixed MAC operand words is
     never paired. With three or more levels, each holding every operand, and no array, the tiles whose
-    refills alone (`_refill_floor`) exceed it are dropped too. The optimum is kept.
+    refills alone (`_refill_floor`) exceed it are dropped too. The optimum is kept. `mac_floor` is the
+    unrolling's `_mac_floors`, when the caller has it.
     """
     grid = _grid(layer, unroll)
     routes = _routes(layer, hierarchy)
@@ -485,7 +612,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _mac_floors(layer, hierarchy, [unroll])[0]
+    budget = cap - (_mac_floors(layer, hierarchy, [unroll])[0] if mac_floor is None else mac_floor)
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
