@@ -46,6 +46,7 @@ PARENT_CAP = 64  # parents per level in the quick search that bounds the exact o
 EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
 METHODS = ("exact", "exhaustive")
 FIRST_BOUNDS = 4  # unrollings bounded before the first DP (the least bound of them goes first)
+FIRST_SLACK = 0.01  # the first DP's budget: this much above its unrolling's bound (all of it when that fails)
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,13 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
             tight_bound = max(bound, _refill_bound(layer, hierarchy, unroll))
             heapq.heappush(heap, (tight_bound, busy, unroll, floor, True))
             continue
-        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
+        if best_pj == np.inf and bound < np.inf:  # no energy to beat yet: first try just above the bound
+            blocking, n = _exact_unrolled(layer, hierarchy, unroll, bound * (1 + FIRST_SLACK), floor - once)
+            evaluated += n
+            if blocking is None:
+                blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
+        else:
+            blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
         evaluated += n
         if blocking is None:
             continue
@@ -470,8 +477,15 @@ def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> i
     tile lies inside every operand's innermost holder's tile, so the group's loops together can take at most the
     largest tile of them alone (the other loops one step) that each such holder keeps within its capacity."""
     group = [DIMS.index(d) for d in REUSE_GROUP[T]]
-    levels = range(len(hierarchy.on_chip))
+    own = _own_capacities(layer, hierarchy)
     best = 1
+
+    def fits(tile) -> bool:
+        for inside, caps, shared in own:
+            kept = [view.stored(X, tile, inside) for X, _ in caps]
+            if any(k > c for k, (_, c) in zip(kept, caps)) or sum(kept) > shared:
+                return False
+        return True
 
     def grow(tile, k):
         nonlocal best
@@ -481,7 +495,7 @@ def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> i
         j = group[k]
         for v in divisors(view.dims[j]):  # footprints grow with v: stop at the first that does not fit
             t = tile[:j] + (v,) + tile[j + 1:]
-            if v > 1 and not all(_fits_alone(layer, hierarchy, view, l, t) for l in levels):
+            if v > 1 and not fits(t):
                 break
             grow(t, k + 1)
 
@@ -489,14 +503,18 @@ def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> i
     return best
 
 
-def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: int, tile) -> bool:
-    """Whether `level` holds `tile` of the operands it is the innermost holder of (its shared or split capacity)."""
-    mem = hierarchy.levels[level]
-    mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
-    kept = {T: view.stored(T, tile, hierarchy.inside(level)) for T in mine}
-    if mem.split_bytes:
-        return all(kept[T] <= hierarchy.capacity_words(level, T) for T in mine)
-    return sum(kept.values()) <= hierarchy.capacity_words(level)
+@lru_cache(maxsize=256)
+def _own_capacities(layer: Layer, hierarchy: Hierarchy) -> tuple:
+    """Per on-chip level: whether it is inside the array, (operand, its own capacity in words) for each operand
+    it is the innermost holder of, and the capacity they share (inf where each has its own)."""
+    out = []
+    for level, mem in enumerate(hierarchy.on_chip):
+        mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
+        if mem.split_bytes:
+            out.append((hierarchy.inside(level), tuple((T, hierarchy.capacity_words(level, T)) for T in mine), np.inf))
+        else:
+            out.append((hierarchy.inside(level), tuple((T, np.inf) for T in mine), hierarchy.capacity_words(level)))
+    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
@@ -548,6 +566,11 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
         return total
     best, memo = np.inf, {}
 
+    @lru_cache(maxsize=None)
+    def allowed(j, restrict):
+        """Level j's tiles: candidates within the capacities of the operands in `restrict`, which go to DRAM past it."""
+        return np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
+
     def least(j, mine, reused, restrict):
         """The least over level j's tiles (within the capacities of the operands in `restrict`, which go to DRAM
         past it) of its MAC saving plus the charges of the operands `mine`, `reused` reused."""
@@ -555,8 +578,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
         if key not in memo:
             per = saving if j == 0 else np.zeros(grid.size)
             per = per + sum((charge[k][k == reused] for k in mine), np.zeros(grid.size))
-            ok = np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
-            memo[key] = float(np.min(np.where(ok, per, np.inf)))
+            memo[key] = float(np.min(np.where(allowed(j, restrict), per, np.inf)))
         return memo[key]
 
     for n in range(len(on_chip) + 1):
@@ -564,16 +586,29 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
             if any(routes.h0[T] == last[T] for T in on_chip if T not in direct):
                 continue  # held at one level only: it can only go to DRAM
             restrict = [tuple(T for T in direct if routes.h0[T] < j <= last[T]) for j in range(m)]
-            # between the innermost and last holders of an operand that goes to DRAM its tile does not change:
-            # those blocks move only its reuse group, so their levels share the one operand reused
-            slot = list(range(m))
-            for T in direct:
-                for j in range(routes.h0[T], last[T] + 1):
-                    slot = [slot[routes.h0[T]] if s == slot[j] else s for s in slot]
+            moving = [{d for i, d in enumerate(DIMS) if np.any(grid.val[allowed(j, restrict[j]), i] > 1)}
+                      for j in range(m)]  # the dims a tile of level j may have more than one step of
             bounds = []
             for at_last in (False, True):  # charge those that go to DRAM from their innermost level's tile, or last
                 mine = [tuple((T, "dram" if T in direct else "chip") for T in on_chip
                               if (last[T] if T in direct and at_last else routes.h0[T]) == j) for j in range(m)]
+                slot = list(range(m))
+
+                def merge(i, j):
+                    slot[:] = [slot[i] if s == slot[j] else s for s in slot]
+                for j in range(m - 1):
+                    # the block above level j moves only dims of level j + 1 that may move; when those lie in the
+                    # reuse group of an operand not charged from level j, level j's ones are reused (if at all)
+                    # by the first moving block above level j + 1, as level j + 1's are
+                    reusers = [X for X in TENSORS if moving[j + 1] <= set(REUSE_GROUP[X])]
+                    if any(X not in [T for T, _ in mine[j]] for X in reusers):
+                        merge(j, j + 1)
+                if at_last:
+                    # between the innermost and last holders of an operand that goes to DRAM its tile does not
+                    # change: those blocks move only its reuse group, and it is charged from its last holder's tile
+                    for T in direct:
+                        for j in range(routes.h0[T], last[T] + 1):
+                            merge(routes.h0[T], j)
                 total = macs
                 for levels in ([j for j in range(m) if slot[j] == s] for s in set(slot)):
                     options = [k for j in levels for k in mine[j]] or [None]
