@@ -45,7 +45,6 @@ PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
 PARENT_CAP = 64  # parents per level in the quick search that bounds the exact one
 EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
 METHODS = ("exact", "exhaustive")
-FIRST_BOUNDS = 4  # unrollings bounded before the first DP (the least bound of them goes first)
 FIRST_SLACK = 0.01  # the first DP's budget: this much above its unrolling's bound (all of it when that fails)
 
 
@@ -295,6 +294,7 @@ class _Routes:
     coef: dict  # (boundary l, T) -> (a_pe, b_pe, a_arr, b_arr): a charge costs a x fills - b x the layer's words
 
 
+@lru_cache(maxsize=256)
 def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
     m = len(hierarchy.on_chip)
     held = {T: [l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T)] for T in layer.tensors}
@@ -360,32 +360,20 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    floors, heap, i = _floors(layer, hierarchy), [], 0
     once = _once(layer, hierarchy)
-
-    def take():
-        nonlocal i
-        floor, busy, unroll = floors[i]
-        heapq.heappush(heap, (_refill_bound(layer, hierarchy, unroll, False), busy, unroll, floor, False))
-        i += 1
-
-    while True:
-        # unrollings least `_refill_bound` first; that bound is computed only while the cheap floors of those
-        # still unseen lie below both the least bound known and the best energy (and, before any energy is
-        # known, for at most `FIRST_BOUNDS` of them: that order is a heuristic, the bounds are the proof)
-        limit = best_pj * (1 - 1e-12)
-        while i < len(floors) and floors[i][0] < min(heap[0][0] if heap else np.inf, limit) \
-                and (limit < np.inf or len(heap) < FIRST_BOUNDS):
-            take()
-        if not heap or heap[0][0] >= limit:
-            if i < len(floors) and floors[i][0] < limit:
-                take()
-                continue
-            break
-        bound, busy, unroll, floor, tight = heapq.heappop(heap)
-        if not tight:  # its quick bound is the least: take the tight one, and its place again
-            tight_bound = max(bound, _refill_bound(layer, hierarchy, unroll))
-            heapq.heappush(heap, (tight_bound, busy, unroll, floor, True))
+    # every unrolling by its floor (a sorted list is a heap), then refined lazily, least key first: its quick
+    # `_refill_bound`, its tight one (straight away once a quick one proved no better than its floor), the DP
+    heap = [(floor, busy, unroll, floor, 0) for floor, busy, unroll in _floors(layer, hierarchy)]
+    skip_quick = False
+    while heap and heap[0][0] < best_pj * (1 - 1e-12):
+        bound, busy, unroll, floor, stage = heapq.heappop(heap)
+        if stage == 0 and not skip_quick:
+            quick = _refill_bound(layer, hierarchy, unroll, False)
+            skip_quick = quick <= floor * (1 + 1e-9)
+            heapq.heappush(heap, (max(bound, quick), busy, unroll, floor, 1))
+            continue
+        if stage < 2:
+            heapq.heappush(heap, (max(bound, _refill_bound(layer, hierarchy, unroll)), busy, unroll, floor, 2))
             continue
         if best_pj == np.inf and bound < np.inf:  # no energy to beat yet: first try just above the bound
             blocking, n = _exact_unrolled(layer, hierarchy, unroll, bound * (1 + FIRST_SLACK), floor - once)
@@ -467,17 +455,18 @@ def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
     if not hierarchy.stationary:
         return total
     views = [SpatialView.of(layer, u) for u in unrolls]
-    saving = [pj[T] * (1 / np.array([_max_run(layer, hierarchy, v, T) for v in views]) - 1)
+    own = _own_capacities(layer, hierarchy)
+    saving = [pj[T] * (1 / np.array([_max_run(view, T, own) for view in views]) - 1)
               for T in "IW" if T in pj]
     return total + np.min(saving, axis=0) if saving else total
 
 
-def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
+def _max_run(view: SpatialView, T: str, own) -> int:
     """An upper bound on the run of the loops inside level 0's tile that reuse `T` (its reuse group): level 0's
     tile lies inside every operand's innermost holder's tile, so the group's loops together can take at most the
-    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity."""
+    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity
+    (`own`: `_own_capacities`)."""
     group = [DIMS.index(d) for d in REUSE_GROUP[T]]
-    own = _own_capacities(layer, hierarchy)
     best = 1
 
     def fits(tile) -> bool:
@@ -553,7 +542,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
         mem = hierarchy.levels[l]
         cap = hierarchy.capacity_words(l, T) if mem.split_bytes else hierarchy.capacity_words(l)
         fits[T] = grid.kept(hierarchy, l, T) <= cap
-    macs = _level0_pj(layer, hierarchy, [grid.view.unroll])[0]
+    macs = sum(_level0_of(layer, hierarchy, grid.view.unroll, T) for T in layer.tensors)
     if not tight:  # each operand by its cheaper route, each level's operands alone
         total = macs
         for j in range(m):
@@ -702,6 +691,12 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
     return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll, inner_order), evaluated
 
 
+@lru_cache(maxsize=16384)
+def _level0_of(layer: Layer, hierarchy: Hierarchy, unroll: tuple[int, ...], T: str) -> float:
+    """`_level0_pj` of one unrolling and one operand, kept for the bounds and DPs of that unrolling."""
+    return float(_level0_pj(layer, hierarchy, [unroll], (T,))[0])
+
+
 def _level0_pj(layer: Layer, hierarchy: Hierarchy, unrolls, operands=TENSORS) -> np.ndarray:
     """Per unrolling, the energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy
     PE per step from each operand's innermost holder (multicast across the array when that holder is outside it)."""
@@ -747,7 +742,7 @@ def _stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> tuple
     orders cover every order."""
     if not hierarchy.stationary:
         return np.zeros(grid.size), np.zeros(grid.size, dtype=np.int64)
-    full = [_level0_pj(layer, hierarchy, [grid.view.unroll], (T,))[0] for T in "IW"]
+    full = [_level0_of(layer, hierarchy, grid.view.unroll, T) for T in "IW"]
     saving = []
     for order in CANONICAL:
         g = _GROUP_ORDER[order]
