@@ -560,6 +560,13 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
         """Level j's tiles: candidates within the capacities of the operands in `restrict`, which go to DRAM past it."""
         return np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
 
+    @lru_cache(maxsize=None)
+    def spread(j, restrict):
+        """The dims an allowed tile of level j may have more than one step of."""
+        ok = allowed(j, restrict)
+        top = grid.val[ok].max(axis=0) if ok.any() else np.ones(len(DIMS))
+        return frozenset(d for d, v in zip(DIMS, top) if v > 1)
+
     def least(j, mine, reused, restrict):
         """The least over level j's tiles (within the capacities of the operands in `restrict`, which go to DRAM
         past it) of its MAC saving plus the charges of the operands `mine`, `reused` reused."""
@@ -575,8 +582,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
             if any(routes.h0[T] == last[T] for T in on_chip if T not in direct):
                 continue  # held at one level only: it can only go to DRAM
             restrict = [tuple(T for T in direct if routes.h0[T] < j <= last[T]) for j in range(m)]
-            moving = [{d for i, d in enumerate(DIMS) if np.any(grid.val[allowed(j, restrict[j]), i] > 1)}
-                      for j in range(m)]  # the dims a tile of level j may have more than one step of
+            moving = [spread(j, restrict[j]) for j in range(m)]
             bounds = []
             for at_last in (False, True):  # charge those that go to DRAM from their innermost level's tile, or last
                 mine = [tuple((T, "dram" if T in direct else "chip") for T in on_chip
