@@ -25,7 +25,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -196,8 +196,11 @@ class _Grid:
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
         self.group = {T: np.prod([cols[d] for d in REUSE_GROUP[T]], axis=0) for T in TENSORS}
         self.full_group = {T: float(math.prod(dims[DIMS.index(d)] for d in REUSE_GROUP[T])) for T in TENSORS}
-        # per dim: divides[j][a, b] is True when divisor a divides divisor b
-        self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
+
+    @cached_property
+    def divides(self) -> list[np.ndarray]:
+        """Per dim: divides[j][a, b] is True when divisor a divides divisor b (the DP's pairing; bounds need none)."""
+        return [(d[None, :] % d[:, None]) == 0 for d in self.divs]
 
     def _moved(self, T: str, inside: bool) -> np.ndarray:
         """Real words of T per load of each tile (see `SpatialView.real`), on average over the tile's positions."""
