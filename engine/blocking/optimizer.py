@@ -521,7 +521,9 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
     innermost holder it is and that go on chip, and those that pass up to it and go to DRAM): the one whose
     reuse group its first moving loop is in (or, when it has none, the first such block above). Every other
     one is refilled once per iteration of all loops above the tile (`above`); the reused one moves at least
-    its real words. Each choice of operands that go straight to DRAM bounds its blockings, levels apart.
+    its real words. Each choice of operands that go straight to DRAM bounds its blockings, levels apart except
+    where the blocks between them move one reuse group only (then they share the one operand reused).
+    `tight=False`: the quick version, each operand by its cheaper route, every level apart.
     """
     grid = _grid(layer, unroll)
     routes = _routes(layer, hierarchy)
@@ -534,7 +536,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
     inner = [_capacity_ok(hierarchy, k, layer, {T: grid.kept(hierarchy, k, T) if routes.h0[T] == k
                                                  else np.zeros(grid.size) for T in layer.tensors}) for k in range(m)]
     cand = [np.logical_and.reduce([cand[j], *inner[j + 1:]]) for j in range(m)]
-    charge, fits = {}, {}
+    charge = {}
     for T in on_chip:
         l = routes.h0[T]
         once = (dram.write_energy(T) if T == "O" else dram.energy(T)) * grid.full[T]
@@ -542,20 +544,23 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
         full = (grid.full[T], grid.full_pe[T], grid.full[T], grid.full_pe[T])
         for route, ks, extra in (("chip", range(l, last[T]), once), ("dram", range(last[T], m), 0.0)):
             charge[T, route] = tuple(_least_charge(routes, T, ks, *words) + extra for words in (moved, full))
-        mem = hierarchy.levels[l]
-        cap = hierarchy.capacity_words(l, T) if mem.split_bytes else hierarchy.capacity_words(l)
-        fits[T] = grid.kept(hierarchy, l, T) <= cap
     macs = sum(_level0_of(layer, hierarchy, grid.view.unroll, T) for T in layer.tensors)
     if not tight:  # each operand by its cheaper route, each level's operands alone
         total = macs
         for j in range(m):
-            per = saving if j == 0 else np.zeros(grid.size)
             mine = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
                     for T in on_chip if routes.h0[T] == j]
-            if mine:
-                per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
-            total += float(np.min(np.where(cand[j], per, np.inf)))
+            if mine or j == 0:
+                per = saving if j == 0 else 0.0
+                if mine:
+                    per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
+                total += float(np.min(np.where(cand[j], per, np.inf)))
         return total
+    fits = {}
+    for T in on_chip:
+        l, mem = routes.h0[T], hierarchy.levels[routes.h0[T]]
+        cap = hierarchy.capacity_words(l, T) if mem.split_bytes else hierarchy.capacity_words(l)
+        fits[T] = grid.kept(hierarchy, l, T) <= cap
     best, memo = np.inf, {}
 
     @lru_cache(maxsize=None)
