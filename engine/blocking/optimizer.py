@@ -367,6 +367,8 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     # every unrolling by its floor (a sorted list is a heap), then refined lazily, least key first: its quick
     # `_refill_bound`, its tight one (straight away once a quick one proved no better than its floor), the DP
     heap = [(floor, busy, unroll, floor, 0) for floor, busy, unroll in _floors(layer, hierarchy)]
+    if len(heap) == 1:  # one unrolling (no array): nothing to rank, straight to its DP
+        heap = [(*heap[0][:4], 3)]
     skip_quick = False
     while heap and heap[0][0] < best_pj * (1 - 1e-12):
         bound, busy, unroll, floor, stage = heapq.heappop(heap)
@@ -378,7 +380,7 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
         if stage < 2:
             heapq.heappush(heap, (max(bound, _refill_bound(layer, hierarchy, unroll)), busy, unroll, floor, 2))
             continue
-        if best_pj == np.inf and bound < np.inf:  # no energy to beat yet: first try just above the bound
+        if best_pj == np.inf and stage == 2 and bound < np.inf:  # nothing to beat yet: first try just above the bound
             blocking, n = _exact_unrolled(layer, hierarchy, unroll, bound * (1 + FIRST_SLACK), floor - once)
             evaluated += n
             if blocking is None:
