@@ -45,7 +45,6 @@ PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
 PARENT_CAP = 64  # parents per level in the quick search that bounds the exact one
 EXHAUSTIVE_LIMIT = 2_000_000  # blockings `method="exhaustive"` agrees to score one by one
 METHODS = ("exact", "exhaustive")
-FIRST_SLACK = 0.01  # the first DP's budget: this much above its unrolling's bound (all of it when that fails)
 
 
 @dataclass(frozen=True)
@@ -368,7 +367,7 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     # `_refill_bound`, its tight one (straight away once a quick one proved no better than its floor), the DP
     heap = [(floor, busy, unroll, floor, 0) for floor, busy, unroll in _floors(layer, hierarchy)]
     if len(heap) == 1:  # one unrolling (no array): nothing to rank, straight to its DP
-        heap = [(*heap[0][:4], 3)]
+        heap = [(*heap[0][:4], 2)]
     skip_quick = False
     while heap and heap[0][0] < best_pj * (1 - 1e-12):
         bound, busy, unroll, floor, stage = heapq.heappop(heap)
@@ -380,13 +379,7 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
         if stage < 2:
             heapq.heappush(heap, (max(bound, _refill_bound(layer, hierarchy, unroll)), busy, unroll, floor, 2))
             continue
-        if best_pj == np.inf and stage == 2 and bound < np.inf:  # nothing to beat yet: first try just above the bound
-            blocking, n = _exact_unrolled(layer, hierarchy, unroll, bound * (1 + FIRST_SLACK), floor - once)
-            evaluated += n
-            if blocking is None:
-                blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
-        else:
-            blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
+        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
         evaluated += n
         if blocking is None:
             continue
