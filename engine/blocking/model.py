@@ -114,11 +114,16 @@ class SpatialView:
     layer: Layer
     unroll: tuple[int, ...]
     pe: Layer  # one PE's loop nest (temporal bounds, strided)
-    padded: Layer  # the layer padded to multiples of the unrolling
 
     @classmethod
     def of(cls, layer: Layer, unroll) -> "SpatialView":
         return _view(layer, tuple(unroll))
+
+    @cached_property
+    def padded(self) -> Layer:
+        """The layer padded to multiples of the unrolling (made on first use: most searches never ask)."""
+        return Layer(**{d: n * f for d, n, f in zip(DIMS, self.dims, self.unroll)}, stride=self.layer.stride,
+                     dilation=self.layer.dilation, has_weights=self.layer.has_weights)
 
     @cached_property
     def dims(self) -> tuple[int, ...]:
@@ -156,9 +161,7 @@ def _view(layer: Layer, unroll: tuple[int, ...]) -> SpatialView:
     (sx, sy), (dx, dy) = layer.stride, layer.dilation
     pe = Layer(**t, stride=(sx * s["X"], sy * s["Y"]), dilation=(dx * s["Fw"], dy * s["Fh"]),
                has_weights=layer.has_weights)
-    padded = Layer(**{d: t[d] * s[d] for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
-                   has_weights=layer.has_weights)
-    return SpatialView(layer, unroll, pe, padded)
+    return SpatialView(layer, unroll, pe)
 
 
 @lru_cache(maxsize=65536)

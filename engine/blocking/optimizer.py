@@ -20,11 +20,12 @@ as the paper's first optimizer did; the tests check the two agree.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -194,8 +195,11 @@ class _Grid:
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
         self.group = {T: np.prod([cols[d] for d in REUSE_GROUP[T]], axis=0) for T in TENSORS}
         self.full_group = {T: float(math.prod(dims[DIMS.index(d)] for d in REUSE_GROUP[T])) for T in TENSORS}
-        # per dim: divides[j][a, b] is True when divisor a divides divisor b
-        self.divides = [(d[None, :] % d[:, None]) == 0 for d in self.divs]
+
+    @cached_property
+    def divides(self) -> list[np.ndarray]:
+        """Per dim: divides[j][a, b] is True when divisor a divides divisor b (the DP's pairing; bounds need none)."""
+        return [(d[None, :] % d[:, None]) == 0 for d in self.divs]
 
     def _moved(self, T: str, inside: bool) -> np.ndarray:
         """Real words of T per load of each tile (see `SpatialView.real`), on average over the tile's positions."""
@@ -292,6 +296,7 @@ class _Routes:
     coef: dict  # (boundary l, T) -> (a_pe, b_pe, a_arr, b_arr): a charge costs a x fills - b x the layer's words
 
 
+@lru_cache(maxsize=256)
 def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
     m = len(hierarchy.on_chip)
     held = {T: [l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T)] for T in layer.tensors}
@@ -357,10 +362,24 @@ def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> t
     """
     _min_level0_words(layer, hierarchy)
     best, best_pj, evaluated = None, cap, 0
-    for bound, _, unroll in _floors(layer, hierarchy):
-        if bound >= best_pj * (1 - 1e-12):
-            break
-        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj)
+    once = _once(layer, hierarchy)
+    # every unrolling by its floor (a sorted list is a heap), then refined lazily, least key first: its quick
+    # `_refill_bound`, its tight one (straight away once a quick one proved no better than its floor), the DP
+    heap = [(floor, busy, unroll, floor, 0) for floor, busy, unroll in _floors(layer, hierarchy)]
+    if len(heap) == 1:  # one unrolling (no array): nothing to rank, straight to its DP
+        heap = [(*heap[0][:4], 2)]
+    skip_quick = False
+    while heap and heap[0][0] < best_pj * (1 - 1e-12):
+        bound, busy, unroll, floor, stage = heapq.heappop(heap)
+        if stage == 0 and not skip_quick:
+            quick = _refill_bound(layer, hierarchy, unroll, False)
+            skip_quick = quick <= floor * (1 + 1e-9)
+            heapq.heappush(heap, (max(bound, quick), busy, unroll, floor, 1))
+            continue
+        if stage < 2:
+            heapq.heappush(heap, (max(bound, _refill_bound(layer, hierarchy, unroll)), busy, unroll, floor, 2))
+            continue
+        blocking, n = _exact_unrolled(layer, hierarchy, unroll, best_pj, floor - once)
         evaluated += n
         if blocking is None:
             continue
@@ -412,12 +431,17 @@ def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
     """`_floors` for one order of the levels: the MAC floor of every unrolling (`_mac_floors`) plus every real word
     of each operand held on chip loaded once from DRAM (outputs written once into it, at its write price)."""
     unrolls = _unrolls(layer, hierarchy)
-    dram = hierarchy.levels[-1]
-    view = SpatialView.of(layer, unrolls[0])  # real words outside the array do not depend on the unrolling
-    once = sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
-               for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
-    floors = _mac_floors(layer, hierarchy, unrolls) + once
+    floors = _mac_floors(layer, hierarchy, unrolls) + _once(layer, hierarchy)
     return sorted((float(f), -math.prod(u), u) for f, u in zip(floors, unrolls))
+
+
+def _once(layer: Layer, hierarchy: Hierarchy) -> float:
+    """Energy (pJ, one group) of every real word of each operand held on chip loaded once from DRAM (outputs
+    written once into it, at its write price); real words outside the array do not depend on the unrolling."""
+    dram = hierarchy.levels[-1]
+    view = SpatialView.of(layer, (1,) * len(DIMS))
+    return sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+               for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
 
 
 def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
@@ -429,18 +453,26 @@ def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
     if not hierarchy.stationary:
         return total
     views = [SpatialView.of(layer, u) for u in unrolls]
-    saving = [pj[T] * (1 / np.array([_max_run(layer, hierarchy, v, T) for v in views]) - 1)
+    own = _own_capacities(layer, hierarchy)
+    saving = [pj[T] * (1 / np.array([_max_run(view, T, own) for view in views]) - 1)
               for T in "IW" if T in pj]
     return total + np.min(saving, axis=0) if saving else total
 
 
-def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> int:
+def _max_run(view: SpatialView, T: str, own) -> int:
     """An upper bound on the run of the loops inside level 0's tile that reuse `T` (its reuse group): level 0's
     tile lies inside every operand's innermost holder's tile, so the group's loops together can take at most the
-    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity."""
+    largest tile of them alone (the other loops one step) that each such holder keeps within its capacity
+    (`own`: `_own_capacities`)."""
     group = [DIMS.index(d) for d in REUSE_GROUP[T]]
-    levels = range(len(hierarchy.on_chip))
     best = 1
+
+    def fits(tile) -> bool:
+        for inside, caps, shared in own:
+            kept = [view.stored(X, tile, inside) for X, _ in caps]
+            if any(k > c for k, (_, c) in zip(kept, caps)) or sum(kept) > shared:
+                return False
+        return True
 
     def grow(tile, k):
         nonlocal best
@@ -450,7 +482,7 @@ def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> i
         j = group[k]
         for v in divisors(view.dims[j]):  # footprints grow with v: stop at the first that does not fit
             t = tile[:j] + (v,) + tile[j + 1:]
-            if v > 1 and not all(_fits_alone(layer, hierarchy, view, l, t) for l in levels):
+            if v > 1 and not fits(t):
                 break
             grow(t, k + 1)
 
@@ -458,23 +490,151 @@ def _max_run(layer: Layer, hierarchy: Hierarchy, view: SpatialView, T: str) -> i
     return best
 
 
-def _fits_alone(layer: Layer, hierarchy: Hierarchy, view: SpatialView, level: int, tile) -> bool:
-    """Whether `level` holds `tile` of the operands it is the innermost holder of (its shared or split capacity)."""
-    mem = hierarchy.levels[level]
-    mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
-    kept = {T: view.stored(T, tile, hierarchy.inside(level)) for T in mine}
-    if mem.split_bytes:
-        return all(kept[T] <= hierarchy.capacity_words(level, T) for T in mine)
-    return sum(kept.values()) <= hierarchy.capacity_words(level)
+@lru_cache(maxsize=256)
+def _own_capacities(layer: Layer, hierarchy: Hierarchy) -> tuple:
+    """Per on-chip level: whether it is inside the array, (operand, its own capacity in words) for each operand
+    it is the innermost holder of, and the capacity they share (inf where each has its own)."""
+    out = []
+    for level, mem in enumerate(hierarchy.on_chip):
+        mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
+        if mem.split_bytes:
+            out.append((hierarchy.inside(level), tuple((T, hierarchy.capacity_words(level, T)) for T in mine), np.inf))
+        else:
+            out.append((hierarchy.inside(level), tuple((T, np.inf) for T in mine), hierarchy.capacity_words(level)))
+    return tuple(out)
 
 
-def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf) -> tuple[Blocking | None, int]:
+@lru_cache(maxsize=4096)
+def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True) -> float:
+    """A lower bound (pJ, one group) on the best blocking under one unrolling, tighter than `_floors`: the MAC
+    words of level 0's tile (with its stationary saving) plus the refills of each operand held on chip.
+
+    Each such operand T is refilled from level l, its innermost holder, at the first boundary where its tile
+    grows: either into an on-chip holder (then also loaded once from DRAM), or straight from DRAM, when it
+    passes every holder up to its last on chip, L (their tiles are then l's, within l's capacity). The block
+    above a level reuses (run > 1) at most one of the operands charged from that level's tile (those whose
+    innermost holder it is and that go on chip, and those that pass up to it and go to DRAM): the one whose
+    reuse group its first moving loop is in (or, when it has none, the first such block above). Every other
+    one is refilled once per iteration of all loops above the tile (`above`); the reused one moves at least
+    its real words. Each choice of operands that go straight to DRAM bounds its blockings, levels apart except
+    where the blocks between them move one reuse group only (then they share the one operand reused).
+    `tight=False`: the quick version, each operand by its cheaper route, every level apart.
+    """
+    grid = _grid(layer, unroll)
+    routes = _routes(layer, hierarchy)
+    cand = _candidates(layer, hierarchy, grid, routes)
+    m, dram = len(hierarchy.on_chip), hierarchy.levels[-1]
+    saving, _ = _stationary_saving(layer, hierarchy, grid)
+    on_chip = [T for T in layer.tensors if routes.h0[T] < m]
+    last = {T: max(l for l in range(m) if hierarchy.levels[l].keeps(T)) for T in on_chip}
+    # a level's tile lies inside every tile above it, so it also fits where those levels keep their own operands
+    inner = [_capacity_ok(hierarchy, k, layer, {T: grid.kept(hierarchy, k, T) if routes.h0[T] == k
+                                                 else np.zeros(grid.size) for T in layer.tensors}) for k in range(m)]
+    cand = [np.logical_and.reduce([cand[j], *inner[j + 1:]]) for j in range(m)]
+    charge = {}
+    for T in on_chip:
+        l = routes.h0[T]
+        once = (dram.write_energy(T) if T == "O" else dram.energy(T)) * grid.full[T]
+        moved = (grid.moved[T] * grid.above, grid.moved_pe[T] * grid.above, grid.full[T], grid.full_pe[T])
+        full = (grid.full[T], grid.full_pe[T], grid.full[T], grid.full_pe[T])
+        for route, ks, extra in (("chip", range(l, last[T]), once), ("dram", range(last[T], m), 0.0)):
+            charge[T, route] = tuple(_least_charge(routes, T, ks, *words) + extra for words in (moved, full))
+    macs = sum(_level0_of(layer, hierarchy, grid.view.unroll, T) for T in layer.tensors)
+    if not tight:  # each operand by its cheaper route, each level's operands alone
+        total = macs
+        for j in range(m):
+            mine = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
+                    for T in on_chip if routes.h0[T] == j]
+            if mine or j == 0:
+                per = saving if j == 0 else 0.0
+                if mine:
+                    per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
+                total += float(np.min(np.where(cand[j], per, np.inf)))
+        return total
+    fits = {}
+    for T in on_chip:
+        l, mem = routes.h0[T], hierarchy.levels[routes.h0[T]]
+        cap = hierarchy.capacity_words(l, T) if mem.split_bytes else hierarchy.capacity_words(l)
+        fits[T] = grid.kept(hierarchy, l, T) <= cap
+    best, memo = np.inf, {}
+
+    @lru_cache(maxsize=None)
+    def allowed(j, restrict):
+        """Level j's tiles: candidates within the capacities of the operands in `restrict`, which go to DRAM past it."""
+        return np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
+
+    @lru_cache(maxsize=None)
+    def spread(j, restrict):
+        """The dims an allowed tile of level j may have more than one step of."""
+        ok = allowed(j, restrict)
+        top = grid.val[ok].max(axis=0) if ok.any() else np.ones(len(DIMS))
+        return frozenset(d for d, v in zip(DIMS, top) if v > 1)
+
+    def least(j, mine, reused, restrict):
+        """The least over level j's tiles (within the capacities of the operands in `restrict`, which go to DRAM
+        past it) of its MAC saving plus the charges of the operands `mine`, `reused` reused."""
+        key = (j, mine, reused, restrict)
+        if key not in memo:
+            per = saving if j == 0 else np.zeros(grid.size)
+            per = per + sum((charge[k][k == reused] for k in mine), np.zeros(grid.size))
+            memo[key] = float(np.min(np.where(allowed(j, restrict), per, np.inf)))
+        return memo[key]
+
+    for n in range(len(on_chip) + 1):
+        for direct in itertools.combinations(on_chip, n):
+            if any(routes.h0[T] == last[T] for T in on_chip if T not in direct):
+                continue  # held at one level only: it can only go to DRAM
+            restrict = [tuple(T for T in direct if routes.h0[T] < j <= last[T]) for j in range(m)]
+            moving = [spread(j, restrict[j]) for j in range(m)]
+            bounds = []
+            for at_last in (False, True):  # charge those that go to DRAM from their innermost level's tile, or last
+                mine = [tuple((T, "dram" if T in direct else "chip") for T in on_chip
+                              if (last[T] if T in direct and at_last else routes.h0[T]) == j) for j in range(m)]
+                slot = list(range(m))
+
+                def merge(i, j):
+                    slot[:] = [slot[i] if s == slot[j] else s for s in slot]
+                for j in range(m - 1):
+                    # the block above level j moves only dims of level j + 1 that may move; when those lie in the
+                    # reuse group of an operand not charged from level j, level j's ones are reused (if at all)
+                    # by the first moving block above level j + 1, as level j + 1's are
+                    reusers = [X for X in TENSORS if moving[j + 1] <= set(REUSE_GROUP[X])]
+                    if any(X not in [T for T, _ in mine[j]] for X in reusers):
+                        merge(j, j + 1)
+                if at_last:
+                    # between the innermost and last holders of an operand that goes to DRAM its tile does not
+                    # change: those blocks move only its reuse group, and it is charged from its last holder's tile
+                    for T in direct:
+                        for j in range(routes.h0[T], last[T] + 1):
+                            merge(routes.h0[T], j)
+                total = macs
+                for levels in ([j for j in range(m) if slot[j] == s] for s in set(slot)):
+                    options = [k for j in levels for k in mine[j]] or [None]
+                    total += min(sum(least(j, mine[j], reused, restrict[j]) for j in levels) for reused in options)
+                bounds.append(total)
+            best = min(best, max(bounds))
+    return best
+
+
+def _least_charge(routes: _Routes, T: str, boundaries, words, words_pe, full, full_pe):
+    """The least energy (pJ) of moving `words` of T (`words_pe` into the PEs) across any of `boundaries`, by their
+    coefficients (`_Routes.coef`; inf with none)."""
+    best = np.inf
+    for k in boundaries:
+        a_pe, b_pe, a_arr, b_arr = routes.coef[k, T]
+        best = np.minimum(best, a_arr * words - b_arr * full + a_pe * words_pe - b_pe * full_pe)
+    return best
+
+
+def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.inf,
+                    mac_floor: float | None = None) -> tuple[Blocking | None, int]:
     """The DP over levels for one unrolling, DRAM inwards; value[l][state, tile] = least energy above level l.
 
     Branch and bound: a feasible blocking found first (the given `cap`, else a quick search) caps the
     energy, so a tile whose energy above it already exceeds that cap minus the fixed MAC operand words is
     never paired. With three or more levels, each holding every operand, and no array, the tiles whose
-    refills alone (`_refill_floor`) exceed it are dropped too. The optimum is kept.
+    refills alone (`_refill_floor`) exceed it are dropped too. The optimum is kept. `mac_floor` is the
+    unrolling's `_mac_floors`, when the caller has it.
     """
     grid = _grid(layer, unroll)
     routes = _routes(layer, hierarchy)
@@ -485,7 +645,7 @@ def _exact_unrolled(layer: Layer, hierarchy: Hierarchy, unroll, cap: float = np.
     if cap == np.inf:  # two levels: the only pairing step is level 0's, already pruned by `_growable`
         blocking, n = _dp(layer, hierarchy, grid, routes, cand, np.inf)
         return blocking, evaluated + n
-    budget = cap - _mac_floors(layer, hierarchy, [unroll])[0]
+    budget = cap - (_mac_floors(layer, hierarchy, [unroll])[0] if mac_floor is None else mac_floor)
     budget += 1e-9 * abs(budget)
     if budget < 0:
         return None, evaluated
@@ -540,6 +700,12 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
     return Blocking(grid.view.dims, tuple(tiles), tuple(orders), grid.view.unroll, inner_order), evaluated
 
 
+@lru_cache(maxsize=16384)
+def _level0_of(layer: Layer, hierarchy: Hierarchy, unroll: tuple[int, ...], T: str) -> float:
+    """`_level0_pj` of one unrolling and one operand, kept for the bounds and DPs of that unrolling."""
+    return float(_level0_pj(layer, hierarchy, [unroll], (T,))[0])
+
+
 def _level0_pj(layer: Layer, hierarchy: Hierarchy, unrolls, operands=TENSORS) -> np.ndarray:
     """Per unrolling, the energy (pJ, one group) of the MACs' operand reads and partial-sum writes: one word per busy
     PE per step from each operand's innermost holder (multicast across the array when that holder is outside it)."""
@@ -585,7 +751,7 @@ def _stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: _Grid) -> tuple
     orders cover every order."""
     if not hierarchy.stationary:
         return np.zeros(grid.size), np.zeros(grid.size, dtype=np.int64)
-    full = [_level0_pj(layer, hierarchy, [grid.view.unroll], (T,))[0] for T in "IW"]
+    full = [_level0_of(layer, hierarchy, grid.view.unroll, T) for T in "IW"]
     saving = []
     for order in CANONICAL:
         g = _GROUP_ORDER[order]

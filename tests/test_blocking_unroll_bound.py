@@ -1,0 +1,82 @@
+"""The per-unrolling lower bound that lets the exact search over every spatial unrolling skip most of them: never
+above brute force's optimum under its unrolling (whatever the level order), tight where the capacities leave one
+way to block, and the search with it equal to the search without it on ZigZag's accelerators."""
+
+import pytest
+
+from engine.blocking import Hierarchy, Layer, Memory, SpatialArray, block, evaluate
+from engine.blocking.optimizer import _exact_unrolled, _refill_bound, _unrolls, every_blocking, level_orders
+
+
+def tpu_one(sram=64):
+    """Weight-stationary 2 x 2 array: a one-word accumulator and a two-word weight register per PE, an I/O SRAM."""
+    arr = SpatialArray((("rows", 2), ("cols", 2)), (("C", "rows"), ("K", "cols")), noc_pj=(0.5, 0.7, 0.9))
+    return Hierarchy((Memory("O-reg", split_bytes=(0, 0, 2), energy_pj=(0, 0, 0.2), holds="O"),
+                      Memory("W-reg", split_bytes=(0, 4, 0), energy_pj=(0, 0.1, 0), holds="W", write_pj=(0, 0.3, 0)),
+                      Memory("SRAM", size_bytes=sram, energy_pj=(3, 3, 4), holds="IO", write_pj=(2, 2, 5)),
+                      Memory.dram()), array=arr, array_level=2, name="tpu-one", stationary=True)
+
+
+def eyeriss_small():
+    """Eyeriss-like: per-PE RFs for each operand, W/O SRAMs that inputs bypass, an I/O SRAM; C x K over 2 x 3 PEs."""
+    arr = SpatialArray((("rows", 2), ("cols", 3)), (("C", "rows"), ("K", "cols")))
+    return Hierarchy((Memory("RFs", split_bytes=(4, 4, 2), energy_pj=(1, 1, 1.5), write_pj=(1.5, 1.5, 2)),
+                      Memory("W/O", split_bytes=(0, 16, 8), holds="WO", energy_pj=(0, 1.25, 0.6),
+                             write_pj=(0, 1.5, 0.9)),
+                      Memory("SRAM", size_bytes=96, holds="IO", energy_pj=(2, 0, 2), write_pj=(2.7, 0, 2.7)),
+                      Memory("DRAM", energy_pj=(125,) * 3)), array=arr, array_level=1, name="eyeriss-small",
+                     stationary=True)
+
+
+def brute(layer, h, unroll):
+    """Least memory energy (pJ, one group) over every tile chain and loop order under one unrolling."""
+    best = float("inf")
+    for _, blockings in every_blocking(layer, len(h.on_chip), unroll, inner=h.stationary):
+        for b in blockings:
+            cost = evaluate(layer, h, b)
+            if cost.fits:
+                best = min(best, cost.memory_pj / layer.groups)
+    return best
+
+
+# (layer, hierarchy, least and greatest tight bound / brute force's optimum over the unrollings and level orders)
+CASES = [(Layer(X=2, Y=2, C=3, K=2, name="c3"), tpu_one(), 0.97443, 1.0),
+         (Layer(X=3, C=2, K=3, Fw=2, name="fw2"), tpu_one(), 0.98982, 1.0),
+         (Layer(Y=2, C=2, K=3, Fh=2, name="fh2"), eyeriss_small(), 0.99058, 0.99937),
+         (Layer(X=3, C=3, K=2, Fw=2, stride=(2, 1), name="strided"), eyeriss_small(), 0.98224, 0.99438)]
+
+
+@pytest.mark.parametrize("layer, h, low, high", CASES, ids=lambda x: getattr(x, "name", ""))
+def test_bounds_never_exceed_brute_force(layer, h, low, high):
+    """Each unrolling's quick and tight bound lie at or below the least energy brute force finds under it, in every
+    level order; the tight one within 3 % of it (equal on the one-word accumulator's best unrollings); and the
+    search that skips unrollings by them finds brute force's optimum."""
+    ratios, optimum = [], float("inf")
+    for order in level_orders(h):
+        for unroll in _unrolls(layer, order):
+            best = brute(layer, order, unroll)
+            quick, tight = _refill_bound(layer, order, unroll, False), _refill_bound(layer, order, unroll)
+            assert quick <= best * (1 + 1e-12) and tight <= best * (1 + 1e-12), (order.levels[0].name, unroll)
+            ratios.append(tight / best)
+            optimum = min(optimum, best)
+    assert (min(ratios), max(ratios)) == (pytest.approx(low, abs=1e-5), pytest.approx(high, abs=1e-5))
+    assert block(layer, h).energy_pj == pytest.approx(optimum, rel=1e-12)
+
+
+def test_bound_on_zigzag_eyeriss_layer():
+    """ResNet-18's layer3 conv (K = C = 256, 14 x 14, 3 x 3) on ZigZag's eyeriss_like, every unrolling: the
+    optimum (C8 x K8, 630.91 uJ of memory) is bounded at 628.82 uJ, and only C8 x K11 (628.33) bounds below it,
+    against 103 unrollings whose floors (`_floors`, 622.3 uJ and up) did."""
+    from benchmarks.bench_zigzag import like_for_like
+    from engine.blocking.optimizer import _floors
+
+    h = like_for_like("eyeriss_like", "all")
+    layer = Layer(X=14, Y=14, C=256, K=256, Fw=3, Fh=3)
+    result = block(layer, h)
+    assert result.energy_pj == pytest.approx(630_910_890.67) and result.blocking.unroll == (1, 1, 8, 8, 1, 1, 1)
+    bounds = {u: _refill_bound(layer, h, u) for _, _, u in _floors(layer, h)}
+    assert bounds[1, 1, 8, 8, 1, 1, 1] == pytest.approx(628_819_584.0)
+    assert {u for u, b in bounds.items() if b < result.energy_pj} == {(1, 1, 8, 11, 1, 1, 1), (1, 1, 8, 8, 1, 1, 1)}
+    assert sum(f < result.energy_pj for f, _, _ in _floors(layer, h)) == 103
+    other = _exact_unrolled(layer, h, (1, 1, 8, 11, 1, 1, 1))[0]  # bounded lower, but worse
+    assert evaluate(layer, h, other).memory_pj > result.energy_pj
