@@ -164,6 +164,11 @@ def _view(layer: Layer, unroll: tuple[int, ...]) -> SpatialView:
     return SpatialView(layer, unroll, pe)
 
 
+def lane_copies(unroll: tuple[int, ...], tensor: str, inside: bool) -> int:
+    """Copies of each word of `tensor` inside the array (one per PE lane of a loop that does not index it), 1 outside."""
+    return math.prod(s for d, s in zip(DIMS, unroll) if d not in RELEVANT[tensor]) if inside else 1
+
+
 @lru_cache(maxsize=65536)
 def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[int, ...], inside: bool) -> int:
     """`SpatialView.real`: every real index of a loop that does not slide a window appears once over the positions,
@@ -171,7 +176,7 @@ def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[
     inside the array each PE lane of a loop that does not index the tensor holds its own copy."""
     if tensor == "W" and not layer.has_weights:
         return 0
-    copies = math.prod(s for d, s in zip(DIMS, unroll) if d not in RELEVANT[tensor]) if inside else 1
+    copies = lane_copies(unroll, tensor, inside)
     if tensor != "I":
         return copies * math.prod(getattr(layer, d) for d in DIMS if d in RELEVANT[tensor])
     t = dict(zip(DIMS, tile))

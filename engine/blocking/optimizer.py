@@ -32,7 +32,7 @@ import numpy as np
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
-from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate, window_sum
+from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate, lane_copies, window_sum
 from engine.errors import EngineError, UnknownNameError
 
 # Canonical block orders, innermost first: the reuse group of one tensor first (see module doc).
@@ -207,7 +207,7 @@ class _Grid:
         positions = np.prod([dims[j] / self.val[:, j] for j, d in enumerate(DIMS) if d in RELEVANT[T]], axis=0)
         if T != "I":
             return view.real(T, dims, inside) / positions
-        real = float(self.layer.N * self.layer.C)
+        real = float(lane_copies(view.unroll, T, inside) * self.layer.N * self.layer.C)  # every PE lane its own copy
         for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))):
             i, k = DIMS.index(out), DIMS.index(win)
             table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside)
