@@ -31,6 +31,15 @@ def row_stationary():
                       Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="rs-small")
 
 
+def network_priced():
+    """Per-PE RFs and a buffer both holding every operand, on a 2 x 4 Fh|K array whose network costs more than the
+    buffer: a tile the buffer passes on unchanged still crosses the network."""
+    arr = SpatialArray((("rows", 2), ("cols", 4)), (("Fh", "rows"), ("K", "cols")), noc_pj=(20, 20, 20))
+    return Hierarchy((Memory("RF", size_bytes=16, energy_pj=(0.3, 0.3, 0.3)),
+                      Memory("buf", size_bytes=128, energy_pj=(2, 2, 2)),
+                      Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="noc-priced")
+
+
 # ---- the model against a walk of every PE's data ----------------------------------------------
 def words(layer, T, unroll, starts, extents, pe=None):
     """The distinct real words of T that temporal extents (per dim, from `starts`) touch on one PE (`pe`: its index
@@ -110,15 +119,25 @@ def random_blocking(layer, h, rng):
     return Blocking(dims, tiles, tuple(tuple(rng.sample(DIMS, len(DIMS))) for _ in range(m)), unroll)
 
 
+def rows_and_lanes():
+    """Row-stationary with channels too: Fh and C over 6 rows, Y and K over 4 columns, every operand in the RF."""
+    arr = SpatialArray((("rows", 6), ("cols", 4)), (("Fh", "rows"), ("C", "rows"), ("Y", "cols"), ("K", "cols")),
+                       noc_pj=(1, 1, 1))
+    return Hierarchy((Memory("RF", size_bytes=24, energy_pj=(0.3, 0.3, 0.3)),
+                      Memory("buf", size_bytes=96, energy_pj=(2, 2, 2)),
+                      Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="rs-lanes")
+
+
 WALK = [(Layer(X=3, Y=2, C=3, K=5, Fw=2, name="conv"), tpu_like(2, 4)),
         (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
-        (Layer(X=2, Y=4, C=2, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided"), row_stationary())]
+        (Layer(X=2, Y=4, C=2, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided"), row_stationary()),
+        (Layer(X=2, Y=2, C=4, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided-lanes"), rows_and_lanes())]
 
 
 @pytest.mark.parametrize("layer, h", WALK, ids=lambda x: getattr(x, "name", ""))
 def test_evaluate_matches_walk_of_every_pe(layer, h):
     rng = random.Random(11)
-    for _ in range(10):
+    for _ in range(30):
         b = random_blocking(layer, h, rng)
         cost = evaluate(layer, h, b)
         reads, writes, noc = simulate(layer, h, b)
@@ -139,7 +158,9 @@ def test_evaluate_matches_walk_of_every_pe(layer, h):
 BRUTE = [(Layer(X=2, Y=2, C=4, K=3, name="wide-C"), tpu_like(2, 2, 64)),
          (Layer(X=3, C=2, K=5, Fw=2, name="partial-K"), tpu_like(2, 4, 48)),
          (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
-         (Layer(X=2, Y=2, C=3, K=2, Fh=2, stride=(2, 2), name="strided"), row_stationary())]
+         (Layer(X=2, Y=2, C=3, K=2, Fh=2, stride=(2, 2), name="strided"), row_stationary()),
+         (Layer(X=3, C=2, K=4, Fw=2, name="passed-on"), network_priced()),
+         (Layer(X=2, Y=2, C=2, K=4, Fh=2, name="passed-on-rows"), network_priced())]
 
 
 @pytest.mark.parametrize("layer, h", BRUTE, ids=lambda x: getattr(x, "name", ""))
@@ -287,3 +308,14 @@ def test_a_network_priced_search_keeps_its_optimum_under_a_cap():
     free, _ = _exact_unrolled(layer, h, unroll)
     capped, _ = _exact_unrolled(layer, h, unroll, 0.98804e9)
     assert evaluate(layer, h, free).memory_pj <= evaluate(layer, h, capped).memory_pj
+
+
+def test_a_window_span_counts_each_input_position_once():
+    """A PE's rows under an unrolled window stride by the output lanes and step by the window lanes: the positions
+    a * stride + b * dilation, counted as a set (stride 2 and dilation 3 reach 14 of the 16 rows from 0 to 15)."""
+    from engine.blocking.layer import span
+
+    for outputs, taps, stride, dilation in itertools.product(range(1, 7), range(1, 7), range(1, 6), range(1, 6)):
+        reached = {a * stride + b * dilation for a in range(outputs) for b in range(taps)}
+        assert span(outputs, taps, stride, dilation) == len(reached), (outputs, taps, stride, dilation)
+    assert span(4, 4, 2, 3) == 14

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from engine.errors import EngineError, GraphError
 from engine.graph import Graph, Op, OpKind
 
@@ -114,9 +116,18 @@ class Layer:
                          "loop nest to block; blocking covers conv, dwconv, matmul, pool and LRN ops")
 
 
-def span(outputs: int, taps: int, stride: int, dilation: int) -> int:
-    """Input positions `outputs` windows of `taps` taps touch along one axis (contiguous span, or disjoint windows)."""
-    return min((outputs - 1) * stride + (taps - 1) * dilation + 1, outputs * taps)
+def span(outputs, taps, stride: int, dilation: int):
+    """Input positions `outputs` windows of `taps` taps touch along one axis: the distinct a * stride + b * dilation.
+
+    With g = gcd(stride, dilation), (a, b) and (a + dilation / g, b - stride / g) reach the same position, so
+    every pair with such a neighbour inside the tile is counted by it. Exact where a contiguous span is not (a
+    PE's rows under an unrolled window: stride 2 and dilation 3 touch 14 of the 16 rows from 0 to 15). `outputs`
+    and `taps` may be numpy arrays.
+    """
+    g = math.gcd(stride, dilation)
+    shared = np.maximum(outputs - dilation // g, 0) * np.maximum(taps - stride // g, 0)
+    total = outputs * taps - shared
+    return int(total) if np.ndim(total) == 0 else total
 
 
 def _spatial(out: tuple[int, ...]) -> tuple[int, int, int]:

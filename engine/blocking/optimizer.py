@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
+from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer, span
 from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, describe, evaluate, lane_copies, window_sum
 from engine.errors import EngineError, UnknownNameError
 
@@ -228,9 +228,7 @@ def _footprints(layer: Layer, tensor: str, val: np.ndarray) -> np.ndarray:
     x, y, c, k, n, fw, fh = (val[:, j].astype(np.float64) for j in range(len(DIMS)))
     if tensor == "I":
         (sx, sy), (dx, dy) = layer.stride, layer.dilation
-        span_x = np.minimum((x - 1) * sx + (fw - 1) * dx + 1, x * fw)
-        span_y = np.minimum((y - 1) * sy + (fh - 1) * dy + 1, y * fh)
-        return n * c * span_x * span_y
+        return n * c * span(x, fw, sx, dx) * span(y, fh, sy, dy)
     if tensor == "W":
         return c * k * fw * fh if layer.has_weights else np.zeros(len(val))
     return n * k * x * y
@@ -288,12 +286,17 @@ class _Routes:
     A tile of T is charged at the first boundary above its last holder where it grows, to the
     next level up that holds T (a level in between that bypasses T does not see it). So the DP
     carries, per level and per operand the level bypasses, one bit: whether T's tile is still the
-    one its last holder keeps ("clean"); operands a level holds are always clean there.
+    one its last holder keeps ("clean"); operands a level holds are always clean there. A holder outside
+    the array whose tile of T has not grown since T's innermost holder inside it passes T on, and the
+    words then cross the array's network when they are charged: one more bit ("through") per such
+    operand and level, with its own coefficients.
     """
 
     h0: dict  # T -> its innermost holder (m when only DRAM holds it)
     flags: tuple  # per on-chip level: the operands with a clean bit there (held below, bypassing this level)
+    through: tuple  # per on-chip level: the operands with a through bit there (after its clean bits)
     coef: dict  # (boundary l, T) -> (a_pe, b_pe, a_arr, b_arr): a charge costs a x fills - b x the layer's words
+    coef_through: dict  # (boundary l, T) -> the same with the network's words, for a tile passed on from the PEs
 
 
 @lru_cache(maxsize=256)
@@ -304,7 +307,11 @@ def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
     flags = tuple(tuple(T for T in layer.tensors if h0[T] < l and not hierarchy.levels[l].keeps(T))
                   for l in range(m))
     noc = dict(zip(TENSORS, hierarchy.array.noc_pj)) if hierarchy.array else dict.fromkeys(TENSORS, 0.0)
-    coef = {}
+    network = {T: (2 * noc[T], noc[T]) if T == "O" else (noc[T], 0.0) for T in TENSORS}  # (a_pe, b_pe) of a crossing
+    inside = hierarchy.inside
+    through = tuple(tuple(T for T in layer.tensors if noc[T] and h0[T] < l and inside(h0[T])
+                          and not inside(max(h for h in held[T] if h <= l))) for l in range(m))
+    coef, coef_through = {}, {}
     for l in range(m):
         for T in layer.tensors:
             if h0[T] > l:
@@ -317,34 +324,36 @@ def _routes(layer: Layer, hierarchy: Hierarchy) -> _Routes:
             side = 0 if hierarchy.inside(up) else 2
             # the parent serves the fills; outputs are written up and read back except their first fill
             c[side], c[side + 1] = (w + r, r) if T == "O" else (r, 0.0)
-            if hierarchy.array is not None and hierarchy.inside(below) and not hierarchy.inside(up):
-                c[0] += 2 * noc[T] if T == "O" else noc[T]  # every busy PE's words cross the network
-                c[1] += noc[T] if T == "O" else 0.0
+            if hierarchy.array is not None and inside(below) and not inside(up):
+                c[0], c[1] = c[0] + network[T][0], c[1] + network[T][1]  # every busy PE's words cross the network
             coef[l, T] = tuple(c)
-    return _Routes(h0, flags, coef)
+            if T in through[l]:
+                coef_through[l, T] = (c[0] + network[T][0], c[1] + network[T][1], c[2], c[3])
+    return _Routes(h0, flags, through, coef, coef_through)
 
 
 def _charges(layer, grid: _Grid, routes: _Routes, a, b, l: int):
-    """Per canonical order, per operand: the energy (pJ) of charging T's refills at boundary l; and `changed`."""
+    """Per canonical order, per operand: the energy (pJ) of charging T's refills at boundary l (keyed (T, True)
+    too where T may come through the array's network); and `changed`."""
     fills, changed = _refill_words(layer, grid, a, b, raw=True)
-    need_pe = any(routes.coef[l, T][0] for T in layer.tensors if (l, T) in routes.coef)
+    priced = [((T, False), routes.coef[l, T]) for T in layer.tensors if (l, T) in routes.coef]
+    priced += [((T, True), routes.coef_through[l, T]) for T in routes.through[l]]
+    need_pe = any(c[0] for _, c in priced)
     fills_pe = _refill_words(layer, grid, a, b, pe=True, raw=True)[0] if need_pe else None
     out = []
     for o, per in enumerate(fills):
         costs = {}
-        for T in layer.tensors:
-            if (l, T) not in routes.coef:
-                continue
-            a_pe, b_pe, a_arr, b_arr = routes.coef[l, T]
-            costs[T] = a_arr * per[T] - b_arr * grid.full[T]
+        for (T, crossing), (a_pe, b_pe, a_arr, b_arr) in priced:
+            cost = a_arr * per[T] - b_arr * grid.full[T]
             if a_pe:
-                costs[T] = costs[T] + a_pe * fills_pe[o][T] - b_pe * grid.full_pe[T]
+                cost = cost + a_pe * fills_pe[o][T] - b_pe * grid.full_pe[T]
+            costs[T, crossing] = cost
         out.append(costs)
     return out, changed
 
 
-def _states(flags) -> range:
-    return range(2 ** len(flags))
+def _states(routes: _Routes, l: int) -> range:
+    return range(2 ** (len(routes.flags[l]) + len(routes.through[l])))
 
 
 def _clean(routes: _Routes, hierarchy: Hierarchy, l: int, state: int, T: str) -> bool:
@@ -352,6 +361,21 @@ def _clean(routes: _Routes, hierarchy: Hierarchy, l: int, state: int, T: str) ->
     if hierarchy.levels[l].keeps(T):
         return True
     return bool(state >> routes.flags[l].index(T) & 1)
+
+
+def _through(routes: _Routes, l: int, state: int, T: str) -> bool:
+    """Whether T's tile at level l is still its innermost holder's inside the array, under `state` of level l."""
+    return T in routes.through[l] and bool(state >> (len(routes.flags[l]) + routes.through[l].index(T)) & 1)
+
+
+def _level_charge(c: dict, routes: _Routes, hierarchy: Hierarchy, l: int, state: int, changed=None):
+    """The charges at boundary l under `state` (one array per tile), summed over operands: none for a bypassed
+    operand already charged below, a passed-on tile's with the network's words, only where a tile changes."""
+    total = 0.0
+    for T in (T for T, crossing in c if not crossing and _clean(routes, hierarchy, l, state, T)):
+        cost = c[T, _through(routes, l, state, T)]
+        total = total + (cost if changed is None else np.where(changed[T], cost, 0.0))
+    return total
 
 
 def exact_blocking(layer: Layer, hierarchy: Hierarchy, cap: float = np.inf) -> tuple[Blocking | None, int]:
@@ -666,12 +690,11 @@ def _dp(layer, hierarchy, grid: _Grid, routes: _Routes, cand, budget: float, *, 
     # last on-chip level: its block iterates over DRAM; a clean operand is charged there
     a = np.flatnonzero(cand[m - 1])
     charges, _ = _charges(layer, grid, routes, a, None, m - 1)
-    n_states = len(_states(routes.flags[m - 1]))
+    n_states = len(_states(routes, m - 1))
     value[m - 1] = np.full((n_states, grid.size), np.inf)
     best_order[m - 1] = np.zeros((n_states, grid.size), dtype=np.int64)
     for f in range(n_states):
-        costs = np.stack([sum((c[T] for T in c if _clean(routes, hierarchy, m - 1, f, T)), np.zeros(len(a)))
-                          for c in charges])
+        costs = np.stack([_level_charge(c, routes, hierarchy, m - 1, f) + np.zeros(len(a)) for c in charges])
         value[m - 1][f, a] = costs.min(axis=0)
         best_order[m - 1][f, a] = costs.argmin(axis=0)
     evaluated = 3 * len(a) * n_states
@@ -833,7 +856,7 @@ def _candidates(layer: Layer, hierarchy: Hierarchy, grid: _Grid, routes: _Routes
 
 def _inner_step(layer, hierarchy, grid: _Grid, routes: _Routes, child_ok, parent_ok, parent_value, l):
     """value[l] from value[l + 1]: for each child tile and clean bits, the best parent tile, its bits and the order."""
-    n_states = len(_states(routes.flags[l]))
+    n_states = len(_states(routes, l))
     value = np.full((n_states, grid.size), np.inf)
     best_parent = np.full((n_states, grid.size), -1, dtype=np.int64)
     best_state = np.zeros((n_states, grid.size), dtype=np.int64)
@@ -847,12 +870,15 @@ def _inner_step(layer, hierarchy, grid: _Grid, routes: _Routes, child_ok, parent
         starts = np.flatnonzero(np.r_[True, ca[1:] != ca[:-1]])
         for f in range(n_states):
             clean = {T: _clean(routes, hierarchy, l, f, T) for T in layer.tensors if routes.h0[T] <= l}
-            costs = np.stack([sum((np.where(changed[T], c[T], 0.0) for T in c if clean[T]), np.zeros(len(ca)))
+            costs = np.stack([_level_charge(c, routes, hierarchy, l, f, changed) + np.zeros(len(ca))
                               for c in charges])
             arg = costs.argmin(axis=0)
-            nxt = np.zeros(len(ca), dtype=np.int64)  # the parent's clean bits
+            nxt = np.zeros(len(ca), dtype=np.int64)  # the parent's clean bits, then its through bits
             for i, T in enumerate(routes.flags[l + 1]):
                 nxt |= ((~changed[T]) & clean[T]).astype(np.int64) << i
+            for i, T in enumerate(routes.through[l + 1], start=len(routes.flags[l + 1])):
+                passed = _through(routes, l, f, T) if T in routes.through[l] else clean[T]
+                nxt |= ((~changed[T]) & passed).astype(np.int64) << i
             kept = {}
             for T in layer.tensors:
                 if routes.h0[T] == l + 1:
