@@ -24,14 +24,13 @@ def info_table(graph, word_bits: int) -> str:
     return _aligned(rows, left=3)
 
 
-def block_table(graph, acc) -> str:
-    """Per-layer least-energy blocking on `acc`: energy per MAC, DRAM words, array utilisation, search time."""
+def block_table(graph, hierarchy) -> str:
+    """Per-layer least-energy blocking on `hierarchy`: energy per MAC, DRAM words, array utilisation, search time."""
     import time
 
-    from engine.blocking import Hierarchy, Layer, block
+    from engine.blocking import Layer, block
     from engine.errors import GraphError
 
-    hierarchy = Hierarchy.from_accelerator(acc)
     rows = [("op", "kind", "pJ/MAC", "DRAM words", "utilisation", "seconds")]
     total_pj = total_macs = total_dram = 0
     started = time.perf_counter()
@@ -82,6 +81,9 @@ def main(argv=None) -> int:
     blk.add_argument("--layer", default=None, help="print this op's loop nest: each operand's tile per level, "
                                                    "the unrolling and the utilisation")
     blk.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS", help="as for info")
+    blk.add_argument("--unrolling", choices=("maximal", "all"), default=None,
+                     help="the PE array's unrollings to search: as full as the dataflow allows (the presets' "
+                          "default, fast) or every one (exact over all, slower)")
     from engine.sweep import add_arguments, main as run_sweep
 
     add_arguments(sub.add_parser("sweep", help="DRAM traffic of every network x accelerator x buffer x method"))
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
         shapes = dict(_input_shape(text) for text in args.input_shape)
         graph = load_network(args.network, batch=args.batch, input_shapes=shapes or None)
         if args.command == "block":
-            return _block(graph, args.accelerator, args.layer)
+            return _block(graph, args.accelerator, args.layer, args.unrolling)
         print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
         print(info_table(graph, args.word_bits))
         return 0
@@ -109,17 +111,23 @@ def main(argv=None) -> int:
         return 3
 
 
-def _block(graph, preset: str, layer_name: str | None) -> int:
+def _block(graph, preset: str, layer_name: str | None, unrolling: str | None) -> int:
     """The `block` command: a layer's loop nest, or the table of every layer's best blocking."""
+    from dataclasses import replace
+
     from engine.accelerator import Accelerator
     from engine.blocking import Hierarchy, Layer, block
 
     acc = Accelerator.preset(preset)
+    hierarchy = Hierarchy.from_accelerator(acc)
+    if unrolling and hierarchy.array is not None:
+        hierarchy = replace(hierarchy, array=replace(hierarchy.array, unrolling=unrolling))
     if layer_name is None:
-        print(f"{graph.name} on {acc.name}: least-energy blocking of every layer (MAC and memory energy)")
-        print(block_table(graph, acc))
+        searched = f", {hierarchy.array.unrolling} unrollings" if hierarchy.array is not None else ""
+        print(f"{graph.name} on {acc.name}: least-energy blocking of every layer (MAC and memory energy{searched})")
+        print(block_table(graph, hierarchy))
         return 0
-    best = block(Layer.from_op(graph, graph.op(layer_name)), Hierarchy.from_accelerator(acc))
+    best = block(Layer.from_op(graph, graph.op(layer_name)), hierarchy)
     print("\n".join(best.describe()))
     return 0
 

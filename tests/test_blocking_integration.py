@@ -1,5 +1,7 @@
 """Blocking meets the rest of the engine: layers from graph ops, per-op counts, baselines, co-design, cores."""
 
+from dataclasses import replace
+
 import pytest
 
 import engine
@@ -167,6 +169,13 @@ def test_cli_blocks_every_layer_on_a_preset_and_prints_a_loop_nest(capsys):
     dram = sum(block(Layer.from_op(graph, op), hierarchy).cost.at("DRAM") for op in layers)
     assert rows[-1].split()[4] == f"{dram:,}"
     assert main(["block", "resnet18", "--accelerator", "eyeriss-like", "--layer", "layer1.0.conv1"]) == 0
-    assert "PE array" in capsys.readouterr().out
+    maximal = capsys.readouterr().out
+    assert "PE array" in maximal
+    assert main(["block", "resnet18", "--accelerator", "eyeriss-like", "--layer", "fc"]) == 0
+    maximal = capsys.readouterr().out.splitlines()
+    assert main(["block", "resnet18", "--accelerator", "eyeriss-like", "--layer", "fc", "--unrolling", "all"]) == 0
+    preset = Hierarchy.from_accelerator(engine.Accelerator.preset("eyeriss-like"))
+    every = block(Layer.from_op(graph, graph.op("fc")), replace(preset, array=replace(preset.array, unrolling="all")))
+    assert capsys.readouterr().out.splitlines() == every.describe() != maximal  # the fc leaves rows idle: cheaper
     assert main(["block", "resnet18", "--accelerator", "no-such"]) == 2
     assert "no-such" in capsys.readouterr().err
