@@ -125,9 +125,8 @@ def span(outputs, taps, stride: int, dilation: int):
     and `taps` may be numpy arrays.
     """
     g = math.gcd(stride, dilation)
-    shared = np.maximum(outputs - dilation // g, 0) * np.maximum(taps - stride // g, 0)
-    total = outputs * taps - shared
-    return int(total) if np.ndim(total) == 0 else total
+    at_least_0 = np.maximum if isinstance(outputs, np.ndarray) or isinstance(taps, np.ndarray) else max
+    return outputs * taps - at_least_0(outputs - dilation // g, 0) * at_least_0(taps - stride // g, 0)
 
 
 def _spatial(out: tuple[int, ...]) -> tuple[int, int, int]:
