@@ -462,10 +462,15 @@ def _floors_of(layer: Layer, hierarchy: Hierarchy) -> list:
 def _once(layer: Layer, hierarchy: Hierarchy) -> float:
     """Energy (pJ, one group) of every real word of each operand held on chip loaded once from DRAM (outputs
     written once into it, at its write price); real words outside the array do not depend on the unrolling."""
-    dram = hierarchy.levels[-1]
     view = SpatialView.of(layer, (1,) * len(DIMS))
-    return sum((dram.write_energy(T) if T == "O" else dram.energy(T)) * view.real(T, view.dims, False)
+    return sum(_dram_once_pj(hierarchy, T) * view.real(T, view.dims, False)
                for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
+
+
+def _dram_once_pj(hierarchy: Hierarchy, T: str) -> float:
+    """DRAM's price of a word of T moved once: read (inputs, weights) or written (outputs)."""
+    dram = hierarchy.levels[-1]
+    return dram.write_energy(T) if T == "O" else dram.energy(T)
 
 
 def _mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
@@ -547,7 +552,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
     grid = _grid(layer, unroll)
     routes = _routes(layer, hierarchy)
     cand = _candidates(layer, hierarchy, grid, routes)
-    m, dram = len(hierarchy.on_chip), hierarchy.levels[-1]
+    m = len(hierarchy.on_chip)
     saving, _ = _stationary_saving(layer, hierarchy, grid)
     on_chip = [T for T in layer.tensors if routes.h0[T] < m]
     last = {T: max(l for l in range(m) if hierarchy.levels[l].keeps(T)) for T in on_chip}
@@ -558,7 +563,7 @@ def _refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True
     charge = {}
     for T in on_chip:
         l = routes.h0[T]
-        once = (dram.write_energy(T) if T == "O" else dram.energy(T)) * grid.full[T]
+        once = _dram_once_pj(hierarchy, T) * grid.full[T]
         moved = (grid.moved[T] * grid.above, grid.moved_pe[T] * grid.above, grid.full[T], grid.full_pe[T])
         full = (grid.full[T], grid.full_pe[T], grid.full[T], grid.full_pe[T])
         for route, ks, extra in (("chip", range(l, last[T]), once), ("dram", range(last[T], m), 0.0)):
