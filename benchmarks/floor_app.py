@@ -6,9 +6,8 @@ whatever a dashboard move costs beyond this page's is the views' own work.
 
 import panel as pn
 
-from dashboard.app import Fast, LiveDiscreteSlider
+from dashboard.panel_hooks import Fast, LiveDiscreteSlider, send_frames_at_once
 from dashboard.state import BUFFER_STEPS_KB
-from dashboard.transport import send_frames_at_once
 
 
 def floor_page() -> pn.template.FastListTemplate:

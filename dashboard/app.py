@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import holoviews as hv
 import panel as pn
-import param
 
 import engine
 from dashboard import uploads, url
+from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.common import toggles
@@ -30,47 +30,6 @@ URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buff
 # why the RF box changes nothing under the default access model (defect 10)
 RF_HINT = ("*dataflow*: the PE array's fixed dataflow blocks; RF bytes per PE are not used. *blocking*: each layer's "
            "best loop blocking for this RF and buffer (Yang et al.), so RF bytes change the energy.")
-
-
-class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
-    """A DiscreteSlider whose moves reach the Python side at once.
-
-    Panel holds every widget event back 50 ms (a debounce) unless the property is a priority
-    change; for the buffer slider that was half of the time a move took to show.
-    """
-
-    def _update_options(self, *events):
-        super()._update_options(*events)
-        self._slider._priority_changes = ["value", "value_throttled"]  # the inner IntSlider, made anew here
-
-    def _update_value(self, event):
-        # The label follows the handle in the browser (Panel links them in JavaScript). Setting it here as well
-        # sent each drag step's label back after the handle had moved on, so it flickered to older values.
-        with param.parameterized.discard_events(self._text):
-            super()._update_value(event)
-
-
-class ModelDropper(pn.widgets.FileDropper):
-    """Panel's FileDropper: the file comes in chunks (a 200 MB model in one websocket message would need the server's
-    message limit raised), with FilePond's progress bar; `progress` also follows the chunks that reached the server
-    (the browser's bar counts what it handed to the websocket, ahead of that)."""
-
-    progress = param.Tuple(default=("", 0.0), doc="(file name, fraction of its chunks received) of the last upload")
-
-    _rename = {**pn.widgets.FileDropper._rename, "progress": None}  # the server's alone, not the browser's
-
-    def _process_event(self, event):
-        if event.event_name == "upload_event":  # before the last chunk makes the file the value
-            self.progress = (event.data["name"], event.data["chunk"] / event.data["total_chunks"])
-        super()._process_event(event)
-
-
-class Fast(pn.theme.Fast):
-    """Panel's Fast design without its web font, which the browser would fetch from outside the machine:
-    everything the page needs is served by the dashboard's own server, so it works offline. (Named as
-    Panel's: Panel finds a design's own files by its class name.)"""
-
-    _resources = {**pn.theme.Fast._resources, "font": {}}
 
 
 def checked(widget: pn.widgets.Widget, session: Session, name: str, shown=None) -> pn.widgets.Widget:
@@ -203,6 +162,8 @@ def main_area(session: Session) -> pn.Column:
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
     hv.extension("bokeh")
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
     location = pn.state.location

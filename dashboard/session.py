@@ -20,7 +20,7 @@ import param
 
 import engine
 from dashboard import uploads
-from dashboard.transport import deliver_every_queued_message, send_frames_at_once
+from dashboard.panel_hooks import deliver_every_queued_message, send_frames_at_once
 from dashboard.request import ReportRequest
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text

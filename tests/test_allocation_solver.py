@@ -83,7 +83,7 @@ def test_divided_plan_is_a_feasible_start_of_the_whole_ilp():
     assert m.lp.valid(1e-6)  # every row of Eq. 1-12 holds at the divided plan
     split = allocate(g, m_h, word_bits=BITS, divide="auto", time_limit_s=20)
     assert "2 segments" in split.message
-    if split.status == "feasible":  # every segment proven optimal: the same plan the start was read from
+    if "each proven optimal" in split.message:  # the same plan the start was read from (unless a time limit cut one)
         assert m.lp.objective.value() * m.problem.unit == split.offchip_bytes
     whole = allocate(g, m_h, word_bits=BITS, time_limit_s=20)
     assert check(whole, g) == whole.offchip_bytes

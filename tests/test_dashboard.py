@@ -962,7 +962,7 @@ def test_a_report_queued_while_the_socket_is_busy_still_reaches_the_browser():
     last slider move's report stayed on the server (issue 19's open race). `delivering_queued` sends it."""
     from panel.io import document
 
-    from dashboard.transport import delivering_queued
+    from dashboard.panel_hooks import delivering_queued
 
     original = getattr(document._dispatch_msgs, "__wrapped__", document._dispatch_msgs)
     assert _messages_written_while_the_socket_was_busy(original) == [["report at 128 KB"]]  # Panel 1.9's loss

@@ -359,6 +359,13 @@ def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: floa
     return values_of(m, got.order, got.placements, got.spills, got.retrievals)
 
 
+def _proven(statuses) -> str:
+    """How many segments the ILP proved optimal: a segment stopped by the time limit keeps its best plan so far."""
+    optimal = sum(status == "optimal" for status in statuses)
+    return "each proven optimal by the ILP" if optimal == len(statuses) else \
+        f"{optimal} of {len(statuses)} proven optimal by the ILP"
+
+
 def _join(plans, statuses, gaps, notes=()) -> Joined:
     """Shift each segment's steps by its start and fuse stays that continue across a boundary (same address, not
     written out there), dropping the next segment's retrieval of a tensor that stayed."""
@@ -390,7 +397,7 @@ def _join(plans, statuses, gaps, notes=()) -> Joined:
     else:
         status = "time_limit" if "time_limit" in statuses else "feasible"
         gap = None
-    message = "" if len(plans) == 1 else f"divide-and-conquer over {len(plans)} segments, each solved by the ILP"
+    message = "" if len(plans) == 1 else f"divide-and-conquer over {len(plans)} segments, {_proven(statuses)}"
     message = "; ".join(([message] if message else []) + list(notes))
     return Joined(tuple(order), tuple(sorted(placements, key=lambda p: (p.first_step, p.address))), tuple(spills),
                   tuple(retrievals), status, gap, message)

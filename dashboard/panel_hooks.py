@@ -1,0 +1,162 @@
+"""Every place the dashboard reaches into Panel's or Bokeh's private names, in one module.
+
+Each hook works around a defect or a missing option of the releases in `CHECKED` (docs/dashboard.md says which
+and why); tests/test_panel_hooks.py checks each one against the installed release. Where a release has moved a
+private name, the hook changes nothing and says so in the log (logger `dashboard.panel_hooks`): the page is then
+slower or, for the stylesheets, fetches them from Panel's CDN, but it works.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import panel as pn
+import param
+
+LOG = logging.getLogger(__name__)
+
+CHECKED = ("1.9",)  # Panel releases (major.minor) these hooks were checked on; pyproject pins panel to them
+
+
+@functools.cache
+def _checked_release() -> bool:
+    """Whether the installed Panel is one the hooks were checked on (said in the log once per process when not)."""
+    ok = ".".join(pn.__version__.split(".")[:2]) in CHECKED
+    if not ok:
+        LOG.warning("Panel %s is not one of the releases the dashboard's hooks were checked on (%s)",
+                    pn.__version__, ", ".join(CHECKED))
+    return ok
+
+
+def _not_applied(hook: str, missing: str) -> bool:
+    """Log that `hook` changed nothing because Panel/Bokeh has no `missing` here; False, for the caller to return."""
+    LOG.warning("%s not applied: %s is not where Panel %s had it", hook, missing, ".".join(CHECKED))
+    return False
+
+
+def serve_stylesheets_locally(doc) -> bool:
+    """Make every stylesheet Panel gives `doc`'s models point at this server's copy, from the document's first
+    model on; whether it was applied.
+
+    Panel tells a server document where its files are (the `dist_url` template variable) only when it writes
+    the page's HTML, and patches the stylesheets it can reach from the roots then. Stylesheets made before that
+    and reached later (a theme's, Tabulator's, Font Awesome's, cached and shared between documents by Panel's
+    designs) kept their cdn.holoviz.org address: once a server had served a few sessions, new pages fetched 18 to
+    63 stylesheets from the internet, and without it their tables and alerts were unstyled (issue 29).
+    """
+    _checked_release()
+    from panel.io import resources
+
+    variables = getattr(doc, "_template_variables", None)
+    if not isinstance(variables, dict) or not hasattr(resources, "LOCAL_DIST"):
+        return _not_applied("serve_stylesheets_locally", "Document._template_variables or LOCAL_DIST")
+    rel = pn.state.rel_path
+    variables["dist_url"] = f"{rel}/{resources.LOCAL_DIST}" if rel else resources.LOCAL_DIST
+    return True
+
+
+def send_frames_at_once(doc) -> int:
+    """Turn Nagle's algorithm off on every websocket of `doc`'s server session; how many there were.
+
+    Bokeh writes every message as three or more websocket frames (header, metadata, content, buffers), each its
+    own write to the socket. With Nagle's algorithm on (Tornado's default) the kernel holds a small write back
+    while an earlier one is unacknowledged, and the browser acknowledges late (delayed ACK, 40 ms on Linux): every
+    slider move waited ~40 ms for nothing (docs/dashboard.md, "Why a slider move is quick"). Bokeh exposes no
+    option for it, so this reaches the session's connections (a ServerSession's subscribed ServerConnections,
+    each wrapping Tornado's WebSocketHandler) through their private fields.
+    """
+    _checked_release()
+    context = getattr(doc, "session_context", None)
+    session = getattr(context, "session", None)
+    if session is None or not hasattr(session, "_subscribed_connections"):
+        _not_applied("send_frames_at_once", "ServerSession._subscribed_connections")
+        return 0
+    sockets = [getattr(connection, "_socket", None) for connection in session._subscribed_connections]
+    handlers = [socket for socket in sockets if callable(getattr(socket, "set_nodelay", None))]
+    if len(handlers) < len(sockets):
+        _not_applied("send_frames_at_once", "ServerConnection._socket.set_nodelay")
+    for handler in handlers:
+        handler.set_nodelay(True)
+    return len(handlers)
+
+
+def delivering_queued(dispatch):
+    """Panel's message dispatcher `dispatch` (panel.io.document._dispatch_msgs), made to send what was queued while it
+    was writing.
+
+    Panel queues a page's messages while its socket is busy and a dispatch task sends them. A task that finds the
+    socket still locked requeues its messages and tries again 10 ms later; if the task that held the socket finishes
+    meanwhile, it clears the queue's busy mark and the retry gives up, leaving the messages queued until the page's
+    next change. A slider move's report, published just then, never reached the browser while it was the last one
+    (docs/dashboard.md, "A move's report lost in Panel's queue"). This wrapper dispatches again whatever is left.
+    """
+    from panel.io import document
+
+    @functools.wraps(dispatch)
+    async def dispatch_and_deliver_the_rest(doc):
+        await dispatch(doc)
+        if document._WRITE_MSGS.get(doc) and doc not in document._WRITE_BLOCK:
+            document._WRITE_BLOCK[doc] = True
+            document._dispatch_write_task(doc, dispatch_and_deliver_the_rest, doc)
+
+    dispatch_and_deliver_the_rest.delivers_queued = True
+    return dispatch_and_deliver_the_rest
+
+
+def deliver_every_queued_message() -> bool:
+    """Use `delivering_queued` for Panel's dispatcher (once per process); whether it is in use."""
+    _checked_release()
+    from panel.io import document
+
+    needed = ("_dispatch_msgs", "_WRITE_MSGS", "_WRITE_BLOCK", "_dispatch_write_task")
+    if not all(hasattr(document, name) for name in needed):
+        return _not_applied("deliver_every_queued_message", "panel.io.document." + "/".join(needed))
+    if not getattr(document._dispatch_msgs, "delivers_queued", False):
+        document._dispatch_msgs = delivering_queued(document._dispatch_msgs)
+    return True
+
+
+class LiveDiscreteSlider(pn.widgets.DiscreteSlider):
+    """A DiscreteSlider whose moves reach the Python side at once.
+
+    Panel holds every widget event back 50 ms (a debounce) unless the property is a priority
+    change (`_priority_changes`, private); for the buffer slider that was half of the time a move took to show.
+    """
+
+    def _update_options(self, *events):
+        super()._update_options(*events)
+        if hasattr(self._slider, "_priority_changes"):
+            self._slider._priority_changes = ["value", "value_throttled"]  # the inner IntSlider, made anew here
+        else:
+            _not_applied("LiveDiscreteSlider", "Widget._priority_changes")
+
+    def _update_value(self, event):
+        # The label follows the handle in the browser (Panel links them in JavaScript). Setting it here as well
+        # sent each drag step's label back after the handle had moved on, so it flickered to older values.
+        with param.parameterized.discard_events(self._text):
+            super()._update_value(event)
+
+
+class ModelDropper(pn.widgets.FileDropper):
+    """Panel's FileDropper: the file comes in chunks (a 200 MB model in one websocket message would need the server's
+    message limit raised), with FilePond's progress bar; `progress` also follows the chunks that reached the server
+    (the browser's bar counts what it handed to the websocket, ahead of that). Reads the private `_rename` and
+    `_process_event`'s upload events."""
+
+    progress = param.Tuple(default=("", 0.0), doc="(file name, fraction of its chunks received) of the last upload")
+
+    _rename = {**pn.widgets.FileDropper._rename, "progress": None}  # the server's alone, not the browser's
+
+    def _process_event(self, event):
+        if event.event_name == "upload_event":  # before the last chunk makes the file the value
+            self.progress = (event.data["name"], event.data["chunk"] / event.data["total_chunks"])
+        super()._process_event(event)
+
+
+class Fast(pn.theme.Fast):
+    """Panel's Fast design without its web font (the private `_resources`), which the browser would fetch from
+    outside the machine: everything the page needs is served by the dashboard's own server, so it works offline.
+    (Named as Panel's: Panel finds a design's own files by its class name.)"""
+
+    _resources = {**pn.theme.Fast._resources, "font": {}}

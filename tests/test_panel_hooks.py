@@ -1,0 +1,78 @@
+"""Each hook of dashboard/panel_hooks.py against the installed Panel and Bokeh: it is applied, it does what it is
+for, and where Panel has no such private name it changes nothing and says so in the log."""
+
+import inspect
+import logging
+from types import SimpleNamespace
+
+import pandas as pd
+import panel as pn
+import pytest
+from bokeh.document import Document
+from bokeh.models import ImportedStyleSheet
+from panel.io.resources import CDN_DIST
+
+from dashboard import panel_hooks
+
+
+def test_panel_is_a_release_the_hooks_were_checked_on():
+    assert ".".join(pn.__version__.split(".")[:2]) in panel_hooks.CHECKED
+
+
+def _stylesheet_urls(doc: Document) -> list[str]:
+    """The address of every stylesheet a dark-theme Tabulator, an alert and a Markdown pane give `doc`'s models."""
+    page = pn.Column(pn.widgets.Tabulator(pd.DataFrame({"a": [1, 2]}), theme="fast"), pn.pane.Alert("x"),
+                     pn.pane.Markdown("y"), design=panel_hooks.Fast(theme="dark"))
+    root = page.get_root(doc)
+    return [str(sheet.url) for sheet in root.select({"type": ImportedStyleSheet})]
+
+
+def test_stylesheets_come_from_this_server_once_the_document_says_where_its_files_are():
+    cdn = _stylesheet_urls(Document())  # what Panel does before it writes the page (and after, for late models)
+    assert any(url.startswith(CDN_DIST) for url in cdn)
+    doc = Document()
+    assert panel_hooks.serve_stylesheets_locally(doc)
+    local = _stylesheet_urls(doc)
+    assert len(local) >= 3 and not [url for url in local if url.startswith("http")], local
+    assert all(url.startswith("static/extensions/panel/") for url in local), local
+
+
+def test_a_hook_whose_private_name_is_gone_changes_nothing_and_says_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="dashboard.panel_hooks"):
+        assert not panel_hooks.serve_stylesheets_locally(SimpleNamespace())
+        assert panel_hooks.send_frames_at_once(SimpleNamespace(session_context=SimpleNamespace(session=object()))) == 0
+    assert [r.message.split(" not applied")[0] for r in caplog.records] == ["serve_stylesheets_locally",
+                                                                            "send_frames_at_once"]
+
+
+def test_frames_go_out_at_once_on_every_socket_of_the_session():
+    nodelay = []
+    socket = SimpleNamespace(set_nodelay=nodelay.append)
+    session = SimpleNamespace(_subscribed_connections=[SimpleNamespace(_socket=socket)] * 2)
+    assert panel_hooks.send_frames_at_once(SimpleNamespace(session_context=SimpleNamespace(session=session))) == 2
+    assert nodelay == [True, True]
+    # Bokeh keeps them where the hook looks: a server session's connections, and each connection's websocket
+    from bokeh.server.connection import ServerConnection
+    from bokeh.server.session import ServerSession
+
+    assert "self._subscribed_connections" in inspect.getsource(ServerSession.__init__)
+    assert "self._socket = socket" in inspect.getsource(ServerConnection.__init__)
+    from tornado.websocket import WebSocketHandler
+
+    assert callable(WebSocketHandler.set_nodelay)
+
+
+def test_panels_dispatcher_is_wrapped_once():
+    from panel.io import document
+
+    assert panel_hooks.deliver_every_queued_message()
+    wrapped = document._dispatch_msgs
+    assert wrapped.delivers_queued
+    assert panel_hooks.deliver_every_queued_message() and document._dispatch_msgs is wrapped  # not twice
+
+
+@pytest.mark.parametrize("name", ["_priority_changes", "_rename", "_process_event", "_resources"])
+def test_the_widget_hooks_find_panels_private_names(name):
+    owner = {"_priority_changes": pn.reactive.Syncable, "_rename": pn.widgets.FileDropper,
+             "_process_event": pn.widgets.FileDropper, "_resources": pn.theme.Fast}[name]
+    assert hasattr(owner, name)
