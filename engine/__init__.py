@@ -19,7 +19,7 @@ from engine.sweep import sweep  # same reason as partition
 # public name -> module that defines it (imported on first access)
 _LAZY = {
     "load_network": "engine.loading",
-    "save_onnx": "engine.onnx_export",
+    "save_onnx": "engine.onnx",
     "fuse": "engine.fusion",
     "FusionPlan": "engine.fusion",
     "block": "engine.blocking",
@@ -36,8 +36,8 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
-_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx_import",
-               "onnx_export", "loading", "limit"}
+_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx", "onnx_import",
+               "onnx_export", "loading", "limit"}  # onnx_import, onnx_export: old names of parts of onnx
 
 
 def __getattr__(name):
