@@ -25,7 +25,7 @@ _LAZY = {
     "block": "engine.blocking",
     "allocate": "engine.allocation",
     "Allocation": "engine.allocation",
-    "plan_modules": "engine.modules",
+    "plan_modules": "engine.module_reuse",
     "evaluate": "engine.explore",
     "Report": "engine.explore",
 }
@@ -36,8 +36,8 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
-_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx", "onnx_import",
-               "onnx_export", "loading", "limit"}  # onnx_import, onnx_export: old names of parts of onnx
+_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "module_reuse", "energy", "explore", "onnx", "loading", "limit",
+               "modules", "onnx_import", "onnx_export"}  # the last three: old names of module_reuse and parts of onnx
 
 
 def __getattr__(name):

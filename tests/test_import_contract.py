@@ -50,3 +50,12 @@ def test_old_onnx_module_names_still_work():
 
     assert load_onnx is engine.onnx.load_onnx is engine.onnx_import.load_onnx
     assert (save_onnx, to_model) == (engine.onnx.save_onnx, engine.onnx.to_model) == (engine.save_onnx, engine.onnx_export.to_model)
+
+
+def test_old_module_reuse_name_still_works():
+    """`engine.modules` was the home of module-based reuse before `engine.module_reuse`."""
+    import engine
+    from engine.modules import NpuModel, plan_modules
+
+    assert plan_modules is engine.plan_modules is engine.module_reuse.plan_modules is engine.modules.plan_modules
+    assert NpuModel is engine.module_reuse.NpuModel

@@ -299,7 +299,7 @@ class Hierarchy:
         return PRESETS[name](Accelerator.preset(name))
 
 
-# The dataflows of data/accelerators.toml: which loop dims unroll over the PE rows and the PE columns.
+# The dataflows of engine/data/accelerators.toml: which loop dims unroll over the PE rows and the PE columns.
 DATAFLOWS = {
     "Ow|Cout": (("X", "rows"), ("K", "cols")),  # the fusion model's: output columns x output channels
     "Cin|Cout": (("C", "rows"), ("K", "cols")),  # DianNao's NFU (Yang et al.) and a weight-stationary TPU
