@@ -36,8 +36,9 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
-_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "module_reuse", "energy", "explore", "onnx", "loading", "limit",
-               "modules", "onnx_import", "onnx_export"}  # the last three: old names of module_reuse and parts of onnx
+_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "module_reuse", "dataflow", "energy", "explore", "onnx",
+               "loading", "limit",
+               "modules", "onnx_import", "onnx_export"}  # old names of module_reuse and of parts of onnx
 
 
 def __getattr__(name):
