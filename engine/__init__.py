@@ -19,13 +19,13 @@ from engine.sweep import sweep  # same reason as partition
 # public name -> module that defines it (imported on first access)
 _LAZY = {
     "load_network": "engine.loading",
-    "save_onnx": "engine.onnx_export",
+    "save_onnx": "engine.onnx",
     "fuse": "engine.fusion",
     "FusionPlan": "engine.fusion",
     "block": "engine.blocking",
     "allocate": "engine.allocation",
     "Allocation": "engine.allocation",
-    "plan_modules": "engine.modules",
+    "plan_modules": "engine.module_reuse",
     "evaluate": "engine.explore",
     "Report": "engine.explore",
 }
@@ -36,8 +36,9 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
-_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "modules", "energy", "explore", "onnx_import",
-               "onnx_export", "loading", "limit"}
+_SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "module_reuse", "dataflow", "energy", "explore", "onnx",
+               "loading", "limit",
+               "modules", "onnx_import", "onnx_export"}  # old names of module_reuse and of parts of onnx
 
 
 def __getattr__(name):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
 from dataclasses import dataclass, fields, replace
 from functools import cache
-from pathlib import Path
 
 from engine.errors import AcceleratorError, UnknownNameError
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj
 
-PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "accelerators.toml"
+PRESETS_FILE = resources.files("engine") / "data" / "accelerators.toml"  # package data: found by any install
 
 KB = 1024
 MB = 1024 * KB

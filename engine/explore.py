@@ -139,7 +139,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             errors["partition"] = str(err)
     if modules:
         try:
-            from engine.modules import plan_modules
+            from engine.module_reuse import plan_modules
 
             mods = plan_modules(graph, acc)
         except EngineError as err:

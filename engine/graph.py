@@ -17,6 +17,13 @@ import networkx as nx
 
 from engine.errors import GraphError
 
+MAX_BATCH = 1 << 20  # a batch larger than this is a typo, and would overflow the byte counts downstream
+
+
+def valid_batch(batch) -> bool:
+    """True when `batch` is a whole number (not a bool) in 1..MAX_BATCH; loaders raise their own error otherwise."""
+    return not isinstance(batch, bool) and isinstance(batch, int) and 1 <= batch <= MAX_BATCH
+
 
 class OpKind(StrEnum):
     """What an op does, as far as the memory models care."""

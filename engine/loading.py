@@ -7,9 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.graph import Graph
-
-MAX_BATCH = 1 << 20  # a batch larger than this is a typo, and would overflow the byte counts downstream
+from engine.graph import MAX_BATCH, Graph, valid_batch
 
 
 def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict | None = None) -> Graph:
@@ -18,7 +16,7 @@ def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict |
     A zoo network defaults to batch 1; a file keeps the batch it was saved with. A file's graph is cached by
     its content (not its name), so a file rewritten under the same name loads afresh.
     """
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+    if batch is not None and not valid_batch(batch):
         raise EngineError(f"batch must be a whole number in 1..{MAX_BATCH}, got {batch!r}")
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or text.endswith(".onnx") or "/" in text:
@@ -31,7 +29,7 @@ def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict |
         except (OSError, ValueError, TypeError):  # an unreadable name, or shapes that cannot key a cache
             digest = ""
         if not digest:
-            from engine.onnx_import import load_onnx
+            from engine.onnx import load_onnx
 
             return load_onnx(path, batch=batch, input_shapes=input_shapes)
         return _load_file(str(path.absolute()), digest, batch, shapes)
@@ -43,7 +41,7 @@ def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict |
 @lru_cache(maxsize=32)
 def _load_file(path: str, digest: str, batch: int | None, shapes: tuple) -> Graph:
     """The graph of the file at `path` whose content hashes to `digest` (graphs are immutable: safe to share)."""
-    from engine.onnx_import import load_onnx
+    from engine.onnx import load_onnx
 
     return load_onnx(Path(path), batch=batch, input_shapes=dict(shapes))
 

@@ -11,7 +11,7 @@ from engine.blocking import (DIMS, Blocking, Hierarchy, Layer, Memory, access_en
                              table4)
 from engine.blocking.layer import RELEVANT
 from engine.blocking.model import stored_levels
-from engine.blocking.optimizer import _chains
+from engine.blocking.exhaustive import divisor_chains
 from engine.errors import EngineError
 
 KB = 1024
@@ -85,7 +85,7 @@ def simulate(layer, hierarchy, blocking):
 
 
 def random_blocking(layer, m, rng):
-    chains = [rng.choice(list(_chains(n, m))) for n in layer.dims]
+    chains = [rng.choice(list(divisor_chains(n, m))) for n in layer.dims]
     tiles = tuple(tuple(c[l] for c in chains) for l in range(m))
     orders = tuple(tuple(rng.sample(DIMS, len(DIMS))) for _ in range(m))
     return Blocking(layer.dims, tiles, orders)

@@ -10,7 +10,7 @@ import pytest
 from engine.blocking import Blocking, Hierarchy, Layer, Memory, SpatialArray, block, evaluate
 from engine.blocking.layer import DIMS, RELEVANT
 from engine.blocking.model import SpatialView, holders, stored_levels
-from engine.blocking.optimizer import _chains, every_unroll
+from engine.blocking.exhaustive import divisor_chains, every_unroll
 from engine.errors import EngineError
 
 
@@ -114,7 +114,7 @@ def random_blocking(layer, h, rng):
     unroll = rng.choice(every_unroll(layer, h))
     dims = SpatialView.of(layer, unroll).dims
     m = len(h.on_chip)
-    chains = [rng.choice(list(_chains(n, m))) for n in dims]
+    chains = [rng.choice(list(divisor_chains(n, m))) for n in dims]
     tiles = tuple(tuple(c[l] for c in chains) for l in range(m))
     return Blocking(dims, tiles, tuple(tuple(rng.sample(DIMS, len(DIMS))) for _ in range(m)), unroll)
 
@@ -213,15 +213,15 @@ def test_bad_input_names_level_operand_and_value():
 def test_maximal_unrollings_fill_each_axis():
     from dataclasses import replace
 
-    from engine.blocking.optimizer import _unrolls
+    from engine.blocking.grid import unrollings
 
     h = tpu_like(12, 4)
     rows = replace(h, array=SpatialArray((("rows", 12), ("cols", 4)), (("Fh", "rows"), ("C", "rows"), ("K", "cols")),
                                          unrolling="maximal"))
     layer = Layer(X=4, C=128, K=4, Fh=3)
-    got = {(u[DIMS.index("Fh")], u[DIMS.index("C")], u[DIMS.index("K")]) for u in _unrolls(layer, rows)}
+    got = {(u[DIMS.index("Fh")], u[DIMS.index("C")], u[DIMS.index("K")]) for u in unrollings(layer, rows)}
     assert got == {(1, 12, 4), (2, 6, 4), (3, 4, 4)}
-    assert len(_unrolls(layer, replace(rows, array=replace(rows.array, unrolling="all")))) > 40
+    assert len(unrollings(layer, replace(rows, array=replace(rows.array, unrolling="all")))) > 40
     with pytest.raises(EngineError, match="unknown unrolling"):
         SpatialArray((("rows", 2),), (("C", "rows"),), unrolling="some")
 
@@ -270,24 +270,24 @@ def test_every_unrolling_equals_brute_force_where_a_non_maximal_one_wins(layer, 
     with Y left temporal), so the maximal search misses it."""
     from dataclasses import replace
 
-    from engine.blocking.optimizer import _unrolls
+    from engine.blocking.grid import unrollings
 
     h = replace(h, stationary=True) if h.name == "rs-small" else h
     fast = block(layer, h)
     maximal = block(layer, replace(h, array=replace(h.array, unrolling="maximal")))
     assert fast.energy_pj == pytest.approx(block(layer, h, method="exhaustive").energy_pj, rel=1e-12)
     assert (fast.energy_pj, maximal.energy_pj) == (pytest.approx(pj), pytest.approx(maximal_pj))
-    assert fast.blocking.unroll not in _unrolls(layer, replace(h, array=replace(h.array, unrolling="maximal")))
+    assert fast.blocking.unroll not in unrollings(layer, replace(h, array=replace(h.array, unrolling="maximal")))
 
 
 @pytest.mark.parametrize("unroll", [(1, 2, 2, 2, 1, 1, 3), (2, 1, 3, 2, 1, 2, 1), (1, 1, 1, 4, 1, 1, 1)])
 def test_the_searchs_words_per_load_are_the_models(unroll):
     """The DP's vectorised words per load (`_Grid`) equal `SpatialView.real` over the tile's positions, inside the
     array (every PE lane of a loop that skips the operand holds its own copy: K lanes copy inputs) and outside."""
-    from engine.blocking.optimizer import _grid
+    from engine.blocking.grid import tile_grid
 
     layer = Layer(X=4, Y=4, C=5, K=4, Fw=2, Fh=3, stride=(2, 2), name="lanes")
-    grid = _grid(layer, unroll)
+    grid = tile_grid(layer, unroll)
     view = grid.view
     for i in range(grid.size):
         tile = grid.tile(i)
@@ -300,13 +300,13 @@ def test_a_network_priced_search_keeps_its_optimum_under_a_cap():
     """Eyeriss's array network costs 2 pJ a PE word: the search priced inputs' K-lane copies at half their words and
     took a 0.5 % dearer blocking of ResNet-50's layer4.0.conv2 than it found when capped."""
     from engine.accelerator import Accelerator
-    from engine.blocking.optimizer import _exact_unrolled
+    from engine.blocking.dp import exact_unrolled
 
     h = Hierarchy.from_accelerator(Accelerator.preset("eyeriss"))
     layer = Layer(X=7, Y=7, C=512, K=512, Fw=3, Fh=3, stride=(2, 2), name="layer4.0.conv2")
     unroll = (1, 7, 4, 2, 1, 1, 3)
-    free, _ = _exact_unrolled(layer, h, unroll)
-    capped, _ = _exact_unrolled(layer, h, unroll, 0.98804e9)
+    free, _ = exact_unrolled(layer, h, unroll)
+    capped, _ = exact_unrolled(layer, h, unroll, 0.98804e9)
     assert evaluate(layer, h, free).memory_pj <= evaluate(layer, h, capped).memory_pj
 
 

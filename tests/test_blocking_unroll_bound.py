@@ -5,7 +5,11 @@ way to block, and the search with it equal to the search without it on ZigZag's 
 import pytest
 
 from engine.blocking import Hierarchy, Layer, Memory, SpatialArray, block, evaluate
-from engine.blocking.optimizer import _exact_unrolled, _refill_bound, _unrolls, every_blocking, level_orders
+from engine.blocking.bounds import refill_bound
+from engine.blocking.dp import exact_unrolled
+from engine.blocking.exhaustive import every_blocking
+from engine.blocking.grid import unrollings
+from engine.blocking.routes import level_orders
 
 
 def tpu_one(sram=64):
@@ -53,9 +57,9 @@ def test_bounds_never_exceed_brute_force(layer, h, low, high):
     search that skips unrollings by them finds brute force's optimum."""
     ratios, optimum = [], float("inf")
     for order in level_orders(h):
-        for unroll in _unrolls(layer, order):
+        for unroll in unrollings(layer, order):
             best = brute(layer, order, unroll)
-            quick, tight = _refill_bound(layer, order, unroll, False), _refill_bound(layer, order, unroll)
+            quick, tight = refill_bound(layer, order, unroll, False), refill_bound(layer, order, unroll)
             assert quick <= best * (1 + 1e-12) and tight <= best * (1 + 1e-12), (order.levels[0].name, unroll)
             ratios.append(tight / best)
             optimum = min(optimum, best)
@@ -66,17 +70,17 @@ def test_bounds_never_exceed_brute_force(layer, h, low, high):
 def test_bound_on_zigzag_eyeriss_layer():
     """ResNet-18's layer3 conv (K = C = 256, 14 x 14, 3 x 3) on ZigZag's eyeriss_like, every unrolling: the
     optimum (C8 x K8, 630.91 uJ of memory) is bounded at 628.82 uJ, and only C8 x K11 (628.33) bounds below it,
-    against 103 unrollings whose floors (`_floors`, 622.3 uJ and up) did."""
+    against 103 unrollings whose floors (`unroll_floors`, 622.3 uJ and up) did."""
     from benchmarks.bench_zigzag import like_for_like
-    from engine.blocking.optimizer import _floors
+    from engine.blocking.bounds import unroll_floors
 
     h = like_for_like("eyeriss_like", "all")
     layer = Layer(X=14, Y=14, C=256, K=256, Fw=3, Fh=3)
     result = block(layer, h)
     assert result.energy_pj == pytest.approx(630_910_890.67) and result.blocking.unroll == (1, 1, 8, 8, 1, 1, 1)
-    bounds = {u: _refill_bound(layer, h, u) for _, _, u in _floors(layer, h)}
+    bounds = {u: refill_bound(layer, h, u) for _, _, u in unroll_floors(layer, h)}
     assert bounds[1, 1, 8, 8, 1, 1, 1] == pytest.approx(628_819_584.0)
     assert {u for u, b in bounds.items() if b < result.energy_pj} == {(1, 1, 8, 11, 1, 1, 1), (1, 1, 8, 8, 1, 1, 1)}
-    assert sum(f < result.energy_pj for f, _, _ in _floors(layer, h)) == 103
-    other = _exact_unrolled(layer, h, (1, 1, 8, 11, 1, 1, 1))[0]  # bounded lower, but worse
+    assert sum(f < result.energy_pj for f, _, _ in unroll_floors(layer, h)) == 103
+    other = exact_unrolled(layer, h, (1, 1, 8, 11, 1, 1, 1))[0]  # bounded lower, but worse
     assert evaluate(layer, h, other).memory_pj > result.energy_pj

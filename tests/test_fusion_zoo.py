@@ -8,7 +8,7 @@ import engine
 from engine import zoo
 from engine.fusion import METHODS, fuse, group_cost, oracle_bytes
 from engine.loading import onnx_light_models
-from engine.onnx_import import load_onnx
+from engine.onnx import load_onnx
 
 KB = 1024
 NETWORKS = [(name, kb) for name in ("alexnet", "vgg16", "resnet18", "resnet50", "squeezenet1_0")

@@ -5,8 +5,8 @@ import pytest
 import engine
 from engine import Graph, Op, OpKind, Tensor
 from engine.graph import conv_macs
-from engine.modules import NpuModel
-from engine.modules.detect import detect
+from engine.module_reuse import NpuModel
+from engine.module_reuse.detect import detect
 
 KB = 1024
 

@@ -9,7 +9,7 @@ from onnx import TensorProto
 import engine
 from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
-from engine.onnx_export import save_onnx
+from engine.onnx import save_onnx
 
 @pytest.mark.parametrize("name", zoo.names())
 def test_zoo_roundtrip(tmp_path, name):

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import engine
-from engine.onnx_import import load_onnx
+from engine.onnx import load_onnx
 from tests.conftest import LIGHT_MODELS, conv_bn_relu_model
 
 

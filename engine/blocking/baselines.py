@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
 from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, evaluate
-from engine.blocking.optimizer import CANONICAL, _unrolls, block, divisors
+from engine.blocking.grid import CANONICAL, divisors, unrollings
+from engine.blocking.optimizer import block
 from engine.errors import EngineError
 
 # DianNao's conv pseudo-code (Chen et al., ASPLOS 2014), outside its buffered tile: the kernel
@@ -35,7 +36,7 @@ def diannao_baseline(layer: Layer, hierarchy: Hierarchy | None = None) -> Blocki
         raise EngineError("the DianNao baseline schedules one on-chip level (IB/KB/OB) and DRAM")
     best, best_pj = None, None
     # DianNao's NFU takes Tn = 16 input and 16 output channels a cycle: tiles hold at least that many
-    unroll = max(_unrolls(layer, hierarchy), key=math.prod) if hierarchy.array else (1,) * len(DIMS)
+    unroll = max(unrollings(layer, hierarchy), key=math.prod) if hierarchy.array else (1,) * len(DIMS)
     dims = dict(zip(DIMS, SpatialView.of(layer, unroll).dims))
     lanes = 1 if hierarchy.array else NFU_LANES  # the array's unrolling already takes the 16 channels
     options = [divisors(dims["X"]), divisors(dims["Y"])] + [

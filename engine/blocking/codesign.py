@@ -41,8 +41,11 @@ import numpy as np
 from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
 from engine.blocking.layer import DIMS, TENSORS, Layer
 from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
-from engine.blocking.optimizer import (_GROUP_ORDER, CANONICAL, BlockingResult, _grid, _mac_words, _pairs, _refill_words,
-                                       _unrolls, block, every_blocking, every_unroll)
+from engine.blocking.bounds import mac_words
+from engine.blocking.dp import tile_pairs
+from engine.blocking.exhaustive import every_blocking, every_unroll
+from engine.blocking.grid import CANONICAL, GROUP_ORDER, refill_words, tile_grid, unrollings
+from engine.blocking.optimizer import BlockingResult, block
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj
 
@@ -225,7 +228,7 @@ def _array_unrolls(layer: Layer, array: SpatialArray | None, *, every: bool) -> 
     if array is None:
         return [(1,) * len(DIMS)]
     shell = Hierarchy((Memory("PEs", size_bytes=1), Memory.dram()), array=array)  # the optimizer reads only the array
-    return every_unroll(layer, shell) if every else _unrolls(layer, shell)
+    return every_unroll(layer, shell) if every else unrollings(layer, shell)
 
 
 class _Tables:
@@ -235,7 +238,7 @@ class _Tables:
 
     def __init__(self, layer: Layer, pricing: BufferPricing, unroll=None, noc_pj=(0.0, 0.0, 0.0),
                  stationary: bool = False):
-        self.layer, self.grid = layer, _grid(layer, unroll)
+        self.layer, self.grid = layer, tile_grid(layer, unroll)
         g, view = self.grid, self.grid.view
         self.price, self.nbytes = {}, {}
         for T in layer.tensors:
@@ -244,7 +247,7 @@ class _Tables:
             self.nbytes[T] = pricing.bytes_of(g.fp[T])
         noc = dict(zip(TENSORS, noc_pj))  # the array's network: every busy PE's words (fixed for the unrolling)
         u = np.array([view.unroll], dtype=np.float64)
-        self.mac = {(T, inside): float(_mac_words(layer, [view.unroll], u, T, inside)[0][0])
+        self.mac = {(T, inside): float(mac_words(layer, [view.unroll], u, T, inside)[0][0])
                     for T in layer.tensors for inside in (False, True)}  # real words the MACs take over all steps
         self.level0 = sum(self.price[T] * self.mac[T, False] * (2 if T == "O" else 1)
                           - (self.price[T] * g.full[T] if T == "O" else 0.0)
@@ -253,7 +256,7 @@ class _Tables:
         # per tile, the canonical order of the loops inside level 0 (None: operands are not stationary)
         self.inner = self._stationary(noc) if stationary else None
         self.bytes0 = sum(self.nbytes[T] for T in layer.tensors)
-        words, _ = _refill_words(layer, g, np.arange(g.size), None)
+        words, _ = refill_words(layer, g, np.arange(g.size), None)
         dram = np.stack([sum(pricing.dram_pj * w[T] for T in layer.tensors) for w in words])
         self.top, self.top_order = dram.min(axis=0), dram.argmin(axis=0)
         self.dram_pj = pricing.dram_pj
@@ -265,7 +268,7 @@ class _Tables:
         mac = {T: self.price[T] * self.mac[T, False] + noc[T] * self.mac[T, True] for T in "IW" if T in self.layer.tensors}
         saving = []
         for order in CANONICAL:
-            groups = _GROUP_ORDER[order]
+            groups = GROUP_ORDER[order]
             first = np.select([g.group[G] > 1 for G in groups], [0, 1, 2], -1)  # the innermost group that loops
             saving.append(sum((mac[T] * (1 / np.where(first == groups.index(T), g.group[T], 1.0) - 1) for T in mac),
                               np.zeros(g.size)))
@@ -276,7 +279,7 @@ class _Tables:
     def pair(self, a, b):
         """Energy of refilling child tiles `a` from parent tiles `b` (best canonical order), that order, and the
         bytes of the buffers the parents keep (tensors whose tile grows from child to parent)."""
-        words, changed = _refill_words(self.layer, self.grid, a, b)
+        words, changed = refill_words(self.layer, self.grid, a, b)
         costs = np.stack([sum(np.where(changed[T], self.price[T][b] * w[T], 0.0) for T in self.layer.tensors)
                           for w in words])
         kept = sum(np.where(changed[T], self.nbytes[T][b], 0.0) for T in self.layer.tensors)
@@ -382,7 +385,7 @@ def _two_levels(c: _Tables, budget: float, outer=None) -> tuple[tuple[int, int],
 
 def _score_pairs(c: _Tables, budget: float, child_ok, parent_ok, best, top, top_bytes):
     """Score every (child, parent) pair allowed with the child dividing the parent; keep the best under budget."""
-    a, b = _pairs(c.grid, child_ok, parent_ok, prune=False)
+    a, b = tile_pairs(c.grid, child_ok, parent_ok, prune=False)
     for s in range(0, len(a), PAIR_CHUNK):
         ca, cb = a[s:s + PAIR_CHUNK], b[s:s + PAIR_CHUNK]
         e, _, kept = c.pair(ca, cb)

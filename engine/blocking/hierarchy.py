@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
 from engine.blocking.layer import DIMS, TENSORS
+from engine.dataflow import YANG, parse
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # access_energy_pj: re-exported
 
 KB = 1024
@@ -299,24 +300,17 @@ class Hierarchy:
         return PRESETS[name](Accelerator.preset(name))
 
 
-# The dataflows of data/accelerators.toml: which loop dims unroll over the PE rows and the PE columns.
-DATAFLOWS = {
-    "Ow|Cout": (("X", "rows"), ("K", "cols")),  # the fusion model's: output columns x output channels
-    "Cin|Cout": (("C", "rows"), ("K", "cols")),  # DianNao's NFU (Yang et al.) and a weight-stationary TPU
-    # Eyeriss: filter rows on PE rows, output rows on PE columns, replicated over channels and filters
-    "row-stationary": (("Fh", "rows"), ("C", "rows"), ("Y", "cols"), ("K", "cols")),
-    "output-stationary": (("Y", "rows"), ("X", "cols")),  # ShiDianNao: one output pixel per PE
-    "4x4-patch|Cout": (("X", "rows"), ("Y", "rows"), ("K", "cols")),  # Exynos NPU: 4x4 output patches x channels
-}
-
-
 def pe_array(acc: Accelerator, noc_pj) -> SpatialArray:
-    """The accelerator's pe_rows x pe_cols array with its dataflow (one of `DATAFLOWS`), searching the maximal
-    unrollings (as full as the dataflow allows; `dataclasses.replace(..., unrolling="all")` searches every one)."""
-    if acc.dataflow not in DATAFLOWS:
-        raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, DATAFLOWS)
-    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), DATAFLOWS[acc.dataflow], noc_pj,
-                        unrolling="maximal")
+    """The accelerator's pe_rows x pe_cols array with its dataflow (`engine.dataflow`, every loop an axis spreads,
+    in Yang's letters), searching the maximal unrollings (as full as the dataflow allows;
+    `dataclasses.replace(..., unrolling="all")` searches every one)."""
+    try:
+        flow = parse(acc.dataflow)
+    except UnknownNameError as err:
+        raise UnknownNameError(f"dataflow of accelerator '{acc.name}'", acc.dataflow, err.valid) from None
+    unrolled = tuple((YANG[loop], axis) for axis, spread in (("rows", flow.rows), ("cols", flow.cols))
+                     for loop in spread.loops)
+    return SpatialArray((("rows", acc.pe_rows), ("cols", acc.pe_cols)), unrolled, noc_pj, unrolling="maximal")
 
 
 def tpu_like(acc: Accelerator) -> Hierarchy:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import tomllib
+from importlib import resources
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
@@ -31,7 +31,7 @@ RELEVANT = {"I": frozenset({"X", "Y", "C", "N", "Fw", "Fh"}),
 # The three loop groups: each reuses exactly one tensor (K reuses I, X/Y/N reuse W, C/Fw/Fh reuse O).
 REUSE_GROUP = {"I": ("K",), "W": ("X", "Y", "N"), "O": ("C", "Fw", "Fh")}
 
-TABLE4_FILE = Path(__file__).resolve().parents[2] / "data" / "yang_table4.toml"
+TABLE4_FILE = resources.files("engine") / "data" / "yang_table4.toml"  # package data: found by any install
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _lrn_layer(op: Op, out) -> Layer:
 
 @cache
 def table4() -> dict[str, Layer]:
-    """The benchmark layers of Yang et al. Table 4, read from data/yang_table4.toml."""
+    """The benchmark layers of Yang et al. Table 4, read from engine/data/yang_table4.toml."""
     raw = tomllib.loads(TABLE4_FILE.read_text())
     return {name: Layer(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in entry.items()
                            if k not in ("source", "note")}, name=name)

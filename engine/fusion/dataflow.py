@@ -2,29 +2,18 @@
 
 The Optimus scheduler needs the throughputs T_h, T_w, T_c of Eq. 4 (footnote 4: a
 tile smaller than the throughput leaves PEs idle), and the latency model needs the
-parallel factor of every loop. A dataflow is written "ROWS|COLS": the loop spread
-over the PE rows, then the loop spread over the PE columns (Interstellar notation,
-as Optimus Table 2 writes "Ow|Cout"), or one of the named dataflows below.
+parallel factor of every loop. Dataflows come from `engine.dataflow`, the vocabulary
+blocking reads too; this model knows no layer shape, so each PE axis goes whole to
+the first loop it spreads (an "AxB-patch" axis to its A x B outputs).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cache
 
 from engine.accelerator import Accelerator
-from engine.errors import UnknownNameError
-
-LOOPS = ("Oh", "Ow", "Cout", "Cin", "Kh", "Kw")
-
-# named dataflow -> (loop on the PE rows, loop on the PE columns)
-NAMED = {
-    "row-stationary": ("Kh", "Oh"),  # Eyeriss: filter rows down the columns, output rows across
-    "output-stationary": ("Oh", "Ow"),  # ShiDianNao: one output pixel per PE
-}
-
-_PATCH = re.compile(r"^(\d+)x(\d+)-patch$")  # an Oh x Ow patch of outputs on the PE rows
+from engine.dataflow import parse
 
 
 @dataclass(frozen=True)
@@ -54,14 +43,13 @@ class Throughput:
 @cache
 def throughput(dataflow: str, pe_rows: int, pe_cols: int) -> Throughput:
     """The parallel factors of `dataflow` on a `pe_rows` x `pe_cols` array."""
-    rows, cols = NAMED.get(dataflow, None) or _split(dataflow)
+    flow = parse(dataflow)
     factors: dict[str, int] = {}
-    for loop, size in ((rows, pe_rows), (cols, pe_cols)):
-        patch = _PATCH.match(loop)
-        if patch:
-            factors["oh"], factors["ow"] = int(patch.group(1)), int(patch.group(2))
+    for spread, size in ((flow.rows, pe_rows), (flow.cols, pe_cols)):
+        if spread.patch:
+            factors["oh"], factors["ow"] = spread.patch
         else:
-            key = loop.lower()
+            key = spread.loops[0].lower()
             factors[key] = factors.get(key, 1) * size
     return Throughput(**factors)
 
@@ -69,14 +57,3 @@ def throughput(dataflow: str, pe_rows: int, pe_cols: int) -> Throughput:
 def of(acc: Accelerator) -> Throughput:
     """The throughput of an accelerator's PE array under its dataflow."""
     return throughput(acc.dataflow, acc.pe_rows, acc.pe_cols)
-
-
-def _split(dataflow: str) -> tuple[str, str]:
-    parts = dataflow.split("|")
-    valid = (*NAMED, "ROWS|COLS with ROWS, COLS in " + "/".join(LOOPS) + " or AxB-patch")
-    if len(parts) != 2:
-        raise UnknownNameError("dataflow", dataflow, valid)
-    for part in parts:
-        if part not in LOOPS and not _PATCH.match(part):
-            raise UnknownNameError("dataflow", dataflow, valid)
-    return parts[0], parts[1]

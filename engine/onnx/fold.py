@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.errors import ModelFileError
-from engine.onnx_read import MAX_TENSOR_ELEMENTS
+from engine.onnx.read import MAX_TENSOR_ELEMENTS
 
 MAX_FOLD_ELEMENTS = 1 << 16  # constants larger than this are data (masks, tables), not shape arithmetic
 MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul", "QLinearConv",
@@ -129,7 +129,7 @@ class _Walker:
         if node.op_type == "Size":
             value = np.array(math.prod(shape.tolist()), dtype=np.int64)
         else:
-            start, end = _attr(node, "start", 0), _attr(node, "end", None)
+            start, end = attr(node, "start", 0), attr(node, "end", None)
             value = shape[slice(start, end)]
         out = node.output[0]
         self.values[out], self.shapes[out] = value, tuple(value.shape)
@@ -228,5 +228,6 @@ def _array(tensor, path, node: str) -> np.ndarray:
         raise ModelFileError(path, f"constant data does not decode ({err.__class__.__name__})", node=node) from None
 
 
-def _attr(node, name: str, default=None):
+def attr(node, name: str, default=None):
+    """The value of `node`'s attribute `name`, or `default` when the node does not set it."""
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.graph import Graph
-from engine.modules.detect import Structure
-from engine.modules.memory import NpuModel
+from engine.module_reuse.detect import Structure
+from engine.module_reuse.memory import NpuModel
 
 PROCESSING_I, PROCESSING_II, NAIVE = "I", "II", "naive"
 

@@ -1,0 +1,106 @@
+"""Merged drafts -> Graph: tensors with the batch applied, ops with their folded nodes, weights and MACs."""
+
+from __future__ import annotations
+
+import math
+
+from engine.errors import ModelFileError, ShapeError
+from engine.graph import MAX_BATCH, Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
+from engine.onnx.facts import Facts
+from engine.onnx.fold import attr
+from engine.onnx.merge import Draft, Merged
+
+
+def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | None, left_out: list[str]) -> Graph:
+    """The Graph of `merged`'s drafts at `batch` (None: the batch the file records, or its inputs' dim 0).
+
+    `nodes` are the (name, node) pairs merged, `left_out` where a data-dependent part was cut (to say so when
+    nothing is left).
+    """
+    g = facts.model.graph
+    path = facts.path
+    initialized = {i.name for i in g.initializer}
+    net_inputs = [i.name for i in g.input if i.name not in initialized and i.name not in facts.sources]
+    native = facts.shapes[net_inputs[0]][0] if net_inputs and facts.shapes.get(net_inputs[0]) else 1
+    recorded = meta.get("engine.batch", str(native))
+    if not recorded.isdigit() or not 1 <= int(recorded) <= MAX_BATCH:
+        raise ModelFileError(path, f"metadata 'engine.batch' must be a whole number in 1..{MAX_BATCH}, "
+                                   f"got {recorded[:40]!r}")
+    batch = batch or int(recorded)
+
+    def act_shape(t: str, node: str | None) -> tuple[int, ...]:
+        shape = facts.shape(t, node)
+        return (batch, *shape[1:]) if shape and shape[0] == native else shape
+
+    node_by_name = dict(nodes)
+    tensors: dict[str, Tensor] = {}
+    ops = []
+    for d in merged.drafts:
+        weights = list(d.own_weights)
+        folded = [(d.name, d.main_type)]
+        for entry, ws in [*d.pre, *d.post]:
+            folded.append(entry)
+            weights += [w for w in ws if w not in weights]
+        for t in d.inputs + d.outputs:
+            tensors.setdefault(t, Tensor(t, act_shape(t, d.name)))
+        for w in weights:
+            tensors.setdefault(w, Tensor(w, facts.shape(w, d.name), is_weight=True))
+        ops.append(Op(name=d.name, kind=d.kind, inputs=tuple(dict.fromkeys(d.inputs)), outputs=tuple(d.outputs),
+                      weights=tuple(weights), kernel=d.attrs.get("kernel", ()), stride=d.attrs.get("stride", ()),
+                      padding=d.attrs.get("padding", ()), dilation=d.attrs.get("dilation", ()),
+                      groups=d.attrs.get("groups", 1), macs=_macs(facts, d, node_by_name[d.name], tensors),
+                      source_type=d.main_type, merged=tuple(folded)))
+    for t in net_inputs:
+        tensors.setdefault(t, Tensor(t, act_shape(t, None)))
+    if not ops and left_out:
+        raise ShapeError(path, f"nothing to model once the part whose shapes depend on the data is left "
+                               f"out (from {', '.join(left_out[:5])}); give static input shapes")
+    if not ops:
+        kinds = sorted({node.op_type for node in g.node})
+        raise ModelFileError(path, f"no op to model: every node ({', '.join(kinds)}) only reshapes, or "
+                                   f"computes constants")
+    produced = {t for op in ops for t in op.outputs}
+    outputs = tuple(dict.fromkeys(t for t in (merged.resolve(o.name) for o in g.output) if t in produced))
+    if not outputs:
+        outputs = tuple(t for op in ops for t in op.outputs if not any(t in o.inputs for o in ops))
+    name = meta.get("engine.name", path.stem)
+    used_inputs = tuple(t for t in net_inputs if any(t in op.inputs for op in ops))
+    return Graph.build(name, ops, tensors.values(), used_inputs, outputs, batch=batch)
+
+
+def _macs(facts: Facts, d: Draft, node, tensors: dict[str, Tensor]) -> int:
+    """Multiply-accumulates of draft `d` (main node `node`) at the graph's batch."""
+    out = tensors[d.outputs[0]].shape
+    rescale = math.prod(out) / max(math.prod(facts.shape(d.outputs[0])), 1)  # the batch, when it changed
+    if d.kind in (OpKind.CONV, OpKind.DWCONV):
+        if d.main_type == "ConvTranspose":
+            x, w = facts.shape(node.input[0], d.name), facts.shape(node.input[1], d.name)
+            return round(math.prod(x) * rescale) * w[1] * math.prod(w[2:])
+        per_group = facts.shape(node.input[1], d.name)[1]  # C_in / groups, whatever reshapes came before
+        return conv_macs(out, per_group * d.attrs["groups"], d.attrs["kernel"], d.attrs["groups"])
+    if d.kind is OpKind.MATMUL and d.main_type == "Einsum":
+        return round(_einsum_macs(facts, node, d.name) * rescale)
+    if d.kind is OpKind.MATMUL:
+        a_shape = facts.shape(node.input[0], d.name)
+        reduced = a_shape[0] if d.main_type == "Gemm" and d.attrs.get("trans_a") else a_shape[-1]
+        return matmul_macs(out, reduced)
+    return 0
+
+
+def _einsum_macs(facts: Facts, node, name: str) -> int:
+    """Multiply-accumulates of a two-operand Einsum: every output element sums over the contracted letters."""
+    raw = attr(node, "equation", b"")
+    equation = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    sizes = {}
+    for term, t in zip(terms, node.input):
+        shape = facts.shape(t, name)
+        head, dots, tail = term.partition("...")
+        if len(head) + len(tail) > len(shape) or (not dots and len(head) != len(shape)):
+            raise ModelFileError(facts.path, f"Einsum term '{term}' does not fit input {list(shape)}", node=name)
+        for letter, size in [*zip(head, shape), *zip(tail, shape[len(shape) - len(tail):])]:
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    kept = set(rhs) if "->" in equation else {c for c in sizes if lhs.count(c) == 1}
+    contracted = math.prod(size for letter, size in sizes.items() if letter not in kept)
+    return math.prod(facts.shape(node.output[0], name)) * contracted
