@@ -15,8 +15,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "test-output" / "screenshots"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (make test installs it when run as root)")
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason="Debian's chromium is not installed (make test installs it when run as root)"),
+              pytest.mark.xdist_group("browser")]  # one server for the module, on one worker
 
 
 def _free_port() -> int:

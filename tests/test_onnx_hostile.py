@@ -89,13 +89,13 @@ def test_shape_bombs_are_neither_evaluated_nor_allocated(tmp_path, size):
              helper.make_node("Relu", ["x"], ["y"], name="relu")]
     path = _save(tmp_path, _model(nodes, [x], [y, out], [shape]))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a loaded machine must not decide the verdict
     try:
         g = engine.load_network(path)
         assert [op.name for op in g.ops] == ["relu"]  # a constant computation: nothing to model
     except engine.ModelFileError as err:
         assert "too large" in str(err) and size > 2**40
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB: no buffer of that size
 
 
