@@ -77,7 +77,8 @@ def test_compiled_and_python_loops_agree_on_fans(kind, buffer):
     cap = Capacity.of(acc)
     runs = [optimus.chain_search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap, compiled=c)
             for c in (False, True)]
-    assert runs[0] == runs[1] and runs[0][2]
+    assert [r.path for r in runs] == ["python", "compiled"]
+    assert runs[0] == runs[1] and runs[0].exact
 
 
 def test_efficient_s_past_its_work_limit_says_so(monkeypatch):

@@ -27,7 +27,7 @@ def test_polish_improves_a_narrow_beam_towards_the_brute_force_optimum(seed, n_o
     if expect is None:
         return
     model, cap = model_of(graph, acc), Capacity.of(acc)
-    beam = chain_search(model, cap, limits=NARROW)[0]
+    beam = list(chain_search(model, cap, limits=NARROW).groups)
     before = _total(model, cap, beam)
     for budget in (2, 3, 6):  # windows of a few groups: a valid plan between the optimum and the beam
         groups, _ = improve(model, cap, beam, budget=budget)

@@ -60,9 +60,9 @@ def lower_bound(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> L
     cuts = windows(model, budget=budget)
     total, evaluated = shared_weight_bytes(model), 0
     for lo, hi in cuts:
-        _, n, _, least = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
-        total += least
-        evaluated += n
+        found = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
+        total += found.total
+        evaluated += found.evaluated
     hit = LowerBound(int(total), tuple(cuts), evaluated)
     model.cost_cache[key] = hit
     return hit

@@ -18,10 +18,11 @@ upward, so nothing grown from a misfit fits either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.errors import EngineError
 from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
 from engine.fusion.floor import split_plan, whole_plan
@@ -50,6 +51,27 @@ class Limits:
     narrow_groups: int = 250
 
 
+@dataclass(frozen=True)
+class Chain:
+    """A chain of down-sets found by `chain_search`: its groups, the work done, and which code found it.
+
+    `path` names the implementation that ran ("compiled": `engine.fusion.core`; "python": the loop below, kept as
+    the tests' reference). It is left out of equality, so two paths that found the same chain compare equal and a
+    test asserts the path on its own.
+    """
+
+    groups: tuple[int, ...]  # group masks in execution order; empty when no chain reaches the end
+    evaluated: int  # groups examined
+    exact: bool  # False when the search outgrew `Limits` and kept a beam
+    total: float  # the chain's DRAM bytes (inf when there is none); under `bound_only`, the least sum of bounds
+    path: str = field(default="compiled", compare=False)
+
+
+class KernelLimitError(EngineError):
+    """A group the compiled search cannot cost: more than 63 of its members that may hold T_c channels are open
+    at once (`core._isoa` keys its states by one machine word)."""
+
+
 def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
                 limits: Limits = Limits()) -> tuple[list[int], int, bool]:
     """Group masks of a minimum-cost chain of down-sets, in execution order, groups evaluated, and exactness.
@@ -58,18 +80,20 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False
     and `max_size` caps the group size (the on-line variant's rules 1 and 3). Past `limits`
     the search keeps going as a beam and reports itself inexact.
     """
-    return chain_search(model, cap, whole_fanout=whole_fanout, max_size=max_size, limits=limits)[:3]
+    found = chain_search(model, cap, whole_fanout=whole_fanout, max_size=max_size, limits=limits)
+    return list(found.groups), found.evaluated, found.exact
 
 
 def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
                  limits: Limits = Limits(), bound_only: bool = False, start: int = 0, within: int | None = None,
-                 compiled: bool = True) -> tuple[list[int], int, bool, float]:
-    """`ideal_chain`, plus the chain's total (inf when there is none).
+                 compiled: bool = True) -> Chain:
+    """`ideal_chain`, plus the chain's total and the path that ran (`Chain`).
 
     `compiled` (the default) runs the search in `engine.fusion.core` (the same
-    down-sets and groups in the same order, so the same result); False, or a group the compiled
-    ISOA program cannot hold (more than 63 members that may be chunked open at once), runs the
-    Python loop below, the reference the tests compare it with.
+    down-sets and groups in the same order, so the same result); False runs the
+    Python loop below, the reference the tests compare it with. A group the compiled
+    ISOA program cannot hold (more than 63 members that may be chunked open at once)
+    raises `KernelLimitError`: nothing falls back silently.
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -87,9 +111,7 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     twinned = any(t >= 0 for t in twin) and not whole_fanout and not max_size
     bound = _known_plan(model, cap) if twinned else INF  # fans: most down-sets cannot beat the layer-wise plan
     if compiled:
-        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
-        if found is not None:
-            return found
+        return _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
     full = start | ops
     best = {start: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
     back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
@@ -213,19 +235,19 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                                 nxt |= sb
                         stack.append((node, x, parts, nxt))
     if full not in best:
-        return [], evaluated, exact, INF
+        return Chain((), evaluated, exact, INF, "python")
     chain = []
     state = full
     while state != start:
         state, group = back[state]
         chain.append(group)
-    return chain[::-1], evaluated, exact, best[full]
+    return Chain(tuple(chain[::-1]), evaluated, exact, best[full], "python")
 
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
                      ops: int, bound_only: bool, twin: list[int], bound: float
-                     ) -> tuple[list[int], int, bool, float] | None:
-    """`chain_search` run by `core.search`, or None when its ISOA program cannot hold a group (`core._isoa`)."""
+                     ) -> Chain:
+    """`chain_search` run by `core.search`; `KernelLimitError` when its ISOA program cannot hold a group."""
     n = model.n
 
     def bits(mask: int) -> np.ndarray:
@@ -242,9 +264,12 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
         whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
         bound_only, np.array(twin, np.int64), float(bound))
     if too_big:
-        return None
-    groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
-    return groups, evaluated, exact, int(total) if groups else INF
+        raise KernelLimitError(
+            f"graph '{model.graph.name}': a group keeps more than 63 members that may hold T_c channels open at "
+            "once, more than the compiled search holds; fuse with method 'efficient_s' or 'dnnvm', or a smaller "
+            "buffer (which keeps groups smaller)")
+    groups = tuple(int.from_bytes(row.tobytes(), "little") for row in chain)
+    return Chain(groups, evaluated, exact, int(total) if groups else INF, "compiled")
 
 
 def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:

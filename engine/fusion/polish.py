@@ -68,9 +68,10 @@ def _sweep(model: FusionModel, cap: Capacity, order: list[int], solved: set, eva
                 solved.add(key)
                 rest = work - evaluated  # so that the window evaluates about this many groups at most
                 limits = replace(EXACT, total=rest, groups=max(1, rest // states), narrow_states=1, narrow_groups=0)
-                chain, n, _, total = optimus.chain_search(model, cap, start=key[0], within=key[1], limits=limits)
-                evaluated += n
-                if total < sum(dram_bytes(model, g, cap) for g in order[a:b]):
+                found = optimus.chain_search(model, cap, start=key[0], within=key[1], limits=limits)
+                evaluated += found.evaluated
+                if found.total < sum(dram_bytes(model, g, cap) for g in order[a:b]):
+                    chain = list(found.groups)
                     order[a:b] = chain
                     better = True
                     b = a + len(chain)
