@@ -1,6 +1,6 @@
-"""The compiled inner loop (engine.fusion.core) grows the same groups in the same order as the Python loop.
+"""The compiled search (engine.fusion.core) grows the same groups in the same order as the Python reference.
 
-Both paths of `optimus.chain_search` must return the same chain, the same count of groups
+`optimus.chain_search` (compiled) and `fusion_reference.chain_search` must return the same chain, the same count of groups
 evaluated, the same exactness and the same total, on random DAGs at buffers where groups
 straddle the ISOA bounds, under the on-line variant's rules, inside polish windows and past
 the beam limits; each result names the path that ran, and `_both` asserts it, so a compiled
@@ -19,21 +19,22 @@ from engine.fusion import bound, core, cost, fuse, online, optimus
 from engine.fusion.cost import Capacity, dram_bytes, model_of, record
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
+from tests import fusion_reference
 from tests.test_fusion_search import random_graph
 
 
 def _both(graph: Graph, buffer_bytes: int, online_rules: bool = False, **kwargs):
-    """chain_search's result through the Python loop and through the compiled one, each on a fresh model
+    """chain_search's result through the Python reference and through the compiled one, each on a fresh model
     (under the on-line variant's rules 1 and 3 when `online_rules`), each checked to have run on its path."""
     acc = Accelerator.preset("optimus").with_buffer(buffer_bytes)
     cap = Capacity.of(acc)
     base = model_of(graph, acc)
     results = []
-    for compiled in (False, True):
+    for search in (fusion_reference.chain_search, optimus.chain_search):
         model = FusionModel(graph, base.tp, base.word_bits)
         if online_rules:
             kwargs.update(whole_fanout=True, max_size=online.size_limit(model, cap))
-        results.append(optimus.chain_search(model, cap, compiled=compiled, **kwargs))
+        results.append(search(model, cap, **kwargs))
     assert [r.path for r in results] == ["python", "compiled"]
     return results
 
@@ -151,7 +152,7 @@ def test_compiled_window_limit_matches_python(name):
         cap = Capacity.of(acc)
         model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
         compiled = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, online.QUARTER)
-        python = online._window_limit(model, cap)
+        python = fusion_reference.window_limit(model, cap)
         assert compiled == python, f"{kb} KB"
         assert online.size_limit(model, cap) == python
 
@@ -180,7 +181,7 @@ def test_compiled_bound_windows_match_python():
     model = model_of(graph, acc)
     for lo, hi in bound.windows(model)[:4]:
         window = bound.window_model(model, lo, hi)
-        python = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True, compiled=False)
+        python = fusion_reference.chain_search(window, cap, limits=bound.EXACT, bound_only=True)
         compiled = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True)
         assert (python.path, compiled.path) == ("python", "compiled")
         assert compiled == python

@@ -15,7 +15,7 @@ inputs' buffer, at none. With that accounting P's finest tiles are no larger tha
 G's (removing ops that feed no other member never grows Eq. 4's footprint, and the
 earlier-window members of G hold at least those tiles), so P fits; and if P's
 parameters cannot stay beside P's tiles, G's cannot stay beside G's, so G reloads them
-at least as often as P's whole-image footprint demands (`grow.least_subgroups`). The
+at least as often as P's whole-image footprint demands (N x whole-image footprint / buffer, at least). The
 pieces of one window also form a chain of down-sets of it (a path leaving and entering
 one piece would leave and enter its group), and each piece's connected components
 are pieces too (they share no tensor, and each fits), so the exact chain search of

@@ -450,13 +450,6 @@ class FusionModel:
             self._finest[mask] = (op_rows, in_rows)
         return op_rows, in_rows
 
-    def seed_finest(self, mask: int, op_rows: dict[int, int], demand: dict[int, int]) -> None:
-        """Record the finest rows of a group grown by `grow.Partial`, so `rows(mask, 0)` need not redo them."""
-        if mask not in self._finest:
-            in_rows = {j: min(self.tgeo[j].h, need) for j, need in demand.items()
-                       if self.producer[j] < 0 or not (mask >> self.producer[j]) & 1}
-            self._finest[mask] = (op_rows, in_rows)
-
     def footprint(self, mask: int, k: int, isoa: bool = True) -> int:
         """Elements of one image's fmap tiles on chip in `k` row steps (Eq. 4's left side).
 
