@@ -117,6 +117,7 @@ def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python(monk
     assert core._group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
                             cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
     assert cost.records(model, [everything], cap) == [record(model, everything, cap)]
+    assert cost.records(model, [everything], cap)[0].path == "python"  # named, not silent
     assert optimus.chain_search(model, cap, limits=NARROW).path == "compiled"
     monkeypatch.setattr(core, "search", lambda *args: (np.zeros((0, 3), np.uint64), 1, True, 0, True))
     with pytest.raises(optimus.KernelLimitError, match="63 members"):
@@ -168,6 +169,7 @@ def test_compiled_plan_records_match_the_cost_model(name):
             model, cap = model_of(graph, acc), Capacity.of(acc, reloads)
             for group, got in zip(plan.groups, plan.costs):
                 assert got == record(model, model.mask_of(group), cap), f"{method} {kb} KB batch {batch}"
+                assert got.path == "compiled"
 
 
 def test_compiled_bound_windows_match_python():

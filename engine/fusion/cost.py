@@ -20,7 +20,7 @@ counts with the parameters.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -89,6 +89,9 @@ class GroupCost:
     input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
     streamed: tuple[str, ...] = ()  # K^T / V read as parameters are: resident, or once per sub-group (Eq. 3)
     key_tiles: tuple[tuple[str, int], ...] = ()  # attention softmaxes run online: keys per tile (T_w)
+    # the code that scheduled it: "compiled" (`core.schedules`, a plan's records) or "python" (`schedule`: one
+    # group, and a plan's group the compiled ISOA program cannot hold); not part of equality, both agree
+    path: str = field(default="python", compare=False)
 
 
 @dataclass(frozen=True)
@@ -387,12 +390,15 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
     if best is None:
         return None
     if best.schedule != "fused":
-        return _assemble(model, mask, cap, best, {}, 0)
-    return _assemble(model, mask, cap, best, model.rows(mask, best.row_steps)[0], model.isoa(mask)[1])
+        return _assemble(model, mask, cap, best, {}, 0, "python")
+    return _assemble(model, mask, cap, best, model.rows(mask, best.row_steps)[0], model.isoa(mask)[1], "python")
 
 
 def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCost]:
-    """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`."""
+    """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`.
+
+    A group whose ISOA program the kernel cannot hold (more than 63 members that may be chunked open at once) is
+    scheduled by `schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
     rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
@@ -408,7 +414,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
         members = model.members(mask)
         op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
         chosen = sum(1 << i for i, flag in zip(members, chunked) if flag)
-        out.append(_assemble(model, mask, cap, best, op_rows, chosen))
+        out.append(_assemble(model, mask, cap, best, op_rows, chosen, "compiled"))
     return out
 
 
@@ -416,8 +422,9 @@ _KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "un
 
 
 def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_rows: dict[int, int],
-              isoa_ops: int) -> GroupCost:
-    """The GroupCost of a group's schedule; a fused one's members' tile rows and ISOA ops given."""
+              isoa_ops: int, path: str) -> GroupCost:
+    """The GroupCost of a group's schedule; a fused one's members' tile rows and ISOA ops given, and the path that
+    scheduled it."""
     ops = model.members(mask)
     names = tuple(model.names[i] for i in ops)
     made = {j for i in ops for j in model.outs[i]}
@@ -438,7 +445,7 @@ def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_
                  if model.key_width[i] and (mask >> model.context_of.get(i, model.n)) & 1)
     return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
                      _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
-                     steps, tiles, isoa, best.passes, streamed, keys)
+                     steps, tiles, isoa, best.passes, streamed, keys, path)
 
 
 def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") -> GroupCost | None:
