@@ -114,7 +114,7 @@ def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python(monk
     cap = Capacity.of(acc)
     model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
     everything = (1 << model.n) - 1
-    assert core._group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+    assert core.group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
                             cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
     assert cost.records(model, [everything], cap) == [record(model, everything, cap)]
     assert cost.records(model, [everything], cap)[0].path == "python"  # named, not silent

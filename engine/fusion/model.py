@@ -182,7 +182,7 @@ class FusionModel:
         self.passes_mask = sum(1 << i for i, v in enumerate(self.passes) if v)
         self._streams(ops)
         self._attention(ops)
-        # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
+        # per op, flat for the kernel's growth (`core.grow._add`, the search's inner loop): each input as (tensor, producer, bytes, readers,
         # returned by the network, whole-image elements held when read from outside, elements loaded when
         # streamed), bytes of the outputs anyone reads, and the op's whole-image ofmap elements under ISOA
         self.grow_ins = tuple(tuple((j, self.producer[j], self.tbytes[j], self.consumer_mask[j],

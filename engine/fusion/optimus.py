@@ -68,7 +68,7 @@ class Chain:
 
 class KernelLimitError(EngineError):
     """A group the compiled search cannot cost: more than 63 of its members that may hold T_c channels are open
-    at once (`core._isoa` keys its states by one machine word)."""
+    at once (`core.isoa._isoa` keys its states by one machine word)."""
 
 
 def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
