@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
-from engine.fusion import core, dataflow
+from engine.fusion import core, dataflow, sized
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -119,11 +119,8 @@ def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
 
 
 def dram_bytes(model: FusionModel, mask: int, cap: Capacity) -> int | None:
-    """DRAM bytes of the group `mask`, or None when it cannot run on chip."""
-    if mask & (mask - 1) and fits(model, mask, cap) and params_stay(model, mask, cap):
-        return least_bytes(model, mask)  # Eq. 3 with parameters loaded once
-    best = schedule(model, mask, cap)
-    return None if best is None else best.dram
+    """DRAM bytes of the group `mask`, or None when it cannot run on chip (`SizedModel.dram_bytes` at `cap`)."""
+    return sized.of(model, cap).dram_bytes(mask)
 
 
 def least_bytes(model: FusionModel, mask: int) -> int:
@@ -146,10 +143,12 @@ def fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
 
 
 def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
-    """The cheapest schedule of a group under the model, or None when none fits (cached by (group, capacity))."""
-    key = (mask, cap)
-    if key in model.cost_cache:
-        return model.cost_cache[key]
+    """The cheapest schedule of a group under the model, or None when none fits (cached at `cap`: `SizedModel`)."""
+    return sized.of(model, cap).schedule(mask)
+
+
+def compute_schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
+    """`schedule` computed afresh: tiled (Eq. 3 and 4), or for a lone op the cheaper of that and layer-wise."""
     ops = model.members(mask)
     if len(ops) > 1:
         best = _tiled(model, mask, cap) if fits(model, mask, cap) else None
@@ -161,7 +160,6 @@ def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
         if best is None or best.dram > least_bytes(model, mask):
             other = _layerwise(model, ops[0], cap, best.dram if best else None)
             best = other if other is not None and (best is None or other.dram < best.dram) else best
-    model.cost_cache[key] = best
     return best
 
 

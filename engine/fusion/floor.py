@@ -107,10 +107,7 @@ def split_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
         costs = [dram_bytes(model, h, cap) for h in halves]
         if None in costs or lone_cost + sum(costs) != target:
             continue
-        key = ("cheapest_cut", covered)
-        if key not in model.cost_cache:
-            model.cost_cache[key] = _cheapest_cut(model, covered, weight)
-        if model.cost_cache[key] != cheapest:
+        if model.cuts.get_or_make(covered, lambda: _cheapest_cut(model, covered, weight)) != cheapest:
             return None  # some down-set that is no prefix cuts cheaper: no proof
         whole = dram_bytes(model, covered, cap) if fits(model, covered, cap) else None
         if whole is not None and lone_cost + whole < target:

@@ -13,7 +13,7 @@ Rules of Sec. 6, each making some groups invalid:
 
 from __future__ import annotations
 
-from engine.fusion import core
+from engine.fusion import core, sized
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
 from engine.fusion.optimus import ideal_chain
@@ -28,12 +28,8 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     with the greedy ISOA assignment of the compiled growth (`core.window_limit`; monotone,
     so a window stops growing at its first misfit).
     """
-    hit = model.online_limit.get(cap.fmap)
-    if hit is not None:
-        return hit
-    limit = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER)
-    model.online_limit[cap.fmap] = limit
-    return limit
+    return sized.of(model, cap).results.get_or_make(
+        "size limit", lambda: core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER))
 
 
 def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:

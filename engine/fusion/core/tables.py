@@ -10,10 +10,13 @@ here so that every other module of the kernel reads one layout.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
-from engine.fusion.model import FusionModel
+if TYPE_CHECKING:  # the model builds its tables through `layout`, so this module may not import it
+    from engine.fusion.model import FusionModel
 
 
 # the tables the search reads, laid end to end in this order (see `tables`); t[at[FIELD] + i] is item i of FIELD
@@ -33,11 +36,13 @@ _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
+    """`layout` of the model, built once and kept by the model (`FusionModel.kernel_tables`)."""
+    return model.kernel_tables()
+
+
+def layout(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     """The model's per-op and per-tensor tables (`_FIELDS`; lists as CSR offsets and items) laid end to end in
-    one int64 array, and where each starts; cached on the model."""
-    hit = getattr(model, "_core_tables", None)
-    if hit is not None:
-        return hit
+    one int64 array, and where each starts."""
     n = model.n
 
     def csr(lists):
@@ -100,9 +105,7 @@ def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     arrays = [np.asarray(columns[name], dtype=np.int64).reshape(-1) for name in _FIELDS]
     offsets = np.zeros(len(arrays) + 1, np.int64)
     offsets[1:] = np.cumsum([len(a) for a in arrays])
-    hit = (np.concatenate(arrays), offsets)  # one array and its cuts: a call checks two arguments, not 32
-    model._core_tables = hit
-    return hit
+    return np.concatenate(arrays), offsets  # one array and its cuts: a call checks two arguments, not 32
 
 
 def bitset(mask: int, n: int) -> np.ndarray:
