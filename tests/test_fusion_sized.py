@@ -15,13 +15,13 @@ from engine.fusion.model import FusionModel
 from engine.fusion.plan import build_plan
 
 
-def test_memo_keeps_the_most_recently_used_up_to_its_size():
+def test_memo_keeps_the_newest_up_to_its_size():
     memo = Memo(2)
     memo.put("a", 1)
     memo.put("b", None)  # None is a result like any other
-    assert memo.get("a") == 1  # "a" is now the most recent
+    assert memo.get("b", "none") is None
     memo.put("c", 3)
-    assert "b" not in memo and memo.get("a") == 1 and memo.get("c") == 3 and len(memo) == 2
+    assert "a" not in memo and memo.get("c") == 3 and len(memo) == 2
     assert memo.get_or_make("d", lambda: 4) == 4 and memo.get_or_make("d", lambda: 5) == 4
     memo.clear()
     assert len(memo) == 0 and memo.get("a", "none") == "none"

@@ -2,15 +2,15 @@
 
 The fusion model's caches (footprints, ISOA decisions, schedules by group) grow with
 every group a search costs, and the dashboard's worker threads fill them at once. A
-`Memo` keeps at most `size` entries (least recently used go first), takes a lock for
-each read and write, and empties on `clear()`; what it holds is always recomputable, so
-an entry dropped early only costs time.
+`Memo` keeps at most `size` entries (the oldest go first), takes a lock for each write
+and empties on `clear()`; what it holds is always recomputable, so an entry dropped early
+only costs time. Reads take no lock: one dict lookup is atomic in CPython, and reads are
+the searches' hot path (a lock on each made the baselines about a fifth slower).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -18,40 +18,33 @@ _MISSING = object()
 
 
 class Memo:
-    """At most `size` results by key, least recently used dropped first; safe to share between threads."""
+    """At most `size` results by key, oldest dropped first; safe to share between threads."""
 
     def __init__(self, size: int):
         if size < 1:
             raise ValueError(f"a Memo holds at least one entry, not {size}")
         self.size = size
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._items: dict[Hashable, Any] = {}  # in the order they were put
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The result kept for `key`, or `default`."""
-        with self._lock:
-            hit = self._items.get(key, _MISSING)
-            if hit is _MISSING:
-                return default
-            self._items.move_to_end(key)
-            return hit
+        hit = self._items.get(key, _MISSING)
+        return default if hit is _MISSING else hit
 
     def put(self, key: Hashable, value: Any) -> Any:
-        """Keep `value` for `key` (dropping the least recently used past `size`); returns `value`."""
+        """Keep `value` for `key` (dropping the oldest past `size`); returns `value`."""
         with self._lock:
             self._items[key] = value
-            self._items.move_to_end(key)
             while len(self._items) > self.size:
-                self._items.popitem(last=False)
+                del self._items[next(iter(self._items))]
         return value
 
     def __contains__(self, key: Hashable) -> bool:
-        with self._lock:
-            return key in self._items
+        return key in self._items
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
+        return len(self._items)
 
     def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
         """The result for `key`, made by `make()` (outside the lock: two threads may both make it) when missing."""

@@ -20,6 +20,8 @@ from engine.fusion import cost
 from engine.fusion.memo import Memo
 from engine.fusion.model import MEMO_SIZE, FusionModel
 
+_MISSING = object()  # a schedule may be None
+
 
 @dataclass(frozen=True)
 class SizedModel:
@@ -34,7 +36,8 @@ class SizedModel:
 
     def schedule(self, mask: int):
         """The cheapest schedule of the group `mask`, or None when none fits."""
-        return self.schedules.get_or_make(mask, lambda: cost.compute_schedule(self.model, mask, self.cap))
+        hit = self.schedules.get(mask, _MISSING)
+        return self.schedules.put(mask, cost.compute_schedule(self.model, mask, self.cap)) if hit is _MISSING else hit
 
     def dram_bytes(self, mask: int) -> int | None:
         """DRAM bytes of the group `mask`, or None when it cannot run on chip."""
@@ -68,4 +71,5 @@ class SizedModel:
 
 def of(model: FusionModel, cap: cost.Capacity) -> SizedModel:
     """The `SizedModel` the model keeps for `cap` (made on first use), shared by every caller at that capacity."""
-    return model.capacities.get_or_make(cap, lambda: SizedModel(model, cap))
+    hit = model.capacities.get(cap)
+    return model.capacities.put(cap, SizedModel(model, cap)) if hit is None else hit
