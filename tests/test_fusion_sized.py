@@ -69,8 +69,8 @@ def test_searches_set_no_attribute_on_the_model():
     before = set(vars(model))
     cap = Capacity.of(acc)
     for method in ("optimus", "online", "dnnvm", "efficient_s"):
-        groups = METHODS[method][0](model, cap)[0]
-        build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes, evaluated=0, seconds=0.0,
+        groups = METHODS[method][0](sized.of(model, cap))[0]
+        build_plan(sized.of(model, cap), groups, method=method, buffer_bytes=acc.buffer_bytes, evaluated=0, seconds=0.0,
                    status="optimal")
     assert set(vars(model)) == before
 

@@ -52,9 +52,9 @@ class LowerBound:
     groups_evaluated: int
 
 
-def lower_bound(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> LowerBound:
+def lower_bound(at: sized.SizedModel, *, budget: int = BUDGET) -> LowerBound:
     """The windows' exact least sums of piece bounds plus the shared weights; cached per capacity."""
-    return sized.of(model, cap).results.get_or_make(("lower bound", budget), lambda: _lower_bound(model, cap, budget))
+    return at.results.get_or_make(("lower bound", budget), lambda: _lower_bound(at.model, at.cap, budget))
 
 
 def _lower_bound(model: FusionModel, cap: Capacity, budget: int) -> LowerBound:

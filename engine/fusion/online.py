@@ -17,6 +17,7 @@ from engine.fusion import core, sized
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
 from engine.fusion.optimus import ideal_chain
+from engine.fusion.sized import SizedModel
 
 QUARTER = 4  # Alg. 3 evaluates tiles of O_h / 4: parameter reloads beyond 16x are not worth it
 
@@ -32,6 +33,6 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
         "size limit", lambda: core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER))
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """The cheapest chain of groups that obey the three rules."""
-    return ideal_chain(model, cap, whole_fanout=True, max_size=size_limit(model, cap))
+    return ideal_chain(at.model, at.cap, whole_fanout=True, max_size=size_limit(at.model, at.cap))

@@ -27,6 +27,7 @@ from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
 from engine.fusion.floor import split_plan, whole_plan
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 from engine.graph import OpKind
 
 INF = float("inf")
@@ -192,20 +193,20 @@ def _twins(model: FusionModel) -> list[int]:
     return [-1] + [i - 1 if marks[i] is not None and marks[i] == marks[i - 1] else -1 for i in range(1, model.n)]
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """The exact minimum over the whole fusion space; past the limits, the best of the beam and the baselines.
 
     A graph whose covered pieces run whole at the least traffic any partition can have is answered at once
     (`floor.whole_plan`), and so is one that runs in two groups cut where a cut costs least, at the least any
     partition that cuts it can pay (`floor.split_plan`)."""
-    proven = whole_plan(model, cap) or split_plan(model, cap)
+    proven = whole_plan(at) or split_plan(at)
     if proven is not None:
         return proven, len(proven), True
-    groups, evaluated, exact = ideal_chain(model, cap)
+    groups, evaluated, exact = ideal_chain(at.model, at.cap)
     if exact:
         return groups, evaluated, True
-    options = [groups] + [baseline.search(model, cap)[0] for baseline in (efficient_s, dnnvm)]
-    return min(options, key=lambda gs: sum(dram_bytes(model, g, cap) for g in gs)), evaluated, False
+    options = [groups] + [baseline.search(at)[0] for baseline in (efficient_s, dnnvm)]
+    return min(options, key=lambda gs: sum(at.dram_bytes(g) for g in gs)), evaluated, False
 
 
 def compile_ahead() -> None:
