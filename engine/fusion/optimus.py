@@ -126,11 +126,14 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
                            model.word_bits)  # DRAM bytes of each op alone; -1 where it cannot run
     ready = _first_ready(model, start, ops, twin)
     batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
+    options = core.search_options(
+        room=cap.fmap, param_room=cap.param, shared=cap.shared, per_band=cap.per_band, batch=batch,
+        word_bits=model.word_bits, max_size=max_size, online=whole_fanout, states=limits.states, groups=limits.groups,
+        total=limits.total, narrow_states=limits.narrow_states, narrow_groups=limits.narrow_groups,
+        bound_only=bound_only)
     chain, evaluated, exact, total, too_big = core.search(
-        *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
-        _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
-        whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
-        bound_only, np.array(twin, np.int64), float(bound))
+        *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready), _owed(model), lone, options,
+        np.array(twin, np.int64), float(bound))
     if too_big:
         raise KernelLimitError(
             f"graph '{model.graph.name}': a group keeps more than 63 members that may hold T_c channels open at "

@@ -43,8 +43,9 @@ _drop_stale_cache()
 
 from engine.fusion.core.grow import window_limit  # noqa: E402 (after the cache check)
 from engine.fusion.core.schedule import FUSED, LAYERWISE, UNMODELLED, group_dram, lone_costs, schedules
+from engine.fusion.core.search import options as search_options
 from engine.fusion.core.search import search
 from engine.fusion.core.tables import bitset, tables, workspace
 
-__all__ = ["FUSED", "LAYERWISE", "UNMODELLED", "bitset", "group_dram", "lone_costs", "schedules", "search", "tables",
-           "window_limit", "workspace"]
+__all__ = ["FUSED", "LAYERWISE", "UNMODELLED", "bitset", "group_dram", "lone_costs", "schedules", "search",
+           "search_options", "tables", "window_limit", "workspace"]

@@ -120,19 +120,42 @@ def _still(t, at, before, done, group, after, stamp, mark):
     return left
 
 
+# the search's scalar options, one int64 array (`options`): the capacity and how parameters reload, the on-line
+# rules, the beam's limits (`optimus.Limits`) and whether groups cost bounds (the lower bound's windows)
+(ROOM, PARAM_ROOM, SHARED, PER_BAND, BATCH, WORD_BITS, MAX_SIZE, ONLINE, STATES, GROUPS, TOTAL, NARROW_STATES,
+ NARROW_GROUPS, BOUND_ONLY, N_OPTIONS) = range(15)
+
+
+def options(*, room: int, param_room: int, shared: bool, per_band: bool, batch: int, word_bits: int, max_size: int,
+            online: bool, states: int, groups: int, total: int, narrow_states: int, narrow_groups: int,
+            bound_only: bool) -> np.ndarray:
+    """The `options` array `search` reads, from its named scalars."""
+    out = np.zeros(N_OPTIONS, np.int64)
+    for at, value in ((ROOM, room), (PARAM_ROOM, param_room), (SHARED, shared), (PER_BAND, per_band), (BATCH, batch),
+                      (WORD_BITS, word_bits), (MAX_SIZE, max_size), (ONLINE, online), (STATES, states),
+                      (GROUPS, groups), (TOTAL, total), (NARROW_STATES, narrow_states),
+                      (NARROW_GROUPS, narrow_groups), (BOUND_ONLY, bound_only)):
+        out[at] = value
+    return out
+
+
 @njit(cache=True, nogil=True)
-def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, room,
-           param_room, shared, per_band, batch, word_bits, max_size, online, states, groups, total, narrow_states,
-           narrow_groups, bound_only, twin, bound):
+def search(t, at, st, dep, log, top, work, cand, n_tensors, start, allowed, start_ready, owed, lone_cost, options,
+           twin, bound):
     """`optimus.chain_search` in compiled code: the same down-sets, groups and order.
 
     `start`, `allowed`, `start_ready`: bitsets of the first down-set, the ops that may be grouped and the
     ops ready at the start; `owed`: bytes any partition moves (`optimus._owed`); `lone_cost[i]`: DRAM bytes
-    of op i alone (-1: it cannot run); the limits as in `optimus.Limits`; `twin` as in `_grow`; `bound`: the
-    total of a known plan (down-sets whose cost plus `owes` exceed it are dropped; inf: none). Returns (the chain's groups as
-    bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether the ISOA
-    program could not run on a group, in which case nothing else is meaningful).
+    of op i alone (-1: it cannot run); `options`: the scalars named above; `twin` as in `_grow`; `bound`: the
+    total of a known plan (down-sets whose cost plus `owes` exceed it are dropped; inf: none). Returns (the
+    chain's groups as bitset rows, groups evaluated, exact, the chain's total (inf when there is none), whether
+    the ISOA program could not run on a group, in which case nothing else is meaningful).
     """
+    room, param_room, batch, word_bits = options[ROOM], options[PARAM_ROOM], options[BATCH], options[WORD_BITS]
+    shared, per_band = options[SHARED] != 0, options[PER_BAND] != 0
+    max_size, online, bound_only = options[MAX_SIZE], options[ONLINE] != 0, options[BOUND_ONLY] != 0
+    states, groups, total = options[STATES], options[GROUPS], options[TOTAL]
+    narrow_states, narrow_groups = options[NARROW_STATES], options[NARROW_GROUPS]
     n = at[OUT_H + 1] - at[OUT_H]
     width = len(start)
     cap = 1024
