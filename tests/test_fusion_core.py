@@ -187,3 +187,14 @@ def test_compiled_bound_windows_match_python():
         compiled = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True)
         assert (python.path, compiled.path) == ("python", "compiled")
         assert compiled == python
+
+
+def test_the_kernel_cache_is_keyed_by_all_its_sources():
+    """Numba checks only a module's own source before reusing its cache; the package keys the whole kernel's cache
+    by a hash of every source of the package (`core._drop_stale_cache`)."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(core.__file__).parent
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+    assert (here / "__pycache__" / "kernel-sources.sha256").read_text() == digest

@@ -26,17 +26,23 @@ from pathlib import Path
 
 
 def _drop_stale_cache() -> None:
-    """Remove Numba's cached machine code of this package when any of its sources changed since it was cached."""
+    """Remove Numba's cached machine code of this package when any of its sources changed since it was cached.
+
+    Where the package's folder cannot be written (an installed copy), Numba keeps its cache elsewhere and
+    nothing is dropped."""
     here = Path(__file__).parent
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
     cache = here / "__pycache__"
     stamp = cache / "kernel-sources.sha256"
-    if stamp.exists() and stamp.read_text() == digest:
+    try:
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        cache.mkdir(exist_ok=True)
+        for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+            f.unlink(missing_ok=True)
+        stamp.write_text(digest)
+    except OSError:
         return
-    cache.mkdir(exist_ok=True)
-    for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
-        f.unlink(missing_ok=True)
-    stamp.write_text(digest)
 
 
 _drop_stale_cache()
