@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The fusion search's compiled code (engine/fusion/core.py): Numba compiles it once (about two minutes) and caches
+# The fusion search's compiled code (engine/fusion/core/): Numba compiles it once (about two minutes) and caches
 # it beside the source; after that this loads it in about a second. serve and test do it first, so that no
 # page load or test waits on the compiler.
 compiled: $(STAMP)

@@ -22,7 +22,7 @@ import time
 import engine
 from engine import zoo
 from engine.energy import COMPONENTS, energy_breakdown
-from engine.fusion import METHODS, core, fuse, oracle_bytes
+from engine.fusion import METHODS, core, fuse, oracle_bytes, sized
 from engine.fusion.bound import lower_bound
 from engine.fusion.cost import Capacity, model_of
 from engine.fusion.model import model_for
@@ -72,7 +72,7 @@ def bound_table(networks, batch):
             plan, seconds = timed(g, acc, "optimus")
             model, cap = model_of(g, acc), Capacity.of(acc)
             start = time.perf_counter()
-            floor = lower_bound(model, cap)
+            floor = lower_bound(sized.of(model, cap))
             spent = time.perf_counter() - start
             gap = plan.dram_bytes / floor.bytes - 1
             print(f"| {name} ({b}) [{plan.status}] | {plan.dram_bytes / 1e6:.2f} | {floor.bytes / 1e6:.2f} | {gap:.0%}"
@@ -83,13 +83,13 @@ def search_seconds(graph, acc, method, *, repeats=20):
     """CPU seconds of the search alone (`METHODS[method]`, lone-op schedules included) on a model built beforehand
     with cold cost caches, the best of `repeats` runs (fewer when one takes over 0.2 s): what Table 5 times."""
     best = float("inf")
-    METHODS[method][0](model_of(graph, acc), Capacity.of(acc))  # the compiled code loaded
+    METHODS[method][0](sized.of(model_of(graph, acc), Capacity.of(acc)))  # the compiled code loaded
     for _ in range(repeats):
         model_for.cache_clear()
         model, cap = model_of(graph, acc), Capacity.of(acc)
         core.tables(model)  # the model's flat tables, like the model independent of the buffer
         start = time.process_time()
-        METHODS[method][0](model, cap)
+        METHODS[method][0](sized.of(model, cap))
         best = min(best, time.process_time() - start)
         if best > 0.2:
             break

@@ -6,7 +6,7 @@ import pytest
 
 import engine
 from engine import zoo
-from engine.fusion import fuse
+from engine.fusion import fuse, sized
 from engine.fusion.bound import lower_bound, window_model, windows
 from engine.fusion.cost import Capacity, model_of
 from tests.test_fusion_search import CASES, random_graph, solved_case
@@ -18,11 +18,11 @@ def test_lower_bound_never_exceeds_the_brute_force_optimum(seed, n_ops, buffer):
     if expect is None:
         return
     model, cap = model_of(graph, acc), Capacity.of(acc)
-    whole = lower_bound(model, cap, budget=1 << 20)
+    whole = lower_bound(sized.of(model, cap), budget=1 << 20)
     assert whole.windows == ((0, n_ops),)
     assert whole.bytes <= expect
     for budget in (2, 4, 8):  # narrow windows: every border gives traffic away, never too much
-        bound = lower_bound(model, cap, budget=budget)
+        bound = lower_bound(sized.of(model, cap), budget=budget)
         assert bound.bytes <= expect
         assert [lo for lo, _ in bound.windows] == [0] + [hi for _, hi in bound.windows[:-1]]
 
@@ -57,8 +57,8 @@ def test_lower_bound_is_below_the_exact_optimum_on_googlenet():
     plan = fuse(graph, acc)
     assert plan.status == "optimal"
     model, cap = model_of(graph, acc), Capacity.of(acc)
-    one = lower_bound(model, cap, budget=1 << 20)
-    cut = lower_bound(model, cap, budget=100)
+    one = lower_bound(sized.of(model, cap), budget=1 << 20)
+    cut = lower_bound(sized.of(model, cap), budget=100)
     assert len(one.windows) == 1 and len(cut.windows) > 1
     assert cut.bytes <= one.bytes <= plan.dram_bytes
     assert one.bytes > 0.9 * plan.dram_bytes  # GoogLeNet as one window: within 10 % of its optimum

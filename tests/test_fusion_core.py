@@ -1,13 +1,16 @@
-"""The compiled inner loop (engine.fusion.core) grows the same groups in the same order as the Python loop.
+"""The compiled search (engine.fusion.core) grows the same groups in the same order as the Python reference.
 
-Both paths of `optimus.chain_search` must return the same chain, the same count of groups
+`optimus.chain_search` (compiled) and `fusion_reference.chain_search` must return the same chain, the same count of groups
 evaluated, the same exactness and the same total, on random DAGs at buffers where groups
-straddle the ISOA bounds, under the on-line variant's rules, inside polish windows, past
-the beam limits, and where a group outgrows what the compiled loop holds.
+straddle the ISOA bounds, under the on-line variant's rules, inside polish windows and past
+the beam limits; each result names the path that ran, and `_both` asserts it, so a compiled
+search that stopped answering would fail here. A group that outgrows what the compiled loop
+holds raises instead of falling back.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine import zoo
@@ -16,21 +19,23 @@ from engine.fusion import bound, core, cost, fuse, online, optimus
 from engine.fusion.cost import Capacity, dram_bytes, model_of, record
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
+from tests import fusion_reference
 from tests.test_fusion_search import random_graph
 
 
 def _both(graph: Graph, buffer_bytes: int, online_rules: bool = False, **kwargs):
-    """chain_search's result through the Python loop and through the compiled one, each on a fresh model
-    (under the on-line variant's rules 1 and 3 when `online_rules`)."""
+    """chain_search's result through the Python reference and through the compiled one, each on a fresh model
+    (under the on-line variant's rules 1 and 3 when `online_rules`), each checked to have run on its path."""
     acc = Accelerator.preset("optimus").with_buffer(buffer_bytes)
     cap = Capacity.of(acc)
     base = model_of(graph, acc)
     results = []
-    for compiled in (False, True):
+    for search in (fusion_reference.chain_search, optimus.chain_search):
         model = FusionModel(graph, base.tp, base.word_bits)
         if online_rules:
             kwargs.update(whole_fanout=True, max_size=online.size_limit(model, cap))
-        results.append(optimus.chain_search(model, cap, compiled=compiled, **kwargs))
+        results.append(search(model, cap, **kwargs))
+    assert [r.path for r in results] == ["python", "compiled"]
     return results
 
 
@@ -49,7 +54,7 @@ def test_compiled_loop_matches_python_on_random_dags(seed):
 def test_compiled_loop_matches_python_on_zoo(name, kb):
     graph = zoo.build(name, 4)
     python, compiled = _both(graph, kb * 1024)
-    assert python[1] > 100  # the search really grew groups
+    assert python.evaluated > 100  # the search really grew groups
     assert compiled == python
     python, compiled = _both(graph, kb * 1024, online_rules=True)
     assert compiled == python
@@ -57,15 +62,14 @@ def test_compiled_loop_matches_python_on_zoo(name, kb):
 
 def test_compiled_loop_matches_python_past_the_limits_and_in_windows():
     graph = zoo.build("googlenet", 1)
-    narrow = optimus.Limits(states=3, groups=40, total=500, narrow_states=2, narrow_groups=10)
-    python, compiled = _both(graph, 256 * 1024, limits=narrow)
-    assert not python[2]  # the limits were reached: a beam
+    python, compiled = _both(graph, 256 * 1024, limits=NARROW)
+    assert not python.exact  # the limits were reached: a beam
     assert compiled == python
     model = FusionModel(graph, model_of(graph, Accelerator.preset("optimus")).tp, 16)
     start = model.mask_of(op.name for op in graph.ops[:20])
     within = model.mask_of(op.name for op in graph.ops[20:45])
     python, compiled = _both(graph, 256 * 1024, start=start, within=within)
-    assert python[0] and compiled == python
+    assert python.groups and compiled == python
 
 
 def _fan(branches: int, chained: bool) -> Graph:
@@ -94,24 +98,33 @@ def test_large_groups_match_python():
         prev = f"p{i}"
     chain = Graph.build("pools", ops, tensors, ("x",), (prev,))
     python, compiled = _both(chain, 1 << 20)
-    assert len(python[0]) == 1  # one group of all 80
+    assert len(python.groups) == 1  # one group of all 80
     assert compiled == python
     for graph in (_fan(12, False), _fan(6, True)):
         python, compiled = _both(graph, 256 * 1024)
         assert compiled == python
 
 
-def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python():
+def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python(monkeypatch):
     """70 chains into one concat keep 70 members that may be chunked open at once: more than the compiled ISOA
-    program's 63 slots. Its cost says so (-1), and the plan's record falls back to the Python cost model."""
+    program's 63 slots. Its cost says so (-1), and the plan's record is the Python cost model's. A search that
+    meets such a group (the kernel says so) raises rather than answer on another path."""
     graph = _fan(70, True)
     acc = Accelerator.preset("optimus").with_buffer(8 << 20)
     cap = Capacity.of(acc)
     model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
     everything = (1 << model.n) - 1
-    assert core._group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+    assert core.group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
                             cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
     assert cost.records(model, [everything], cap) == [record(model, everything, cap)]
+    assert cost.records(model, [everything], cap)[0].path == "python"  # named, not silent
+    assert optimus.chain_search(model, cap, limits=NARROW).path == "compiled"
+    monkeypatch.setattr(core, "search", lambda *args: (np.zeros((0, 3), np.uint64), 1, True, 0, True))
+    with pytest.raises(optimus.KernelLimitError, match="63 members"):
+        optimus.chain_search(model, cap, limits=NARROW)
+
+
+NARROW = optimus.Limits(states=3, groups=40, total=500, narrow_states=2, narrow_groups=10)
 
 
 @pytest.mark.parametrize("name", ["vgg16", "alexnet", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "vit_b_16",
@@ -140,7 +153,7 @@ def test_compiled_window_limit_matches_python(name):
         cap = Capacity.of(acc)
         model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
         compiled = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, online.QUARTER)
-        python = online._window_limit(model, cap)
+        python = fusion_reference.window_limit(model, cap)
         assert compiled == python, f"{kb} KB"
         assert online.size_limit(model, cap) == python
 
@@ -156,6 +169,7 @@ def test_compiled_plan_records_match_the_cost_model(name):
             model, cap = model_of(graph, acc), Capacity.of(acc, reloads)
             for group, got in zip(plan.groups, plan.costs):
                 assert got == record(model, model.mask_of(group), cap), f"{method} {kb} KB batch {batch}"
+                assert got.path == "compiled"
 
 
 def test_compiled_bound_windows_match_python():
@@ -169,5 +183,18 @@ def test_compiled_bound_windows_match_python():
     model = model_of(graph, acc)
     for lo, hi in bound.windows(model)[:4]:
         window = bound.window_model(model, lo, hi)
-        python = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True, compiled=False)
-        assert optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True) == python
+        python = fusion_reference.chain_search(window, cap, limits=bound.EXACT, bound_only=True)
+        compiled = optimus.chain_search(window, cap, limits=bound.EXACT, bound_only=True)
+        assert (python.path, compiled.path) == ("python", "compiled")
+        assert compiled == python
+
+
+def test_the_kernel_cache_is_keyed_by_all_its_sources():
+    """Numba checks only a module's own source before reusing its cache; the package keys the whole kernel's cache
+    by a hash of every source of the package (`core._drop_stale_cache`)."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(core.__file__).parent
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+    assert (here / "__pycache__" / "kernel-sources.sha256").read_text() == digest

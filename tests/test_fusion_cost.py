@@ -11,10 +11,10 @@ import engine
 from engine.errors import GraphError
 from engine.fusion import fuse, group_cost, oracle_bytes
 from engine.fusion.cost import model_of
-from engine.fusion.grow import Partial, extend
 from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from test_fusion_search import random_graph
+from tests.fusion_reference import Partial, extend
 
 ACC = engine.Accelerator.preset("optimus")
 

@@ -14,6 +14,7 @@ from engine.fusion import fuse, optimus
 from engine.fusion.cost import Capacity, model_of
 from engine.fusion.model import FusionModel
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
+from tests import fusion_reference
 from tests.test_fusion_search import brute_force
 
 
@@ -71,13 +72,14 @@ def test_wide_fans_are_searched_exactly(readers):
 
 
 @pytest.mark.parametrize("kind,buffer", [("relu", 2048), ("conv", 2048), ("pool", 16384)])
-def test_compiled_and_python_loops_agree_on_fans(kind, buffer):
+def test_compiled_and_reference_searches_agree_on_fans(kind, buffer):
     """The twin order and the known plan's cut are the same in both loops: same chain, count and total."""
     graph, acc = fan(8, kind), _acc(buffer)
     cap = Capacity.of(acc)
-    runs = [optimus.chain_search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap, compiled=c)
-            for c in (False, True)]
-    assert runs[0] == runs[1] and runs[0][2]
+    runs = [search(FusionModel(graph, model_of(graph, acc).tp, acc.word_bits), cap)
+            for search in (fusion_reference.chain_search, optimus.chain_search)]
+    assert [r.path for r in runs] == ["python", "compiled"]
+    assert runs[0] == runs[1] and runs[0].exact
 
 
 def test_efficient_s_past_its_work_limit_says_so(monkeypatch):

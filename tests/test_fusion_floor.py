@@ -7,7 +7,7 @@ import random
 import pytest
 
 import engine
-from engine.fusion import fuse, oracle_bytes
+from engine.fusion import fuse, oracle_bytes, sized
 from engine.fusion.cost import Capacity, dram_bytes, model_of
 from engine.fusion.floor import _cheapest_cut, _cut_weights, floor_bytes, split_plan, whole_plan
 from tests.test_fusion_search import brute_force, random_graph
@@ -60,10 +60,10 @@ def test_no_partition_goes_below_the_floor_and_the_whole_plan_is_optimal(name, g
     model, cap = model_of(graph, acc), Capacity.of(acc)
     best = brute_force(graph, acc)
     assert floor_bytes(model) <= best
-    whole = whole_plan(model, cap)
+    whole = whole_plan(sized.of(model, cap))
     if whole is not None:
         assert fuse(graph, acc).dram_bytes == floor_bytes(model) == best
-    split = split_plan(model, cap)
+    split = split_plan(sized.of(model, cap))
     if split is not None:
         assert sum(dram_bytes(model, g, cap) for g in split) == best
 
@@ -94,7 +94,7 @@ def test_the_floor_is_reached_where_the_buffer_holds_a_block_and_counts_the_look
     acc = _acc(1 << 20)
     model = model_of(g, acc)
     assert floor_bytes(model) == oracle_bytes(g, acc) + 2 * 8 * 8 * 2
-    whole = whole_plan(model, Capacity.of(acc))
+    whole = whole_plan(sized.of(model, Capacity.of(acc)))
     assert [len(model.members(m)) for m in whole] == [1, len(g.ops) - 1]
     assert oracle_bytes(g, acc) == 8 * 2 + 8 * 8 * 2 + (8 + 3 * 8 * 16) * 2 + 8 * 8 * 2  # ids, rows, weights, out
 

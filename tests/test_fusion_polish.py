@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from engine import zoo
-from engine.fusion import fuse
+from engine.fusion import fuse, sized
 from engine.fusion.cost import Capacity, dram_bytes, model_of
 from engine.fusion.optimus import Limits, chain_search
 from engine.fusion.polish import improve
@@ -27,10 +27,10 @@ def test_polish_improves_a_narrow_beam_towards_the_brute_force_optimum(seed, n_o
     if expect is None:
         return
     model, cap = model_of(graph, acc), Capacity.of(acc)
-    beam = chain_search(model, cap, limits=NARROW)[0]
+    beam = list(chain_search(model, cap, limits=NARROW).groups)
     before = _total(model, cap, beam)
     for budget in (2, 3, 6):  # windows of a few groups: a valid plan between the optimum and the beam
-        groups, _ = improve(model, cap, beam, budget=budget)
+        groups, _ = improve(sized.of(model, cap), beam, budget=budget)
         assert sorted(i for g in groups for i in model.members(g)) == list(range(model.n))
         done = 0
         for g in groups:  # returned in an order they can run: every prefix is a down-set
@@ -39,7 +39,7 @@ def test_polish_improves_a_narrow_beam_towards_the_brute_force_optimum(seed, n_o
         names = [tuple(model.names[i] for i in model.members(g)) for g in groups]
         assert _valid(graph, names)
         assert expect <= _total(model, cap, groups) <= before
-    whole, _ = improve(model, cap, beam, budget=1 << 20, work=1 << 62)  # one window, no work limit: the exact search
+    whole, _ = improve(sized.of(model, cap), beam, budget=1 << 20, work=1 << 62)  # one window, no work limit: the exact search
     assert _total(model, cap, whole) == expect
 
 

@@ -253,10 +253,11 @@ def test_buffer_too_small_names_the_op():
 
 @pytest.mark.parametrize("seed", range(0, 48, 7))
 def test_grown_rows_equal_the_rows_propagated_from_scratch(seed):
-    # the search seeds FusionModel's finest rows from grow.Partial; both must agree on every group grown
+    # the reference search's growth (as the compiled one's) keeps each group's finest rows; they must equal the
+    # rows FusionModel propagates from scratch on every group grown
     from engine.fusion.cost import model_of
-    from engine.fusion.grow import Partial, extend
     from engine.fusion.model import FusionModel
+    from tests.fusion_reference import Partial, extend, finest_rows
 
     graph = random_graph(seed, 10)
     acc = engine.Accelerator.preset("optimus").with_pe_array(4, 4)
@@ -269,8 +270,7 @@ def test_grown_rows_equal_the_rows_propagated_from_scratch(seed):
                 continue
             part = extend(model, part, x)
             fresh = FusionModel(graph, model.tp, model.word_bits)
-            fresh.seed_finest(part.mask, part.rows, part.demand)
-            assert fresh.rows(part.mask, 0) == model.rows(part.mask, 0)
+            assert finest_rows(model, part) == fresh.rows(part.mask, 0) == model.rows(part.mask, 0)
             checked += 1
     assert checked > model.n
 
@@ -280,8 +280,8 @@ def test_grown_rows_equal_propagated_rows_through_dense_blocks():
     # must end with the same rows as propagating from scratch (an earlier bug let a stale, smaller
     # demand overwrite a larger one, so a group that did not fit was admitted: densenet121, 362 KB)
     from engine.fusion.cost import model_of
-    from engine.fusion.grow import Partial, extend
     from engine.fusion.model import FusionModel
+    from tests.fusion_reference import Partial, extend
 
     graph = engine.load_network("densenet121", batch=1)
     model = model_of(graph, engine.Accelerator.preset("optimus").with_buffer(362 * 1024))

@@ -13,14 +13,14 @@ import time
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
-from engine.fusion import dnnvm, efficient_s, none, online, optimus
+from engine.fusion import dnnvm, efficient_s, none, online, optimus, sized
 from engine.fusion.bound import lower_bound
 from engine.fusion.cost import RELOADS, Capacity, GroupCost, group_cost, model_of, oracle_bytes
 from engine.fusion.plan import FusionPlan, build_plan, check_runnable
 from engine.fusion.polish import improve
 from engine.graph import Graph
 
-# method name -> (search over a FusionModel and Capacity, status of its result)
+# method name -> (search over a SizedModel: the graph's model at the buffer's capacity, status of its result)
 METHODS = {
     "none": (none.search, "unfused"),
     "dnnvm": (dnnvm.search, "restricted"),
@@ -48,16 +48,15 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
         raise UnknownNameError("fusion method", method, METHODS)
     search, status = METHODS[method]
     start = time.perf_counter()
-    model = model_of(graph, acc)
-    cap = Capacity.of(acc, reloads)
-    check_runnable(model, cap, acc.name)
-    groups, evaluated, exact = search(model, cap)
+    at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once
+    check_runnable(at, acc.name)
+    groups, evaluated, exact = search(at)
     if polish and method == "optimus" and not exact:
-        groups, more = improve(model, cap, groups)
+        groups, more = improve(at, groups)
         evaluated += more
     if not groups:
         raise EngineError(f"method '{method}' found no way to run '{graph.name}' on '{acc.name}'")
     seconds = time.perf_counter() - start
-    floor = None if exact or not bound else lower_bound(model, cap).bytes  # how far the beam may be from the optimum
-    return build_plan(model, groups, cap, method=method, buffer_bytes=acc.buffer_bytes, evaluated=evaluated,
+    floor = None if exact or not bound else lower_bound(at).bytes  # how far the beam may be from the optimum
+    return build_plan(at, groups, method=method, buffer_bytes=acc.buffer_bytes, evaluated=evaluated,
                       seconds=seconds, status=status if exact else "beam", lower_bound=floor)

@@ -15,7 +15,7 @@ inputs' buffer, at none. With that accounting P's finest tiles are no larger tha
 G's (removing ops that feed no other member never grows Eq. 4's footprint, and the
 earlier-window members of G hold at least those tiles), so P fits; and if P's
 parameters cannot stay beside P's tiles, G's cannot stay beside G's, so G reloads them
-at least as often as P's whole-image footprint demands (`grow.least_subgroups`). The
+at least as often as P's whole-image footprint demands (N x whole-image footprint / buffer, at least). The
 pieces of one window also form a chain of down-sets of it (a path leaving and entering
 one piece would leave and enter its group), and each piece's connected components
 are pieces too (they share no tensor, and each fits), so the exact chain search of
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.fusion import sized
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
 from engine.fusion.optimus import Limits, chain_search
@@ -51,30 +52,26 @@ class LowerBound:
     groups_evaluated: int
 
 
-def lower_bound(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> LowerBound:
+def lower_bound(at: sized.SizedModel, *, budget: int = BUDGET) -> LowerBound:
     """The windows' exact least sums of piece bounds plus the shared weights; cached per capacity."""
-    key = ("lower_bound", cap, budget)
-    hit = model.cost_cache.get(key)
-    if hit is not None:
-        return hit
+    return at.results.get_or_make(("lower bound", budget), lambda: _lower_bound(at.model, at.cap, budget))
+
+
+def _lower_bound(model: FusionModel, cap: Capacity, budget: int) -> LowerBound:
+    """`lower_bound` computed afresh."""
     cuts = windows(model, budget=budget)
     total, evaluated = shared_weight_bytes(model), 0
     for lo, hi in cuts:
-        _, n, _, least = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
-        total += least
-        evaluated += n
-    hit = LowerBound(int(total), tuple(cuts), evaluated)
-    model.cost_cache[key] = hit
-    return hit
+        found = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
+        total += found.total
+        evaluated += found.evaluated
+    return LowerBound(int(total), tuple(cuts), evaluated)
 
 
 def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]]:
     """Consecutive op ranges of at most `budget` down-sets each, cut so that the fewest bytes cross the cuts in all
     (independent of the buffer: cached on the model, so a new buffer size does not place them again)."""
-    key = ("windows", budget)
-    if key not in model.cost_cache:
-        model.cost_cache[key] = _place(model, budget)
-    return list(model.cost_cache[key])
+    return list(model.windows.get_or_make(budget, lambda: _place(model, budget)))
 
 
 def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:

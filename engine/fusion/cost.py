@@ -20,13 +20,13 @@ counts with the parameters.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
-from engine.fusion import core, dataflow
+from engine.fusion import core, dataflow, sized
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -89,6 +89,9 @@ class GroupCost:
     input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
     streamed: tuple[str, ...] = ()  # K^T / V read as parameters are: resident, or once per sub-group (Eq. 3)
     key_tiles: tuple[tuple[str, int], ...] = ()  # attention softmaxes run online: keys per tile (T_w)
+    # the code that scheduled it: "compiled" (`core.schedules`, a plan's records) or "python" (`schedule`: one
+    # group, and a plan's group the compiled ISOA program cannot hold); not part of equality, both agree
+    path: str = field(default="python", compare=False)
 
 
 @dataclass(frozen=True)
@@ -116,11 +119,8 @@ def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
 
 
 def dram_bytes(model: FusionModel, mask: int, cap: Capacity) -> int | None:
-    """DRAM bytes of the group `mask`, or None when it cannot run on chip."""
-    if mask & (mask - 1) and fits(model, mask, cap) and params_stay(model, mask, cap):
-        return least_bytes(model, mask)  # Eq. 3 with parameters loaded once
-    best = schedule(model, mask, cap)
-    return None if best is None else best.dram
+    """DRAM bytes of the group `mask`, or None when it cannot run on chip (`SizedModel.dram_bytes` at `cap`)."""
+    return sized.of(model, cap).dram_bytes(mask)
 
 
 def least_bytes(model: FusionModel, mask: int) -> int:
@@ -143,10 +143,12 @@ def fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
 
 
 def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
-    """The cheapest schedule of a group under the model, or None when none fits (cached by (group, capacity))."""
-    key = (mask, cap)
-    if key in model.cost_cache:
-        return model.cost_cache[key]
+    """The cheapest schedule of a group under the model, or None when none fits (cached at `cap`: `SizedModel`)."""
+    return sized.of(model, cap).schedule(mask)
+
+
+def compute_schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
+    """`schedule` computed afresh: tiled (Eq. 3 and 4), or for a lone op the cheaper of that and layer-wise."""
     ops = model.members(mask)
     if len(ops) > 1:
         best = _tiled(model, mask, cap) if fits(model, mask, cap) else None
@@ -158,7 +160,6 @@ def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
         if best is None or best.dram > least_bytes(model, mask):
             other = _layerwise(model, ops[0], cap, best.dram if best else None)
             best = other if other is not None and (best is None or other.dram < best.dram) else best
-    model.cost_cache[key] = best
     return best
 
 
@@ -387,12 +388,15 @@ def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
     if best is None:
         return None
     if best.schedule != "fused":
-        return _assemble(model, mask, cap, best, {}, 0)
-    return _assemble(model, mask, cap, best, model.rows(mask, best.row_steps)[0], model.isoa(mask)[1])
+        return _assemble(model, mask, cap, best, {}, 0, "python")
+    return _assemble(model, mask, cap, best, model.rows(mask, best.row_steps)[0], model.isoa(mask)[1], "python")
 
 
 def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCost]:
-    """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`."""
+    """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`.
+
+    A group whose ISOA program the kernel cannot hold (more than 63 members that may be chunked open at once) is
+    scheduled by `schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
     rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
@@ -408,7 +412,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
         members = model.members(mask)
         op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
         chosen = sum(1 << i for i, flag in zip(members, chunked) if flag)
-        out.append(_assemble(model, mask, cap, best, op_rows, chosen))
+        out.append(_assemble(model, mask, cap, best, op_rows, chosen, "compiled"))
     return out
 
 
@@ -416,8 +420,9 @@ _KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "un
 
 
 def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_rows: dict[int, int],
-              isoa_ops: int) -> GroupCost:
-    """The GroupCost of a group's schedule; a fused one's members' tile rows and ISOA ops given."""
+              isoa_ops: int, path: str) -> GroupCost:
+    """The GroupCost of a group's schedule; a fused one's members' tile rows and ISOA ops given, and the path that
+    scheduled it."""
     ops = model.members(mask)
     names = tuple(model.names[i] for i in ops)
     made = {j for i in ops for j in model.outs[i]}
@@ -438,7 +443,7 @@ def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_
                  if model.key_width[i] and (mask >> model.context_of.get(i, model.n)) & 1)
     return GroupCost(names, best.dram, best.fin, best.fout, best.par, best.schedule, inputs, outputs,
                      _bytes(best.footprint, model.word_bits), best.resident, best.row_steps, best.batch_tile,
-                     steps, tiles, isoa, best.passes, streamed, keys)
+                     steps, tiles, isoa, best.passes, streamed, keys, path)
 
 
 def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") -> GroupCost | None:

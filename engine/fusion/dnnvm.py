@@ -8,9 +8,9 @@ see `efficient_s.prior_fits`).
 
 from __future__ import annotations
 
-from engine.fusion.cost import Capacity
 from engine.fusion.efficient_s import segments
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 
 
 def chains(model: FusionModel) -> list[list[int]]:
@@ -31,11 +31,11 @@ def chains(model: FusionModel) -> list[list[int]]:
     return out
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """DNNVM's groups: each chain cut optimally under the prior cost model."""
     groups, evaluated, exact = [], 0, True
-    for chain in chains(model):
-        found, count, whole = segments(model, cap, chain)
+    for chain in chains(at.model):
+        found, count, whole = segments(at, chain)
         groups += found
         evaluated += count
         exact &= whole

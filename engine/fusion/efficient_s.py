@@ -10,8 +10,9 @@ groups of the fusion space. Single ops are always allowed.
 
 from __future__ import annotations
 
-from engine.fusion.cost import Capacity, dram_bytes
+from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 
 # Ops visited over all segments before longer segments stop being tried: 2.7x the most any zoo network needs
 # (AmoebaNet-D at 64 MB, 3.0 M); one tensor read by 1,000 small ops would need 170 M (hours).
@@ -27,9 +28,10 @@ def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     return tiles + p_elems <= cap.fmap if cap.shared else tiles <= cap.fmap and p_elems <= cap.param
 
 
-def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[list[int], int, bool]:
+def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]:
     """Least-traffic cut of `sequence` into contiguous groups, the number of segments evaluated, and whether the
     cut is exact (False: past `WORK_LIMIT` ops visited, the remaining starts tried single ops only)."""
+    model, cap = at.model, at.cap
     inf = float("inf")
     best = [0] + [inf] * len(sequence)
     cut = [0] * (len(sequence) + 1)
@@ -46,7 +48,7 @@ def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[li
                 break  # the prior footprint only grows as the segment grows
             if j > i and not model.is_connected(mask):
                 continue
-            cost = dram_bytes(model, mask, cap)
+            cost = at.dram_bytes(mask)
             if cost is not None and best[i] + cost < best[j + 1]:
                 best[j + 1], cut[j + 1] = best[i] + cost, i
     groups, j = [], len(sequence)
@@ -57,6 +59,6 @@ def segments(model: FusionModel, cap: Capacity, sequence: list[int]) -> tuple[li
     return groups[::-1], evaluated, work <= WORK_LIMIT
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """Efficient-S on the graph's topological order."""
-    return segments(model, cap, list(range(model.n)))
+    return segments(at, list(range(at.model.n)))

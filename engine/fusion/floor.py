@@ -17,9 +17,9 @@ from __future__ import annotations
 import networkx as nx
 
 from engine.errors import EngineError
-from engine.fusion.cost import Capacity, dram_bytes, fits
 from engine.fusion.model import FusionModel
 from engine.fusion.plan import execution_order
+from engine.fusion.sized import SizedModel
 
 
 def floor_bytes(model: FusionModel) -> int:
@@ -39,9 +39,10 @@ def floor_bytes(model: FusionModel) -> int:
     return fin + fout + -(-p_elems * model.word_bits // 8)
 
 
-def whole_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
+def whole_plan(at: SizedModel) -> list[int] | None:
     """Group masks in execution order of the covered components and lone uncovered ops, when that partition is
     valid and costs exactly `floor_bytes` (so it is optimal); else None."""
+    model = at.model
     covered = sum(1 << i for i in range(model.n) if model.covered[i])
     groups = [1 << i for i in range(model.n) if not model.covered[i]]
     rest = covered
@@ -51,11 +52,11 @@ def whole_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
         if not model.is_convex(seen):
             return None
         groups.append(seen)
-    if any(g & (g - 1) and not fits(model, g, cap) for g in groups):
+    if any(g & (g - 1) and not at.fits(g) for g in groups):
         return None
     total, floor = 0, floor_bytes(model)
     for g in groups:
-        cost = dram_bytes(model, g, cap)
+        cost = at.dram_bytes(g)
         if cost is None or total + cost > floor:
             return None
         total += cost
@@ -67,7 +68,7 @@ def whole_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
         return None
 
 
-def split_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
+def split_plan(at: SizedModel) -> list[int] | None:
     """The covered ops (one component) in two groups cut where a cut costs least, with the lone ops, when that
     plan costs exactly the least any partition can: min(the component whole, floor + the cheapest cut); else None.
 
@@ -78,6 +79,7 @@ def split_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
     Candidates are the prefixes of the topological order whose cut costs least among prefixes; the max-flow
     runs only once one of them reaches the floor plus its cut.
     """
+    model = at.model
     covered = sum(1 << i for i in range(model.n) if model.covered[i])
     if not covered or not model.is_connected(covered):
         return None
@@ -98,21 +100,18 @@ def split_plan(model: FusionModel, cap: Capacity) -> list[int] | None:
     cheapest = min(c for c, _ in cuts)
     lone = [1 << i for i in range(model.n) if not model.covered[i]]
     target = floor_bytes(model) + cheapest
-    lone_cost = sum(dram_bytes(model, g, cap) for g in lone)
+    lone_cost = sum(at.dram_bytes(g) for g in lone)
     for c, prefix in cuts:
         halves = [prefix, covered & ~prefix]
-        if c != cheapest or not all(model.is_connected(h) and model.is_convex(h) and fits(model, h, cap)
+        if c != cheapest or not all(model.is_connected(h) and model.is_convex(h) and at.fits(h)
                                     for h in halves):
             continue
-        costs = [dram_bytes(model, h, cap) for h in halves]
+        costs = [at.dram_bytes(h) for h in halves]
         if None in costs or lone_cost + sum(costs) != target:
             continue
-        key = ("cheapest_cut", covered)
-        if key not in model.cost_cache:
-            model.cost_cache[key] = _cheapest_cut(model, covered, weight)
-        if model.cost_cache[key] != cheapest:
+        if model.cuts.get_or_make(covered, lambda: _cheapest_cut(model, covered, weight)) != cheapest:
             return None  # some down-set that is no prefix cuts cheaper: no proof
-        whole = dram_bytes(model, covered, cap) if fits(model, covered, cap) else None
+        whole = at.dram_bytes(covered) if at.fits(covered) else None
         if whole is not None and lone_cost + whole < target:
             return None  # the component whole is cheaper (the search has it)
         try:

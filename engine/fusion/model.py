@@ -2,7 +2,10 @@
 
 A `FusionModel` is built once per (graph, PE-array throughput, word width) and is
 independent of the buffer size, so its caches (tile footprints by group) survive a
-buffer-size change: the dashboard's slider re-searches from cached footprints.
+buffer-size change: the dashboard's slider re-searches from cached footprints. What
+depends on the buffer lives in the `SizedModel` of each capacity (`engine.fusion.sized`),
+which the model keeps in `capacities`. Every cache is a bounded, thread-safe `Memo`
+declared in `__init__` (the dashboard's worker threads share models); `clear()` empties them.
 Bit i of a group mask is `graph.ops[i]`. All footprints are counted in elements.
 
 Tile geometry: an activation of rank 4 is (N, C, H, W), rank 3 is (N, L, D) read as
@@ -25,10 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from engine.fusion.core.tables import layout as kernel_layout
 from engine.fusion.dataflow import Throughput
+from engine.fusion.memo import Memo
 from engine.graph import Graph, OpKind
 
 WINDOW, SAME, WHOLE = 0, 1, 2  # how an op's input rows follow from its output rows
+MEMO_SIZE = 1 << 17  # entries each per-group cache keeps (least recently used dropped first)
+CAPACITIES = 16  # buffer capacities whose `SizedModel` (and its caches) a model keeps
 _MERGE_AT = 16  # ISOA states beyond which states telling every pending consumer the same are merged
 
 _TILED_KINDS = {OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT,
@@ -131,14 +138,26 @@ class FusionModel:
         self.total_param_bytes = sum(self.own_weight_bytes)
         self._op_tables(ops)
         self._closure()
-        self._fp: dict[tuple[int, int, bool], int] = {}  # (group, row steps, ISOA on) -> elements
-        self._bounds: dict[int, tuple[int, int]] = {}  # group -> finest footprint bounds
-        self._isoa: dict[int, tuple[int, int, int]] = {}  # group -> (saving, ISOA ops, footprint), finest tiles
-        self._io: dict[int, tuple[int, int, int, int]] = {}
-        self._whole: dict[int, int] = {}  # group -> lower bound on its whole-image footprint
-        self._finest: dict[int, tuple[dict, dict]] = {}  # group -> rows(group, 0), shared by the ISOA bounds and program
-        self.cost_cache: dict = {}  # (group mask, Capacity) -> cheapest schedule or None
-        self.online_limit: dict[int, int] = {}  # fmap room -> group size limit of engine.fusion.online
+        self._fp = Memo(MEMO_SIZE)  # (group, row steps, ISOA on) -> elements
+        self._bounds = Memo(MEMO_SIZE)  # group -> finest footprint bounds
+        self._isoa = Memo(MEMO_SIZE)  # group -> (saving, ISOA ops, footprint), finest tiles
+        self._io = Memo(MEMO_SIZE)  # group -> (fmap-in bytes, fmap-out bytes, parameter elements, most rows)
+        self._whole = Memo(MEMO_SIZE)  # group -> lower bound on its whole-image footprint
+        self._finest = Memo(MEMO_SIZE)  # group -> rows(group, 0), shared by the ISOA bounds and program
+        self._kernel = Memo(1)  # "tables" -> the tables laid out for the compiled kernel (`kernel_tables`)
+        self.cuts = Memo(MEMO_SIZE)  # covered ops -> cheapest cut of them in two (`engine.fusion.floor`)
+        self.windows = Memo(CAPACITIES)  # down-set budget -> windows of the lower bound (`engine.fusion.bound`)
+        self.capacities = Memo(CAPACITIES)  # Capacity -> this model's `SizedModel` at it (`engine.fusion.sized`)
+
+    def kernel_tables(self):
+        """The model's tables laid end to end for the compiled kernel (`core.tables.layout`), built once."""
+        return self._kernel.get_or_make("tables", lambda: kernel_layout(self))
+
+    def clear(self) -> None:
+        """Forget every cached result (footprints, schedules at every capacity, windows); tables stay."""
+        for memo in (self._fp, self._bounds, self._isoa, self._io, self._whole, self._finest, self.cuts,
+                     self.windows, self.capacities):
+            memo.clear()
 
     def shape(self, t: str) -> tuple[int, ...]:
         """The shape the tile model reads (`tensor_views`)."""
@@ -182,7 +201,7 @@ class FusionModel:
         self.passes_mask = sum(1 << i for i, v in enumerate(self.passes) if v)
         self._streams(ops)
         self._attention(ops)
-        # per op, flat for `grow.extend` (the searches' inner loop): each input as (tensor, producer, bytes, readers,
+        # per op, flat for the kernel's growth (`core.grow._add`, the search's inner loop): each input as (tensor, producer, bytes, readers,
         # returned by the network, whole-image elements held when read from outside, elements loaded when
         # streamed), bytes of the outputs anyone reads, and the op's whole-image ofmap elements under ISOA
         self.grow_ins = tuple(tuple((j, self.producer[j], self.tbytes[j], self.consumer_mask[j],
@@ -409,7 +428,7 @@ class FusionModel:
             if self.is_graph_output[j] or self.consumer_mask[j] & ~mask:
                 fout += self.tbytes[j]
         hit = (fin, fout + self.spill(mask), sum(self.weight_elems[w] for w in wset) + streamed, kbig)
-        self._io[mask] = hit
+        self._io.put(mask, hit)
         return hit
 
     # ---- Eq. 4 footprint ---------------------------------------------------
@@ -447,15 +466,8 @@ class FusionModel:
                 h = self.tgeo[j].h
                 in_rows[j] = min(h, max(need, -(-h // k) if k else 1))
         if not k:
-            self._finest[mask] = (op_rows, in_rows)
+            self._finest.put(mask, (op_rows, in_rows))
         return op_rows, in_rows
-
-    def seed_finest(self, mask: int, op_rows: dict[int, int], demand: dict[int, int]) -> None:
-        """Record the finest rows of a group grown by `grow.Partial`, so `rows(mask, 0)` need not redo them."""
-        if mask not in self._finest:
-            in_rows = {j: min(self.tgeo[j].h, need) for j, need in demand.items()
-                       if self.producer[j] < 0 or not (mask >> self.producer[j]) & 1}
-            self._finest[mask] = (op_rows, in_rows)
 
     def footprint(self, mask: int, k: int, isoa: bool = True) -> int:
         """Elements of one image's fmap tiles on chip in `k` row steps (Eq. 4's left side).
@@ -476,7 +488,7 @@ class FusionModel:
             chosen = self.isoa(mask)[1] if isoa else 0
             for i, r in op_rows.items():
                 total += (self.full_row[i] - (self.save_row[i] if (chosen >> i) & 1 else 0)) * r
-        self._fp[key] = total
+        self._fp.put(key, total)
         return total
 
     def fits_finest(self, mask: int, room: int) -> bool:
@@ -523,7 +535,7 @@ class FusionModel:
         full = sum(self.held[j] * r for j, r in in_rows.items()) + sum(
             self.full_row[i] * r for i, r in op_rows.items())
         most = self._most_saving(gain, after)
-        self._bounds[mask] = (full - most, full - saving)
+        self._bounds.put(mask, (full - most, full - saving))
         return full - most, full - saving
 
     def whole_lower(self, mask: int) -> int:
@@ -543,7 +555,7 @@ class FusionModel:
         gain = {i: self.save_row[i] * self.out_h[i] for i in after
                 if not self.inplace[i] and self.save_row[i] > 0}
         hit = full - self._most_saving(gain, after)
-        self._whole[mask] = hit
+        self._whole.put(mask, hit)
         return hit
 
     def _reach(self, mask: int) -> dict[int, int]:
@@ -604,7 +616,7 @@ class FusionModel:
             gain = self.save_row[i] * op_rows[i]
             hit = (gain, mask, total + self.full_row[i] * op_rows[i] - gain) if gain > 0 else (
                 0, 0, total + self.full_row[i] * op_rows[i])
-            self._isoa[mask] = hit
+            self._isoa.put(mask, hit)
             return hit
         members = self.members(mask)
         last = {}  # member -> its last in-group consumer (-1: none)
@@ -659,7 +671,7 @@ class FusionModel:
         saving, chosen = max(states.values(), key=lambda v: v[0])
         total += sum(self.full_row[i] * r for i, r in op_rows.items())
         hit = (saving, chosen, total - saving)
-        self._isoa[mask] = hit
+        self._isoa.put(mask, hit)
         return hit
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from engine.fusion.cost import Capacity
-from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """One group per op."""
-    return [1 << i for i in range(model.n)], model.n, True
+    return [1 << i for i in range(at.model.n)], at.model.n, True

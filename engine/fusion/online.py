@@ -13,11 +13,11 @@ Rules of Sec. 6, each making some groups invalid:
 
 from __future__ import annotations
 
-from engine.fusion import core
+from engine.fusion import core, sized
 from engine.fusion.cost import Capacity
-from engine.fusion.grow import Partial, extend
 from engine.fusion.model import FusionModel
 from engine.fusion.optimus import ideal_chain
+from engine.fusion.sized import SizedModel
 
 QUARTER = 4  # Alg. 3 evaluates tiles of O_h / 4: parameter reloads beyond 16x are not worth it
 
@@ -26,43 +26,13 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     """Largest group size n with memo[n] <= buffer (memo made non-decreasing, as Alg. 3's table is).
 
     memo[n] is the least footprint of a connected window of n ops at quarter tiles,
-    with the greedy ISOA assignment of `grow` (monotone, so a window stops growing
-    at its first misfit).
+    with the greedy ISOA assignment of the compiled growth (`core.window_limit`; monotone,
+    so a window stops growing at its first misfit).
     """
-    hit = model.online_limit.get(cap.fmap)
-    if hit is not None:
-        return hit
-    limit = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER)
-    model.online_limit[cap.fmap] = limit
-    return limit
+    return sized.of(model, cap).results.get_or_make(
+        "size limit", lambda: core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER))
 
 
-def _window_limit(model: FusionModel, cap: Capacity) -> int:
-    """`size_limit` grown in Python: the reference the tests hold `core.window_limit` to."""
-    fitting = set()  # sizes n with some connected n-op window that fits
-    for start in range(model.n):
-        part, comps = Partial(steps=QUARTER), []
-        for j in range(start, model.n):
-            if not model.covered[j]:
-                break
-            part = extend(model, part, j)
-            if part.full - part.greedy > cap.fmap:
-                break
-            joined, apart = 1 << j, []  # the window's weakly connected components, kept as it grows
-            for c in comps:
-                if c & model.link[j]:
-                    joined |= c
-                else:
-                    apart.append(c)
-            comps = apart + [joined]
-            if len(comps) == 1:
-                fitting.add(j - start + 1)
-    limit = 1
-    while limit + 1 in fitting:
-        limit += 1
-    return limit
-
-
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """The cheapest chain of groups that obey the three rules."""
-    return ideal_chain(model, cap, whole_fanout=True, max_size=size_limit(model, cap))
+    return ideal_chain(at.model, at.cap, whole_fanout=True, max_size=size_limit(at.model, at.cap))

@@ -18,15 +18,16 @@ upward, so nothing grown from a misfit fits either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.errors import EngineError
 from engine.fusion import core, dnnvm, efficient_s
 from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
 from engine.fusion.floor import split_plan, whole_plan
-from engine.fusion.grow import Partial, extend, least_subgroups
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 from engine.graph import OpKind
 
 INF = float("inf")
@@ -50,6 +51,27 @@ class Limits:
     narrow_groups: int = 250
 
 
+@dataclass(frozen=True)
+class Chain:
+    """A chain of down-sets found by `chain_search`: its groups, the work done, and which code found it.
+
+    `path` names the implementation that ran ("compiled": `engine.fusion.core`, the engine's; "python": the
+    tests' reference, tests/fusion_reference.py). It is left out of equality, so two paths that found the same
+    chain compare equal and a test asserts the path on its own.
+    """
+
+    groups: tuple[int, ...]  # group masks in execution order; empty when no chain reaches the end
+    evaluated: int  # groups examined
+    exact: bool  # False when the search outgrew `Limits` and kept a beam
+    total: float  # the chain's DRAM bytes (inf when there is none); under `bound_only`, the least sum of bounds
+    path: str = field(default="compiled", compare=False)
+
+
+class KernelLimitError(EngineError):
+    """A group the compiled search cannot cost: more than 63 of its members that may hold T_c channels are open
+    at once (`core.isoa._isoa` keys its states by one machine word)."""
+
+
 def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
                 limits: Limits = Limits()) -> tuple[list[int], int, bool]:
     """Group masks of a minimum-cost chain of down-sets, in execution order, groups evaluated, and exactness.
@@ -58,18 +80,19 @@ def ideal_chain(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False
     and `max_size` caps the group size (the on-line variant's rules 1 and 3). Past `limits`
     the search keeps going as a beam and reports itself inexact.
     """
-    return chain_search(model, cap, whole_fanout=whole_fanout, max_size=max_size, limits=limits)[:3]
+    found = chain_search(model, cap, whole_fanout=whole_fanout, max_size=max_size, limits=limits)
+    return list(found.groups), found.evaluated, found.exact
 
 
 def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
-                 limits: Limits = Limits(), bound_only: bool = False, start: int = 0, within: int | None = None,
-                 compiled: bool = True) -> tuple[list[int], int, bool, float]:
-    """`ideal_chain`, plus the chain's total (inf when there is none).
+                 limits: Limits = Limits(), bound_only: bool = False, start: int = 0,
+                 within: int | None = None) -> Chain:
+    """`ideal_chain`, plus the chain's total and the path that ran (`Chain`).
 
-    `compiled` (the default) runs the search in `engine.fusion.core` (the same
-    down-sets and groups in the same order, so the same result); False, or a group the compiled
-    ISOA program cannot hold (more than 63 members that may be chunked open at once), runs the
-    Python loop below, the reference the tests compare it with.
+    The search runs in `engine.fusion.core` (Numba), the engine's one implementation; the tests hold it to a
+    Python reference (tests/fusion_reference.py) that visits the same down-sets and groups in the same order.
+    A group the compiled ISOA program cannot hold (more than 63 members that may be chunked open at once)
+    raises `KernelLimitError`: nothing falls back silently.
 
     `start` and `within` (the windows of `engine.fusion.polish`): chains from the down-set
     `start` to `start | within` that group only the ops `within`, the rest fixed; each group
@@ -86,146 +109,13 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
     twin = _twins(model) if within is None and not start and not bound_only else [-1] * n
     twinned = any(t >= 0 for t in twin) and not whole_fanout and not max_size
     bound = _known_plan(model, cap) if twinned else INF  # fans: most down-sets cannot beat the layer-wise plan
-    if compiled:
-        found = _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
-        if found is not None:
-            return found
-    full = start | ops
-    best = {start: 0}  # down-set -> least cost of a chain reaching it (final once its level is reached)
-    back: dict[int, tuple[int, int]] = {}  # down-set -> (previous down-set, last group)
-    sources = {start: _first_ready(model, start, ops, twin)}  # down-set -> ops ready
-    levels: list[list[int]] = [[] for _ in range(n + 1)]  # down-sets by size
-    levels[start.bit_count()].append(start)
-    evaluated = 0
-    room, shared = cap.fmap, cap.shared
-    batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
-    pending: dict[int, list] = {}  # down-set -> [(lower bound, previous down-set, group)] not yet costed
-    still = {start: _owed(model)}  # down-set -> bytes the rest must still move at least once
-    exact = True
-    covered, links, succ, pred, word_bits = model.covered, model.link, model.succ, model.pred, model.word_bits
-    for level in levels:
-        for done in level:
-            _settle(model, cap, done, pending.pop(done, []), best, back)
-        if bound < INF:  # down-sets that cannot beat a known plan
-            kept = [d for d in level if not best.get(d, INF) + still[d] > bound]
-            if level and not kept:  # keep a way to the end (the beam may have dropped the optimum's)
-                kept = [min(level, key=lambda d: best.get(d, INF) + still[d])]
-            level[:] = kept
-        narrow = evaluated > limits.total
-        width = limits.narrow_states if narrow else limits.states
-        if len(level) > width:
-            level.sort(key=lambda d: best.get(d, INF) + still[d])
-            del level[width:]
-            exact = False
-        for done in level:
-            if done not in best:
-                continue
-            base = best[done]
-            alone = _runs_alone(model, sources[done])
-            if alone >= 0:  # an op that only runs alone goes first: every partition has such an order
-                b = 1 << alone
-                evaluated += 1
-                after = done | b
-                cost = dram_bytes(model, b, cap)
-                if after not in sources:
-                    levels[after.bit_count()].append(after)
-                    sources[after] = _ready(model, sources[done], b, after, ops, twin)
-                    still[after] = _still(model, still[done], done, b)
-                if base + cost < best.get(after, INF):
-                    best[after], back[after] = base + cost, (done, b)
-                continue
-            stack = [(Partial(), -1, (), sources[done])]  # (group, last op, components, ops that may join)
-            quota = evaluated + (limits.narrow_groups if narrow else limits.groups)
-            fanned = {0: 0}  # group -> ops that must join it (rule 1 of the on-line variant)
-            while stack:
-                if evaluated > quota:  # lone ops were all tried first, so the chain still completes
-                    exact = False
-                    break
-                part, last, comps, cand = stack.pop()
-                m = cand >> (last + 1) << (last + 1)
-                while m:
-                    b = m & -m
-                    m ^= b
-                    x = b.bit_length() - 1
-                    if part.mask and not covered[x]:
-                        continue
-                    grown = part.mask | b
-                    evaluated += 1
-                    if whole_fanout and _left_out(model, fanned, grown, x):
-                        continue
-                    node = extend(model, part, x)
-                    lower, upper = node.bounds()
-                    if not covered[x]:
-                        grows = False
-                    elif upper <= room or node.fit_upper() <= room:
-                        grows = True
-                    elif lower > room:
-                        grows = False
-                    else:  # the bounds straddle: settle it exactly, and grow on from the optimum
-                        model.seed_finest(grown, node.rows, node.demand)
-                        saving, chosen, footprint = model.isoa(grown)
-                        grows = footprint <= room
-                        node.keep(model, chosen, saving)
-                    if not grows and part.mask:
-                        continue
-                    link = links[x]
-                    merged = b
-                    rest = []
-                    for c in comps:
-                        if c & link:
-                            merged |= c
-                        else:
-                            rest.append(c)
-                    parts = (*rest, merged)
-                    after = done | grown
-                    pbytes = -(-node.params * word_bits // 8)
-                    once = node.fin + node.fout + pbytes  # Eq. 3 with the parameters loaded once
-                    least = once
-                    resident = not node.params or (upper + node.params <= room if shared else node.params <= cap.param)
-                    streamed = (bool(part.mask) or bound_only) and not resident and (
-                        lower + node.params > room if shared else True)
-                    if streamed:
-                        least += pbytes * (node.least_subgroups(batch, room) - 1)  # surely reloaded
-                    if bound_only and not part.mask:  # a lone op's own schedule bounds any group's share of it
-                        alone = dram_bytes(model, grown, cap)
-                        least = INF if alone is None else alone
-                    if (len(parts) == 1 or bound_only) and base + least < best.get(after, INF) and (
-                            not whole_fanout or not fanned[grown] & ~grown):
-                        if after not in sources:
-                            levels[after.bit_count()].append(after)
-                            sources[after] = _ready(model, sources[done], grown, after, ops, twin)
-                            still[after] = _still(model, still[done], done, grown)
-                        if part.mask and not resident and not bound_only:
-                            pending.setdefault(after, []).append((base + least, done, grown, once, streamed))
-                        else:
-                            cost = least if part.mask or bound_only else dram_bytes(model, grown, cap)
-                            if cost is not None and base + cost < best.get(after, INF):
-                                best[after] = base + cost
-                                back[after] = (done, grown)
-                    if grows and (not max_size or grown.bit_count() < max_size):
-                        nxt = cand & ~b
-                        s = (succ[x] | _twin_after(twin, x)) & ops
-                        while s:
-                            sb = s & -s
-                            s ^= sb
-                            y = sb.bit_length() - 1
-                            if not pred[y] & ~after and (twin[y] < 0 or after >> twin[y] & 1):
-                                nxt |= sb
-                        stack.append((node, x, parts, nxt))
-    if full not in best:
-        return [], evaluated, exact, INF
-    chain = []
-    state = full
-    while state != start:
-        state, group = back[state]
-        chain.append(group)
-    return chain[::-1], evaluated, exact, best[full]
+    return _compiled_search(model, cap, whole_fanout, max_size, limits, start, ops, bound_only, twin, bound)
 
 
 def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_size: int, limits: Limits, start: int,
                      ops: int, bound_only: bool, twin: list[int], bound: float
-                     ) -> tuple[list[int], int, bool, float] | None:
-    """`chain_search` run by `core.search`, or None when its ISOA program cannot hold a group (`core._isoa`)."""
+                     ) -> Chain:
+    """`chain_search` run by `core.search`; `KernelLimitError` when its ISOA program cannot hold a group."""
     n = model.n
 
     def bits(mask: int) -> np.ndarray:
@@ -236,49 +126,21 @@ def _compiled_search(model: FusionModel, cap: Capacity, whole_fanout: bool, max_
                            model.word_bits)  # DRAM bytes of each op alone; -1 where it cannot run
     ready = _first_ready(model, start, ops, twin)
     batch = 1 if cap.per_band else model.batch  # images that multiply parameter reloads
+    options = core.search_options(
+        room=cap.fmap, param_room=cap.param, shared=cap.shared, per_band=cap.per_band, batch=batch,
+        word_bits=model.word_bits, max_size=max_size, online=whole_fanout, states=limits.states, groups=limits.groups,
+        total=limits.total, narrow_states=limits.narrow_states, narrow_groups=limits.narrow_groups,
+        bound_only=bound_only)
     chain, evaluated, exact, total, too_big = core.search(
-        *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready),
-        _owed(model), lone, cap.fmap, cap.param, cap.shared, cap.per_band, batch, model.word_bits, max_size,
-        whole_fanout, limits.states, limits.groups, limits.total, limits.narrow_states, limits.narrow_groups,
-        bound_only, np.array(twin, np.int64), float(bound))
+        *tables, *work, len(model.tnames), bits(start), bits(ops), bits(ready), _owed(model), lone, options,
+        np.array(twin, np.int64), float(bound))
     if too_big:
-        return None
-    groups = [int.from_bytes(row.tobytes(), "little") for row in chain]
-    return groups, evaluated, exact, int(total) if groups else INF
-
-
-def _left_out(model: FusionModel, fanned: dict, group: int, last: int) -> bool:
-    """Whether a consumer of a member that must join `group` (all consumers or none) lies below its newest
-    op `last`, so that no group grown from it can take it; records the group's must-join set in `fanned`."""
-    part = group & ~(1 << last)
-    fan = fanned[part] | model.succ_of(model.pred[last] & part)
-    fanned[group] = fan
-    return bool(fan & ~group & ((1 << last) - 1))
-
-
-def _settle(model: FusionModel, cap: Capacity, state: int, waiting: list, best: dict, back: dict) -> None:
-    """Cost the groups still waiting to reach `state`, cheapest lower bound first, while one can still win.
-
-    Each waits as (bound, previous down-set, group, bytes with parameters loaded once, surely streamed).
-    A group whose parameters may stay on chip costs exactly its once-bytes when they do; a streamed
-    one must first beat the reload bound of `FusionModel.whole_lower` before its schedule is computed.
-    """
-    waiting.sort(key=lambda w: w[0])
-    batch = 1 if cap.per_band else model.batch
-    for bound, done, group, once, streamed in waiting:
-        if bound >= best.get(state, INF):
-            break
-        if not streamed and params_stay(model, group, cap):
-            total = best[done] + once
-        else:
-            pbytes = -(-model.io(group)[2] * model.word_bits // 8)
-            reloads = least_subgroups(model.whole_lower(group), batch, cap.fmap) - 1
-            if best[done] + once + pbytes * reloads >= best.get(state, INF):
-                continue
-            total = best[done] + dram_bytes(model, group, cap)
-        if total < best.get(state, INF):
-            best[state] = total
-            back[state] = (done, group)
+        raise KernelLimitError(
+            f"graph '{model.graph.name}': a group keeps more than 63 members that may hold T_c channels open at "
+            "once, more than the compiled search holds; fuse with method 'efficient_s' or 'dnnvm', or a smaller "
+            "buffer (which keeps groups smaller)")
+    groups = tuple(int.from_bytes(row.tobytes(), "little") for row in chain)
+    return Chain(groups, evaluated, exact, int(total) if groups else INF, "compiled")
 
 
 def _owed(model: FusionModel) -> int:
@@ -287,60 +149,6 @@ def _owed(model: FusionModel) -> int:
     ins = sum(model.tbytes[j] for j in range(len(model.tnames)) if model.producer[j] < 0 and model.consumer_mask[j])
     outs = sum(model.tbytes[j] for j in range(len(model.tnames)) if model.producer[j] >= 0 and model.is_graph_output[j])
     return weights + ins + outs
-
-
-def _still(model: FusionModel, before: int, done: int, group: int) -> int:
-    """A lower bound on the traffic left after `done` then `group`.
-
-    The weights of ops not yet run (a weight two ops share is left out: one load may
-    serve both), every tensor made or read before that an op still to run reads (it
-    waits off chip, or is a network input), and network outputs not yet made.
-    """
-    after = done | group
-    left = before
-    members = model.members(group)
-    for j in {j for i in members for j in model.ins[i]}:
-        p = model.producer[j]
-        if (p < 0 or (done >> p) & 1) and not model.consumer_mask[j] & ~after:
-            left -= model.tbytes[j]  # its last reader ran
-    for i in members:
-        if not model.shares_weights[i]:
-            left -= model.own_weight_bytes[i]
-        for j in model.outs[i]:
-            if model.consumer_mask[j] & ~after:
-                left += model.tbytes[j]  # written out, to be read back
-            if model.is_graph_output[j]:
-                left -= model.tbytes[j]
-    return left
-
-
-def _runs_alone(model: FusionModel, ready: int) -> int:
-    """The first ready op outside the tile model (a group of its own in every partition), or -1."""
-    while ready:
-        b = ready & -ready
-        ready ^= b
-        i = b.bit_length() - 1
-        if not model.covered[i]:
-            return i
-    return -1
-
-
-def _ready(model: FusionModel, ready: int, group: int, done: int, ops: int, twin: list[int]) -> int:
-    """Ops of `ops` whose predecessors (and twin) are all in `done`, from the ready set before `group` ran."""
-    out = ready & ~group
-    m = group
-    while m:
-        b = m & -m
-        m ^= b
-        i = b.bit_length() - 1
-        s = (model.succ[i] | _twin_after(twin, i)) & ~done & ops
-        while s:
-            sb = s & -s
-            s ^= sb
-            y = sb.bit_length() - 1
-            if not model.pred[y] & ~done and (twin[y] < 0 or done >> twin[y] & 1):
-                out |= sb
-    return out
 
 
 def _known_plan(model: FusionModel, cap: Capacity) -> float:
@@ -358,11 +166,6 @@ def _first_ready(model: FusionModel, start: int, ops: int, twin: list[int]) -> i
     """Ops of `ops` whose predecessors (and twin) are all in the down-set `start`."""
     return sum(1 << i for i in model.members(ops)
                if not model.pred[i] & ~start and (twin[i] < 0 or start >> twin[i] & 1))
-
-
-def _twin_after(twin: list[int], i: int) -> int:
-    """The op whose twin is `i` (always i + 1), as a mask; 0 if none."""
-    return 1 << (i + 1) if i + 1 < len(twin) and twin[i + 1] == i else 0
 
 
 _TWIN_KINDS = frozenset({OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.NORM})
@@ -393,20 +196,20 @@ def _twins(model: FusionModel) -> list[int]:
     return [-1] + [i - 1 if marks[i] is not None and marks[i] == marks[i - 1] else -1 for i in range(1, model.n)]
 
 
-def search(model: FusionModel, cap: Capacity) -> tuple[list[int], int, bool]:
+def search(at: SizedModel) -> tuple[list[int], int, bool]:
     """The exact minimum over the whole fusion space; past the limits, the best of the beam and the baselines.
 
     A graph whose covered pieces run whole at the least traffic any partition can have is answered at once
     (`floor.whole_plan`), and so is one that runs in two groups cut where a cut costs least, at the least any
     partition that cuts it can pay (`floor.split_plan`)."""
-    proven = whole_plan(model, cap) or split_plan(model, cap)
+    proven = whole_plan(at) or split_plan(at)
     if proven is not None:
         return proven, len(proven), True
-    groups, evaluated, exact = ideal_chain(model, cap)
+    groups, evaluated, exact = ideal_chain(at.model, at.cap)
     if exact:
         return groups, evaluated, True
-    options = [groups] + [baseline.search(model, cap)[0] for baseline in (efficient_s, dnnvm)]
-    return min(options, key=lambda gs: sum(dram_bytes(model, g, cap) for g in gs)), evaluated, False
+    options = [groups] + [baseline.search(at)[0] for baseline in (efficient_s, dnnvm)]
+    return min(options, key=lambda gs: sum(at.dram_bytes(g) for g in gs)), evaluated, False
 
 
 def compile_ahead() -> None:

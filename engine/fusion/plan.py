@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.errors import EngineError
-from engine.fusion.cost import Capacity, GroupCost, records, runs_alone, smallest_buffer_bytes
+from engine.fusion.cost import GroupCost, runs_alone, smallest_buffer_bytes
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import SizedModel
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,13 @@ class FusionPlan:
         raise EngineError(f"op '{op}' is in no group of this plan")
 
 
-def build_plan(model: FusionModel, masks: list[int], cap: Capacity, *, method: str, buffer_bytes: int,
+def build_plan(at: SizedModel, masks: list[int], *, method: str, buffer_bytes: int,
                evaluated: int, seconds: float, status: str, lower_bound: int | None = None) -> FusionPlan:
     """The plan of the groups `masks`, put in an order that respects every data dependency.
 
     `lower_bound`: a proven bound for a "beam" plan; an "optimal" plan is its own bound.
     """
-    costs = tuple(records(model, execution_order(model, masks), cap))
+    costs = tuple(at.records(execution_order(at.model, masks)))
     total = sum(c.dram_bytes for c in costs)
     return FusionPlan(method, tuple(c.ops for c in costs), costs, total,
                       sum(c.fmap_in_bytes for c in costs), sum(c.fmap_out_bytes for c in costs),
@@ -96,8 +97,9 @@ def execution_order(model: FusionModel, masks: list[int], *, rank: Callable[[int
     return order
 
 
-def check_runnable(model: FusionModel, cap: Capacity, acc_name: str) -> None:
+def check_runnable(at: SizedModel, acc_name: str) -> None:
     """Raise an actionable error when some op cannot run even alone on this buffer (a fit test, no schedule costed)."""
+    model, cap = at.model, at.cap
     for i in range(model.n):
         if not runs_alone(model, i, cap):
             need = smallest_buffer_bytes(model, i)

@@ -23,9 +23,9 @@ from dataclasses import replace
 
 from engine.fusion import optimus
 from engine.fusion.bound import EXACT
-from engine.fusion.cost import Capacity, dram_bytes
 from engine.fusion.model import FusionModel
 from engine.fusion.plan import execution_order
+from engine.fusion.sized import SizedModel
 
 BUDGET = 100  # down-sets per window: NASNet-A Mobile 38.46 -> 35.64 MB in ~2 s CPU (batch 1, 128 KB)
 PASSES = 8  # sweeps over the plan, while one still improves it
@@ -38,7 +38,7 @@ ORDERS = (  # ranks of a group that list the plan in different execution orders,
 )
 
 
-def improve(model: FusionModel, cap: Capacity, groups: list[int], *, budget: int = BUDGET,
+def improve(at: SizedModel, groups: list[int], *, budget: int = BUDGET,
             passes: int = PASSES, work: int = WORK) -> tuple[list[int], int]:
     """A plan no costlier than `groups` (masks), in execution order, and the groups evaluated to find it.
 
@@ -50,14 +50,15 @@ def improve(model: FusionModel, cap: Capacity, groups: list[int], *, budget: int
     evaluated = 0
     solved = set()  # (down-set before, window's ops) already re-solved: their groups are that window's optimum
     for rank in ORDERS:
-        order = execution_order(model, order, rank=rank)
-        order, evaluated = _sweep(model, cap, order, solved, evaluated, budget=budget, passes=passes, work=work)
+        order = execution_order(at.model, order, rank=rank)
+        order, evaluated = _sweep(at, order, solved, evaluated, budget=budget, passes=passes, work=work)
     return order, evaluated
 
 
-def _sweep(model: FusionModel, cap: Capacity, order: list[int], solved: set, evaluated: int, *, budget: int,
+def _sweep(at: SizedModel, order: list[int], solved: set, evaluated: int, *, budget: int,
            passes: int, work: int) -> tuple[list[int], int]:
     """`improve` over one execution order: windows slid by half their length, pass after pass while one improves."""
+    model = at.model
     for _ in range(passes):
         better = False
         a = 0
@@ -68,9 +69,10 @@ def _sweep(model: FusionModel, cap: Capacity, order: list[int], solved: set, eva
                 solved.add(key)
                 rest = work - evaluated  # so that the window evaluates about this many groups at most
                 limits = replace(EXACT, total=rest, groups=max(1, rest // states), narrow_states=1, narrow_groups=0)
-                chain, n, _, total = optimus.chain_search(model, cap, start=key[0], within=key[1], limits=limits)
-                evaluated += n
-                if total < sum(dram_bytes(model, g, cap) for g in order[a:b]):
+                found = optimus.chain_search(model, at.cap, start=key[0], within=key[1], limits=limits)
+                evaluated += found.evaluated
+                if found.total < sum(at.dram_bytes(g) for g in order[a:b]):
+                    chain = list(found.groups)
                     order[a:b] = chain
                     better = True
                     b = a + len(chain)
