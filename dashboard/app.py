@@ -142,10 +142,19 @@ def upload_box(session: Session) -> ModelDropper:
 
 
 def number_box(session: Session, name: str, widget_type=pn.widgets.IntInput, **kw) -> pn.widgets.Widget:
-    """A number box for the state's `name` whose refused values are named (see `checked`)."""
+    """A number box for the state's `name` whose refused values are named (see `checked`).
+
+    The box has no bounds of its own: bounded, the browser clamped a typed 0 to the bound, which was the value in use,
+    so nothing reached the server and the box went on showing the 0 that nothing used."""
     p = session.state.param[name]
-    return checked(widget_type(label=p.label, value=getattr(session.state, name), start=p.bounds[0], end=p.bounds[1],
-                               **kw), session, name)
+    return checked(widget_type(label=p.label, value=getattr(session.state, name), **kw), session, name)
+
+
+def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
+    """The fusion methods' check boxes; unchecking the last one is refused and named (see `checked`)."""
+    s = session.state
+    return checked(pn.widgets.CheckBoxGroup(name=s.param.methods.label, options=list(s.param.methods.objects),
+                                            value=list(s.methods), inline=False), session, "methods")
 
 
 def sidebar(session: Session) -> list:
@@ -171,7 +180,7 @@ def sidebar(session: Session) -> list:
         number_box(session, "rf_bytes"),
         pn.widgets.Select.from_param(s.param.word_bits),
         number_box(session, "dram_gbps", pn.widgets.FloatInput),
-        pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
+        pn.pane.Markdown("#### Methods"), methods_box(session),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
         toggles(s.param.access_model),
         pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),

@@ -18,6 +18,16 @@ OP_KINDS = tuple(k.value for k in engine.OpKind)
 
 
 
+class Chosen(param.ListSelector):
+    """A ListSelector that refuses an empty list: with no fusion method checked there is no plan to show, and
+    showing one the user did not ask for would say nothing of why."""
+
+    def _validate(self, val):
+        super()._validate(val)
+        if val is not None and not len(val):
+            raise ValueError(f"{self.name}: check at least one")
+
+
 def nearest_step_kb(buffer_bytes: int) -> int:
     """The slider step closest to `buffer_bytes` (on a log scale)."""
     import math
@@ -48,7 +58,7 @@ class ExplorerState(param.Parameterized):
     rf_bytes = param.Integer(default=64, label="RF bytes per PE", bounds=(1, 4096), doc="Register file bytes per PE")
     word_bits = param.Selector(default=16, objects=[4, 8, 16, 32], doc="Word width (bits)")
     dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
-    methods = param.ListSelector(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
+    methods = Chosen(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
                                  doc="Fusion methods to compare")
     access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
                                   label="Buffer/RF accesses from",

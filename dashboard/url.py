@@ -12,6 +12,8 @@ from urllib.parse import parse_qs
 
 import param
 
+from dashboard.state import Chosen
+
 SETTLE_MS = 300  # the URL follows the state this long after its last change
 
 
@@ -44,7 +46,7 @@ def rejected(state: param.Parameterized, name: str, given: str) -> str:
 def allowed(parameter: param.Parameter) -> str:
     """What a parameter accepts, in words: its bounds or its choices."""
     if isinstance(parameter, param.ListSelector):
-        return "a list of: " + ", ".join(map(str, parameter.objects))
+        return ("at least one of: " if isinstance(parameter, Chosen) else "a list of: ") + ", ".join(map(str, parameter.objects))
     if isinstance(parameter, param.Selector):
         choices = list(parameter.objects)
         return "one of " + ", ".join(map(str, choices[:12])) + (f", ... ({len(choices)} in all)" if len(choices) > 12 else "")

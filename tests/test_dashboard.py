@@ -274,6 +274,13 @@ def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_
     widgets["DRAM bandwidth (GB/s)"]._process_events({"value": 0.05})
     assert session.status.object == ("DRAM bandwidth (GB/s) 0.05 is not allowed (a number from 0.1 to 1000.0); "
                                      "using 6.4")
+    widgets["Methods"]._process_events({"value": []})  # unchecking the last method: refused, not optimus unasked
+    assert session.status.object == ("Methods [] is not allowed (at least one of: none, dnnvm, efficient_s, optimus, "
+                                      "online); using ['dnnvm', 'efficient_s', 'optimus']")
+    assert session.state.methods == ["dnnvm", "efficient_s", "optimus"]
+    for name in ("Batch", "PE rows", "DRAM bandwidth (GB/s)"):  # unbounded in the browser: it clamped a 0 to the bound
+        box = widgets.get(name) or rows
+        assert (box.start, box.end) == (None, None)
     network = widgets["Network (type to search)"]
     network._process_events({"value": "foobar"})
     assert session.status.object.startswith("Network 'foobar' is not allowed (one of alexnet, ")

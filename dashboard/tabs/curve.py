@@ -109,7 +109,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
             yield message(err)
             return
         try:
-            async for df, skipped, done in curve_progress(graph, acc, tuple(methods) or ("optimus",), session.stop):
+            async for df, skipped, done in curve_progress(graph, acc, tuple(methods), session.stop):
                 if len(df):
                     yield drawn(df, skipped, done)
         except Exception as err:

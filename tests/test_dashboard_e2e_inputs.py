@@ -1,0 +1,47 @@
+"""End to end, issue 29's "every input answered": values typed in the sidebar that the page refuses are named and the
+box shows the value in use again. Same server and browser fixtures as tests/test_dashboard_e2e.py."""
+
+import re
+
+from test_dashboard_e2e import browser, served, server, pytestmark  # noqa: F401  (fixtures, and the skip)
+
+
+def _open(server, browser, query: str):
+    """A page of `query`, once its first report is shown."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server + query, timeout=120_000)
+    page.get_by_text(re.compile(r"\(batch \d+\) on \w+")).first.wait_for(timeout=120_000)
+    return page
+
+
+def _wait_for_value(page, box, value: str) -> None:
+    """Until the box shows `value` (a refused value is replaced once the server's answer arrives)."""
+    page.wait_for_function("([el, v]) => el.value === v", arg=[box.element_handle(), value], timeout=30_000)
+
+
+def test_refused_numbers_typed_in_the_sidebar_are_named_and_the_box_reverts(server, browser):
+    page = _open(server, browser, "?network=squeezenet1_0")
+    for label, typed, said, kept in [
+            ("Batch", "0", "Batch 0 is not allowed (an integer from 1 to 64); using 1", "1"),
+            ("Batch", "100", "Batch 100 is not allowed (an integer from 1 to 64); using 1", "1"),
+            ("PE rows", "0", "PE rows 0 is not allowed (an integer from 1 to 256); using 16", "16"),
+            ("PE columns", "1000", "PE columns 1000 is not allowed (an integer from 1 to 256); using 16", "16"),
+            ("DRAM bandwidth (GB/s)", "0.05",
+             "DRAM bandwidth (GB/s) 0.05 is not allowed (a number from 0.1 to 1000.0); using 6.4", "6.4"),
+            ("RF bytes per PE", "0", "RF bytes per PE 0 is not allowed (an integer from 1 to 4096); using 64", "64")]:
+        box = page.get_by_role("textbox", name=label, exact=True)
+        box.fill(typed)
+        box.press("Enter")
+        page.get_by_text(said, exact=True).first.wait_for(timeout=30_000)
+        _wait_for_value(page, box, kept)
+    page.close()
+
+
+def test_no_method_checked_is_said_and_the_box_keeps_one(server, browser):
+    page = _open(server, browser, "?network=squeezenet1_0&methods=[\"optimus\"]")
+    page.get_by_label("optimus", exact=True).uncheck()
+    page.get_by_text(re.compile(r"Methods \[\] is not allowed \(at least one of: none, dnnvm, efficient_s, optimus, "
+                                 r"online\); using \[.optimus.\]")).first.wait_for(timeout=30_000)
+    page.wait_for_function("el => el.checked", arg=page.get_by_label("optimus", exact=True).element_handle(),
+                           timeout=30_000)
+    page.close()
