@@ -998,3 +998,39 @@ def test_the_dags_boxes_labels_outlines_and_tags_draw_only_the_rows_near_the_vie
         for rng in (fig.x_range, fig.y_range):
             (moved,) = rng.js_property_callbacks[f"change:{bound}"]
             assert set(moved.args["filters"]) == set(culled.values())
+
+
+def _line_colours(figure) -> dict:
+    """method -> colour of each line a rendered curve figure draws."""
+    from bokeh.models import GlyphRenderer, Line
+
+    return {r.data_source.data["method"][0]: r.glyph.line_color for r in figure.select(GlyphRenderer)
+            if isinstance(r.glyph, Line) and "method" in r.data_source.data}
+
+
+def test_the_what_if_curve_is_log_log_names_the_method_on_hover_and_shares_the_sweeps_colours(session, tmp_path):
+    """Issue 29: a linear y axis flattened every size from 128 KB up; tooltips said buffer_kb and dram_mb without the
+    method; a method's colour differed between the curve and the Sweep tab; nothing said why limit_layerwise lies
+    above the fused plans."""
+    from bokeh.models import HoverTool, LogScale
+
+    from dashboard.tabs.curve import LIMIT_NOTE, CurvePlot, drawn
+    from dashboard.views.sweep import sweep_view
+    from engine.explore import CURVE_BUFFERS_KB
+
+    methods = ["dnnvm", "optimus", "oracle", "limit_layerwise", "limit_fused"]
+    df = pd.DataFrame([{"buffer_kb": kb, "method": m, "dram_mb": (i + 1) * 1e5 / kb} for kb in (16, 256, 4096)
+                       for i, m in enumerate(methods)])
+    column = drawn(CurvePlot(session.state), df, (), len(CURVE_BUFFERS_KB))  # every size in
+    figure = column[0].object
+    assert isinstance(figure.x_scale, LogScale) and isinstance(figure.y_scale, LogScale)
+    tips = [dict(h.tooltips) for h in figure.select(HoverTool)]
+    assert tips and all(t.get("method") == "@{method}" for t in tips), tips
+    assert "limit_layerwise" in column[1].object and column[1].object == LIMIT_NOTE
+    curve = _line_colours(figure)
+    assert sorted(curve) == sorted(methods) and len(set(curve.values())) == len(methods)
+    rows = engine.sweep({"networks": ["light_squeezenet.onnx"], "accelerators": ["optimus"],
+                         "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
+                        scheduler="synchronous", out=tmp_path / "s.parquet")
+    sweep = _line_colours(hv.render(sweep_view(rows, "light_squeezenet.onnx", "optimus", 1)))
+    assert sweep == {m: curve[m] for m in ("dnnvm", "optimus", "oracle")}
