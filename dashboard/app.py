@@ -198,8 +198,7 @@ def main_area(session: Session) -> pn.Column:
     # from its CDN; the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    views = {"Fusion": pn.Column(FusionTab(session).panel(), ComparePanel(session).panel(),
-                                 sizing_mode="stretch_width"),
+    views = {"Fusion": FusionTab(session).panel(compare=ComparePanel(session).panel()),
              "What-if curve": curve_tab(session, active, 1),
              "Memory timeline": timeline_tab(session, active, 2),
              "Tables": tables_tab(session, active, 3),

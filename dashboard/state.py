@@ -8,7 +8,7 @@ import engine
 from engine.allocation import METHODS as ALLOCATION_METHODS
 from engine.loading import onnx_light_models
 
-KB = 1024
+KB = 1024  # bytes, on the slider and in every view (STYLE.md, Units)
 # Buffer sizes the slider steps through: 8 KB .. 64 MB, two steps per doubling (log scale): the top end is where an
 # LLM prefill's whole FFN fuses (docs/fusion.md).
 BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 27)})

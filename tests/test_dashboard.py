@@ -766,7 +766,7 @@ def test_the_legend_lists_at_most_its_row_limit_and_names_the_rest():
     assert html.count("<tr>") == 1 + 10 + 1  # heading, ten groups, the rest in one row
     rest = sum(costs[10:])
     assert f"G10 to G{len(plan.groups) - 1}</td><td>{len(plan.groups) - 10} more" in html
-    assert f"{rest / 1e3:,.1f} KB" in html
+    assert f"{rest / 1024:,.1f} KB" in html
 
 
 def _dag_message_bytes(figure, change) -> int:
@@ -806,7 +806,7 @@ def test_a_move_sends_only_the_dag_rows_that_changed_and_kept_groups_keep_their_
     ops, regions = (drawn.select_one({"name": n}) for n in ("dag-ops", "dag-regions"))
 
     def every_column():  # what a move sent before: the op columns that changed, whole, and the outlines' table
-        ops.data.update({c: whole.select_one({"name": "dag-ops"}).data[c] for c in ("group", "group_size", "colour")})
+        ops.data.update({c: whole.select_one({"name": "dag-ops"}).data[c] for c in ("group", "group_ops", "colour")})
         regions.data = dict(whole.select_one({"name": "dag-regions"}).data)
 
     full = _dag_message_bytes(drawn, every_column)
@@ -1034,3 +1034,30 @@ def test_the_what_if_curve_is_log_log_names_the_method_on_hover_and_shares_the_s
                         scheduler="synchronous", out=tmp_path / "s.parquet")
     sweep = _line_colours(hv.render(sweep_view(rows, "light_squeezenet.onnx", "optimus", 1)))
     assert sweep == {m: curve[m] for m in ("dnnvm", "optimus", "oracle")}
+
+
+def test_words_and_units_op_counts_kb_of_1024_separators_ties_and_compare_under_the_dag(session):
+    """Issue 29: '1 ops'; the legend's KB was 1,000 bytes (the slider's 1,024); '15393.69 GMACs'; the headline named
+    dnnvm on a tie while the DAG said 'fused by optimus'; the compare DAG sat below the energy bars."""
+    from dashboard.tabs.compare import ComparePanel
+    from dashboard.tabs.fusion import headline_text, shown_plan
+    from dashboard.views.dag import OP_TOOLTIPS, REGION_TOOLTIPS, legend_html, outline_table
+
+    rep = session.report
+    plan = shown_plan(rep)
+    regions = outline_table(rep.graph, plan.groups, [c.dram_bytes for c in plan.costs])
+    legend = legend_html(regions, "groups")
+    single = next(r for r in regions.itertuples() if r.ops.count(",") == 0)
+    assert f"<td>1 op: {single.ops}</td><td>{single.dram_bytes / 1024:,.1f} KB</td>" in legend
+    assert "1 ops" not in legend and "(@{size})" in dict(REGION_TOOLTIPS)["region"]
+    assert "@{group_ops}" in dict(OP_TOOLTIPS)["group"]
+    llama = engine.load_network("llama3_8b_prefill")
+    assert f"{llama.macs / 1e9:,.2f} GMACs" in headline_text(engine.evaluate(llama, rep.acc, methods=("none",)))
+    tie = engine.evaluate(rep.graph, rep.acc.with_buffer(64 * 2**20), methods=("efficient_s", "optimus"))
+    assert tie.plans["efficient_s"].dram_bytes == tie.plans["optimus"].dram_bytes  # everything fits: both fuse it all
+    assert "best plan (optimus, tied with efficient_s)" in headline_text(tie)
+    tab = FusionTab(session)
+    compare = ComparePanel(session).panel()
+    shown = tab.panel(compare=compare).objects
+    bars = next(o for o in shown if isinstance(o, pn.Row) and tab.energy.pane in o.objects)
+    assert shown.index(compare) < shown.index(tab.table) < shown.index(bars)

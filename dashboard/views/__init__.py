@@ -12,6 +12,11 @@ hv.renderer("bokeh").webgl = False
 NEUTRAL = "#8c8c8c"
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` with thousands separators and the noun, plural unless n is 1 ("1 op", "1,500 groups")."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def numbers():
     """An axis formatter with thousands separators and at most two decimals (Bokeh's default wrote a Llama prefill's
     traffic and energy as 1.500e+6); a new one per plot, as a Bokeh model belongs to one page."""

@@ -17,6 +17,8 @@ import pandas as pd
 from grandalf.graphs import Edge, Graph as LayoutGraph, Vertex
 from grandalf.layouts import SugiyamaLayout
 
+from dashboard.state import KB  # the buffer slider's: a KB is 1,024 bytes in every view (STYLE.md, Units)
+from dashboard.views import counted
 from engine.graph import Graph
 
 # Tableau's 10 with two more: distinct hues; the group colouring keeps neighbouring groups apart.
@@ -236,7 +238,7 @@ def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items
             "inputs": ", ".join("x".join(map(str, graph.tensors[t].shape)) for t in op.inputs) or "-",
             "output": "x".join(map(str, graph.tensors[op.outputs[0]].shape)),
             "MACs": op.macs, "weight_bytes": graph.weight_bytes(op.name, word_bits),
-            "group": g, "group_size": len(groups[g]) if g >= 0 else 1,
+            "group": g, "group_ops": counted(len(groups[g]) if g >= 0 else 1, "op"),
             "group_dram_bytes": group_bytes[g] if group_bytes is not None and g >= 0 else 0,
             "overlay": label if overlay is not None and label else "-",  # (a group's label is `group`)
             "colour": colours.get(label, GREY),
@@ -264,7 +266,7 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
         left = min(pos[op][0] for op in ops) - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"slot": min(graph.position[op] for op in ops),
-                     "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
+                     "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "size": counted(len(ops), "op"),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
                      "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
                      "line_width": 2.0})
@@ -281,22 +283,22 @@ def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS
 
     rows = []
     for r in regions.iloc[:max_rows].itertuples():
-        cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
+        cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / KB:,.1f} KB"
         swatch = (f'class="swatch s{SWATCHES.index(r.colour)}"' if r.colour in SWATCHES else
                   f'class="swatch" style="background:{r.colour}40;border-color:{r.colour}"')
-        rows.append(f'<tr><td><span {swatch}></span> {html.escape(r.region)}</td><td>{r.n_ops} ops: '
+        rows.append(f'<tr><td><span {swatch}></span> {html.escape(r.region)}</td><td>{r.size}: '
                     f'{html.escape(r.ops)}</td><td>{cost}</td></tr>')
     if len(regions) > max_rows:
         rest = regions.iloc[max_rows:]
         total = rest["dram_bytes"].clip(lower=0).sum()
         rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
                     f'<td>{len(rest)} more (hover an outline for its ops)</td>'
-                    f'<td>{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
+                    f'<td>{"" if total <= 0 else f"{total / KB:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
 
 
-EMPTY_SLOT = {"xs": [], "ys": [], "region": "", "colour": GREY, "n_ops": 0, "ops": "", "dram_bytes": -1,
+EMPTY_SLOT = {"xs": [], "ys": [], "region": "", "colour": GREY, "size": "", "ops": "", "dram_bytes": -1,
               "tag_x": 0.0, "tag_y": 0.0, "line_width": 0.0}  # no outline, no tag, nothing to hover
 
 
@@ -319,9 +321,9 @@ def node_columns(nodes: pd.DataFrame) -> dict[str, list]:
 
 OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
-               ("group", "G@{group} (@{group_size} ops; its outline says its DRAM bytes)"),
+               ("group", "G@{group} (@{group_ops}; its outline says its DRAM bytes)"),
                ("part / module", "@{overlay}")]
-REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
+REGION_TOOLTIPS = [("region", "@{region} (@{size})"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
 # The rows of a glyph near the view (the view widened by half its size on each side) that have something to show:
 # BokehJS culls neither text nor quads to the view, so it measured and painted all 708 op labels, 580 group tags and
 # 708 boxes of a Llama prefill, and parsed all their colours, on every slider move, with ~3% of them in view at the
