@@ -12,7 +12,7 @@ import param
 import engine
 from dashboard import uploads, url
 from dashboard.session import MAX_UPLOAD_BYTES, Session
-from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
@@ -160,12 +160,15 @@ def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
 def sidebar(session: Session) -> list:
     """The sidebar's widgets: network, accelerator, methods and allocation choices."""
     s = session.state
-    buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
+    buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=s.param.buffer_kb.objects,
+                                value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new, buffer.value_throttled), "value")
 
     def follow_state(event):  # a preset or a curve click moved the buffer; the slider's own moves are there already
-        if event.new != buffer.value:
+        if buffer.options != s.param.buffer_kb.objects:  # a preset's own size among the steps, or no longer
+            buffer.param.update(options=s.param.buffer_kb.objects, value=event.new)
+        elif event.new != buffer.value:
             buffer.value = event.new
 
     s.param.watch(follow_state, "buffer_kb")

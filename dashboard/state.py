@@ -28,13 +28,6 @@ class Chosen(param.ListSelector):
             raise ValueError(f"{self.name}: check at least one")
 
 
-def nearest_step_kb(buffer_bytes: int) -> int:
-    """The slider step closest to `buffer_bytes` (on a log scale)."""
-    import math
-
-    return min(BUFFER_STEPS_KB, key=lambda k: abs(math.log(k * KB / buffer_bytes)))
-
-
 def network_names() -> list[str]:
     """Zoo names, then the onnx package's light models (always importable)."""
     from engine import zoo
@@ -74,9 +67,12 @@ class ExplorerState(param.Parameterized):
 
     @param.depends("preset", watch=True)
     def _load_preset(self):
-        """Choosing a preset resets every accelerator field to the preset's values."""
+        """Choosing a preset resets every accelerator field to the preset's values; a buffer size that is not a
+        slider step (Eyeriss: 108 KB) becomes one while the preset is chosen, so the slider shows the size in use
+        (it showed the nearest step, 128, while 108 KB was used)."""
         acc = engine.Accelerator.preset(self.preset)
-        kb = nearest_step_kb(acc.buffer_bytes)
+        kb = acc.buffer_bytes // KB
+        self.param.buffer_kb.objects = sorted({*BUFFER_STEPS_KB, kb})  # this session's parameter, not the class's
         self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
                           word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
 
@@ -97,7 +93,7 @@ class ExplorerState(param.Parameterized):
         """
         acc = engine.Accelerator.preset(self.preset)
         kb = self.buffer_kb if buffer_kb is None else buffer_kb
-        if kb != nearest_step_kb(acc.buffer_bytes):  # the slider moved off the preset's size
+        if kb * KB != acc.buffer_bytes:  # the slider moved off the preset's size
             acc = acc.with_buffer(kb * KB)
         return (acc.with_pe_array(self.pe_rows, self.pe_cols).with_rf(self.rf_bytes)
                 .with_word_bits(self.word_bits).with_bandwidth(self.dram_gbps * 1e9))

@@ -105,15 +105,21 @@ def test_the_ops_csv_follows_the_plan_the_dag_shows_with_each_groups_dram_bytes(
     assert first_rows["group_dram_bytes"].sum() == plan.dram_bytes
 
 
-def test_a_preset_buffer_off_the_slider_steps_is_named_in_the_headline():
-    s = Session(ExplorerState(network="light_squeezenet.onnx", preset="eyeriss"))
+def test_a_presets_own_buffer_size_is_a_slider_step_while_it_is_chosen():
+    """Issue 29: preset eyeriss showed 128 on the slider while 108 KB was used."""
+    s = Session(ExplorerState(network="light_squeezenet.onnx"))
+    slider = next(w for w in sidebar(s) if isinstance(w, LiveDiscreteSlider))
     tab = FusionTab(s)
-    used = s.report.acc.buffer_bytes // 1024
-    assert used != s.state.buffer_kb  # 108 KB, shown on the slider as its nearest step
-    assert f"{used:,} KB buffer (the preset's own size; the slider shows the nearest step, {s.state.buffer_kb:,} KB)" \
-        in tab.headline.object
-    s.state.buffer_kb = 256
-    assert "256 KB buffer\n" in tab.headline.object
+    s.state.preset = "eyeriss"
+    assert s.report.acc.buffer_bytes == 108 * 1024 and (s.state.buffer_kb, slider.value) == (108, 108)
+    assert "108 KB buffer\n" in tab.headline.object
+    s.state.buffer_kb = 256  # another step: that size is used
+    assert s.report.acc.buffer_bytes == 256 * 1024 and slider.value == 256
+    s.state.buffer_kb = 108  # and back: the preset's own
+    assert s.report.acc.buffer_bytes == 108 * 1024 and slider.value == 108
+    s.state.preset = "optimus"  # another preset: 108 is no step of its slider
+    assert 108 not in slider.options and (s.state.buffer_kb, slider.value) == (128, 128)
+    assert 108 not in ExplorerState().param.buffer_kb.objects  # one session's choice is not another's
 
 
 def test_compare_mode_outlines_the_groups_that_differ_and_their_traffic():

@@ -17,7 +17,7 @@ from bokeh.models import Span
 from panel.io.state import set_curdoc
 
 import engine
-from dashboard.state import BUFFER_STEPS_KB, KB
+from dashboard.state import KB
 from dashboard.tabs.common import message, render
 from dashboard.views.curve import curve_view
 from engine.explore import CURVE_BUFFERS_KB, curve_rows
@@ -57,9 +57,9 @@ async def curve_progress(graph, acc, methods: tuple[str, ...], stop=lambda: Fals
         yield pd.DataFrame(rows), tuple(skipped), done
 
 
-def nearest_step(kb: float) -> int:
-    """The slider step nearest to a clicked buffer size (on a log scale)."""
-    return min(BUFFER_STEPS_KB, key=lambda k: abs(k - kb) / k)
+def nearest_step(kb: float, steps) -> int:
+    """The slider step (of `steps`) nearest to a clicked buffer size (on a log scale)."""
+    return min(steps, key=lambda k: abs(k - kb) / k)
 
 
 class CurvePlot:
@@ -89,7 +89,7 @@ class CurvePlot:
         # point their stylesheets at Panel's CDN instead of this server
         doc = self.figure.document if self.figure is not None else None
         with set_curdoc(doc) if doc is not None else contextlib.nullcontext():
-            self.state.buffer_kb = nearest_step(event.x)
+            self.state.buffer_kb = nearest_step(event.x, self.state.param.buffer_kb.objects)
 
     def _follow(self, event):
         if self.figure is not None:

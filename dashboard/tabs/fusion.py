@@ -49,19 +49,12 @@ table.methods th:first-child, table.methods td:first-child { text-align: left; }
 """
 
 
-def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
-    """What the page says first: the network, the accelerator, the Oracle, the best plan, and searches still running.
-
-    A preset's own buffer size that is not a slider step (Eyeriss: 108 KB) is used until the slider
-    moves; the headline then says which size the slider's label rounds it to.
-    """
+def headline_text(rep, pending=()) -> str:
+    """What the page says first: the network, the accelerator, the Oracle, the best plan, and searches still running."""
     g, acc = rep.graph, rep.acc
     best, tied = best_plan(rep)
     ties = f", tied with {', '.join(tied)}" if tied else ""
-    used_kb = acc.buffer_bytes / KB
-    note = (f" (the preset's own size; the slider shows the nearest step, {slider_kb:,} KB)"
-            if slider_kb is not None and abs(used_kb - slider_kb) >= 0.5 else "")
-    text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {used_kb:,.0f} KB buffer{note}\n\n"
+    text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer\n\n"
             f"{counted(len(g.ops), 'op')}, {g.macs / 1e9:,.2f} GMACs, {g.params / 1e6:,.2f} M parameters. "
             f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}{ties}) "
             f"{best.dram_bytes / 1e6:,.2f} MB in {counted(len(best.groups), 'group')}.")
@@ -360,7 +353,7 @@ class FusionTab:
             return
         view = fusion_view_data(rep)
         with pn.io.hold():
-            self.headline.object = headline_text(rep, self.session.pending, self.session.state.buffer_kb)
+            self.headline.object = headline_text(rep, self.session.pending)
             self.recolour(rep)
             self.table.object = view.summary_html
             self.energy.show(dict(rep.energy), view.energy_columns)
