@@ -8,6 +8,7 @@ from __future__ import annotations
 import holoviews as hv
 import panel as pn
 import param
+from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
@@ -119,8 +120,18 @@ def network_box(session: Session) -> pn.widgets.AutocompleteInput:
     return box
 
 
+# FilePond's own check of a file's size, in the browser: an empty file is refused in the drop box (FilePond said
+# "Upload complete" while the server refused it). `FilePond.setOptions` is its public page-wide setting, which
+# reaches the boxes made before it too.
+REFUSE_EMPTY_FILES_JS = ("if (window.FilePond) FilePond.setOptions({minFileSize: 1, labelMinFileSizeExceeded: "
+                         "'The file is empty', labelMinFileSize: 'choose an .onnx model file'})")
+
+
 def upload_box(session: Session) -> ModelDropper:
-    """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported."""
+    """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported; an
+    empty file is refused in the box itself (REFUSE_EMPTY_FILES_JS)."""
+    if pn.state.curdoc is not None:
+        pn.state.curdoc.js_on_event("document_ready", CustomJS(code=REFUSE_EMPTY_FILES_JS))
     dropper = ModelDropper(multiple=False, chunk_size=UPLOAD_CHUNK_BYTES, layout="compact", sizing_mode="stretch_width",
                            max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB")
 

@@ -45,3 +45,14 @@ def test_no_method_checked_is_said_and_the_box_keeps_one(server, browser):
     page.wait_for_function("el => el.checked", arg=page.get_by_label("optimus", exact=True).element_handle(),
                            timeout=30_000)
     page.close()
+
+
+def test_an_empty_upload_is_refused_in_the_file_box_not_called_complete(server, browser, tmp_path):
+    page = _open(server, browser, "?network=squeezenet1_0")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    page.locator("input[type=file]").first.set_input_files(str(empty))
+    pond = page.locator(".filepond--root").first
+    pond.get_by_text("The file is empty", exact=True).first.wait_for(timeout=30_000)
+    assert "Upload complete" not in pond.inner_text()
+    page.close()
