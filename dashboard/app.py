@@ -12,6 +12,7 @@ from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
+from engine import zoo
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
@@ -127,6 +128,40 @@ REFUSE_EMPTY_FILES_JS = ("if (window.FilePond) FilePond.setOptions({minFileSize:
                          "'The file is empty', labelMinFileSize: 'choose an .onnx model file'})")
 
 
+LENGTH_LABELS = {"seq": "Sequence length (tokens)", "kv": "KV-cache length (tokens)"}  # by engine.zoo.LENGTHS suffix
+
+
+def length_box(session: Session) -> pn.widgets.IntInput:
+    """A language model's token count (a prefill's sequence length, a decode step's KV-cache length), shown for those
+    alone. A count typed becomes part of the network's name (`llama3_8b_decode_kv4096`, as the engine names it), so
+    the URL carries it; a count below 1 is named and the box shows the count in use again (as `checked`), and one
+    over the model's context is the engine's to refuse (its message in the status line)."""
+    s = session.state
+    box = pn.widgets.IntInput(name=LENGTH_LABELS["seq"], value=1, visible=False)
+
+    def follow(*_):
+        named = None if s.upload_name else zoo.length(s.network)
+        if named is not None:
+            box.param.update(name=LENGTH_LABELS[named[1]], value=named[2], visible=True)
+        else:
+            box.visible = False
+
+    def typed(event):
+        named = zoo.length(s.network)
+        if named is None or event.new == named[2]:
+            return
+        try:
+            s.network = f"{named[0]}_{named[1]}{event.new}"
+        except Exception:
+            session.error = f"{box.name} {event.new} is not allowed (a whole number, 1 or more); using {named[2]}"
+            pn.state.execute(lambda: setattr(box, "value", named[2]), schedule=Session._served())
+
+    box.param.watch(typed, "value")
+    s.param.watch(follow, ["network", "upload_name"])
+    follow()
+    return box
+
+
 def upload_box(session: Session) -> ModelDropper:
     """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported; an
     empty file is refused in the box itself (REFUSE_EMPTY_FILES_JS)."""
@@ -185,6 +220,7 @@ def sidebar(session: Session) -> list:
     s.param.watch(follow_state, "buffer_kb")
     return [
         pn.pane.Markdown("#### Network"), network_box(session),
+        length_box(session),
         pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
         pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import param
 
 import engine
+from engine import zoo
 from engine.allocation import METHODS as ALLOCATION_METHODS
 from engine.loading import onnx_light_models
 
@@ -28,17 +29,26 @@ class Chosen(param.ListSelector):
             raise ValueError(f"{self.name}: check at least one")
 
 
+class NetworkName(param.Selector):
+    """A network's name: one of the choices, or a language model's at another token count
+    (`llama3_8b_decode_kv4096`, `engine.zoo.length`), which the engine builds from the name alone."""
+
+    def _validate(self, val):
+        named = zoo.length(val) if isinstance(val, str) and val not in self.objects else None
+        if named is None or named[2] < 1:
+            super()._validate(val)
+
+
 def network_names() -> list[str]:
     """Zoo names, then the onnx package's light models (always importable)."""
-    from engine import zoo
-
     return list(zoo.names()) + sorted(p.name for p in onnx_light_models().glob("*.onnx"))
 
 
 class ExplorerState(param.Parameterized):
     """The user's network, accelerator and method choices; the page and the URL both mirror it."""
 
-    network = param.Selector(default="resnet50", objects=network_names(), doc="Built-in network or ONNX light model")
+    network = NetworkName(default="resnet50", objects=network_names(),
+                          doc="Built-in network or ONNX light model; a language model's name may carry its token count")
     upload_name = param.String(default="", doc="An uploaded .onnx file in use, as 'content hash/file name'")
     input_shapes = param.String(default="", label="Input shapes (ONNX files)",
                                 doc="Comma-separated NAME=DIMS: an input's shape (input_ids=1x128) or a symbolic "

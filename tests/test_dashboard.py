@@ -1067,3 +1067,34 @@ def test_words_and_units_op_counts_kb_of_1024_separators_ties_and_compare_under_
     shown = tab.panel(compare=compare).objects
     bars = next(o for o in shown if isinstance(o, pn.Row) and tab.energy.pane in o.objects)
     assert shown.index(compare) < shown.index(tab.table) < shown.index(bars)
+
+
+def test_a_language_models_token_count_is_chosen_in_the_url_and_the_sidebar():
+    """Issue 29: `llama3_8b_decode_kv4096` in the URL was refused, and the page offered no way to choose a sequence
+    or KV-cache length."""
+    from panel.io.location import Location
+
+    from dashboard import url
+    from dashboard.app import URL_PARAMS
+
+    state = ExplorerState()
+    assert url.restore(state, Location(search="?network=gpt2_seq256"), URL_PARAMS) == []
+    s = Session(state)
+    assert s.report.graph.name == "gpt2_seq256"
+    box = next(w for w in sidebar(s) if isinstance(w, pn.widgets.IntInput) and w.name.endswith("(tokens)"))
+    assert (box.name, box.value, box.visible) == ("Sequence length (tokens)", 256, True)
+    box._process_events({"value": 128})  # typed: the network's name carries it, and so the URL
+    assert s.state.network == "gpt2_seq128" and s.report.graph.name == "gpt2_seq128"
+    assert url.query_of(s.state, ["network"]) == {"network": "gpt2_seq128"}
+    box._process_events({"value": 0})
+    assert s.status.object == "Sequence length (tokens) 0 is not allowed (a whole number, 1 or more); using 128"
+    assert (box.value, s.state.network) == (128, "gpt2_seq128")
+    s.state.network = "llama3_8b_decode"
+    assert (box.name, box.value) == ("KV-cache length (tokens)", 2048)
+    s.state.network = "light_squeezenet.onnx"  # no token count: no box
+    assert not box.visible
+    bad = ExplorerState()
+    problems = url.restore(bad, Location(search="?network=gpt2_kv12"), URL_PARAMS)
+    assert problems[0].endswith("or a language model with its token count: bert_base_seq<N>, gpt2_seq<N>, "
+                                "gpt3_6.7b_block_seq<N>, llama3_8b_prefill_seq<N>, llama3_8b_decode_kv<N>); "
+                                "using 'resnet50'")

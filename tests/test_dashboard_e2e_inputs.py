@@ -56,3 +56,16 @@ def test_an_empty_upload_is_refused_in_the_file_box_not_called_complete(server, 
     pond.get_by_text("The file is empty", exact=True).first.wait_for(timeout=30_000)
     assert "Upload complete" not in pond.inner_text()
     page.close()
+
+
+def test_a_language_models_kv_cache_length_comes_from_the_link_and_the_sidebar(server, browser):
+    page = _open(server, browser, "?network=llama3_8b_decode_kv4096")
+    page.get_by_text(re.compile(r"llama3_8b_decode_kv4096 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    assert not page.get_by_text(re.compile("is not allowed")).count()
+    box = page.get_by_role("textbox", name="KV-cache length (tokens)", exact=True)
+    _wait_for_value(page, box, "4096")
+    box.fill("1024")
+    box.press("Enter")
+    page.get_by_text(re.compile(r"llama3_8b_decode_kv1024 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.wait_for_url(re.compile(r"network=llama3_8b_decode_kv1024"), timeout=30_000)
+    page.close()
