@@ -1098,3 +1098,39 @@ def test_a_language_models_token_count_is_chosen_in_the_url_and_the_sidebar():
     assert problems[0].endswith("or a language model with its token count: bert_base_seq<N>, gpt2_seq<N>, "
                                 "gpt3_6.7b_block_seq<N>, llama3_8b_prefill_seq<N>, llama3_8b_decode_kv<N>); "
                                 "using 'resnet50'")
+
+
+def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_and_the_nest_opens_at_the_top(session):
+    """Issue 29's DAG: 24 pairs of a Llama prefill's groups a layer gap apart shared a colour; resnet50's G1 and G2
+    tags printed on top of each other; the wheel zoomed instead of scrolling the page; an op's hover showed its
+    outline's tooltip too; a clicked op's loop nest opened under the legend, below the window."""
+    import itertools
+
+    from bokeh.models import HoverTool
+
+    from dashboard.views.dag import BOX_H, BOX_W, GAP_Y, PAD, layered_layout, outline_table
+
+    acc = engine.Accelerator.preset("optimus")
+    for name in ("resnet50", "googlenet", "llama3_8b_prefill"):
+        graph = engine.load_network(name)
+        plan = engine.fuse(graph, acc, method="optimus")
+        regions = outline_table(graph, plan.groups)
+        pos = layered_layout(graph)
+        boxes = [(min(pos[o][0] for o in g) - BOX_W / 2 - PAD, max(pos[o][0] for o in g) + BOX_W / 2 + PAD,
+                  min(pos[o][1] for o in g) - BOX_H / 2 - PAD, max(pos[o][1] for o in g) + BOX_H / 2 + PAD)
+                 for g in plan.groups]
+        for i, j in itertools.combinations(range(len(boxes)), 2):
+            a, b = boxes[i], boxes[j]
+            apart = max(a[0] - b[1], b[0] - a[1], a[2] - b[3], b[2] - a[3])  # the gap between the outlines' boxes
+            assert apart >= GAP_Y or regions.colour[i] != regions.colour[j], (name, i, j)
+            # a tag is ~40 x 14 units at the first zoom (8 pt bold "G123")
+            dx, dy = abs(regions.tag_x[i] - regions.tag_x[j]), abs(regions.tag_y[i] - regions.tag_y[j])
+            assert dx >= 40 or dy >= 14, (name, i, j)
+    figure = dag_element(session.report)
+    assert figure.toolbar.active_scroll is None
+    hovers = figure.select(HoverTool)
+    ops = figure.select_one({"name": "dag-ops"})
+    assert sum(ops in [r.data_source for r in h.renderers] for h in hovers) == 1  # one tooltip over an op
+    tab = FusionTab(session)
+    beside = next(o for o in tab.panel().objects if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
+    assert beside.objects.index(tab.detail.panel) < beside.objects.index(tab.dag.legend)

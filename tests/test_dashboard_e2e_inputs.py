@@ -69,3 +69,29 @@ def test_a_language_models_kv_cache_length_comes_from_the_link_and_the_sidebar(s
     page.get_by_text(re.compile(r"llama3_8b_decode_kv1024 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
     page.wait_for_url(re.compile(r"network=llama3_8b_decode_kv1024"), timeout=30_000)
     page.close()
+
+
+# Page coordinates of the DAG's op row `i` (the centre of its box), from BokehJS's own scales.
+OP_ON_PAGE = """(i) => {
+  const view = Bokeh.index.query_one(v => v.model.type === "Figure"
+    && v.model.renderers.some(r => r.data_source?.name === "dag-ops"));
+  const ops = view.model.renderers.find(r => r.data_source?.name === "dag-ops").data_source;
+  const box = view.canvas_view.el.getBoundingClientRect();
+  return [box.left + view.frame.x_scale.compute(ops.get_column("x")[i]),
+          box.top + view.frame.y_scale.compute(ops.get_column("y")[i])];
+}"""
+
+
+def test_the_dag_shows_one_tooltip_per_op_and_the_wheel_scrolls_the_page(server, browser):
+    """Issue 29: hovering an op showed its outline's tooltip on top of its own; the wheel over the DAG zoomed."""
+    page = _open(server, browser, "?network=resnet50")
+    page.wait_for_function("() => Bokeh.index.query_one(v => v.model.type === 'Figure') !== null", timeout=60_000)
+    x, y = page.evaluate(OP_ON_PAGE, 1)
+    page.mouse.move(x, y)
+    page.get_by_text(re.compile(r"G\d+: [\d,]+ B of DRAM traffic")).first.wait_for(timeout=30_000)
+    shown = page.locator(".bk-Tooltip:visible, .bk-tooltip:visible")
+    assert shown.count() == 1  # the op's, not its outline's on top of it
+    before = page.evaluate(OP_ON_PAGE, 1)[1]
+    page.mouse.wheel(0, 400)
+    page.wait_for_function("([y, i]) => (" + OP_ON_PAGE + ")(i)[1] < y - 100", arg=[before, 1], timeout=30_000)
+    page.close()

@@ -136,7 +136,8 @@ def outline(pos: dict, ops) -> np.ndarray:
 
 def region_colours(graph: Graph, regions) -> list[str]:
     """A colour per region (a tuple of ops) such that regions joined by an edge, or whose outlines' boxes
-    overlap, never share one; a region's colour follows from its first op, so a new plan recolours only the
+    come within a layer gap of each other, never share one (with overlapping boxes alone, 24 pairs of a Llama
+    prefill's groups one gap apart shared a colour and read as one group); a region's colour follows from its first op, so a new plan recolours only the
     regions it changed and their neighbours (a slider move sends the colours of those alone)."""
     return list(_region_colours(graph, tuple(tuple(ops) for ops in regions)))
 
@@ -149,11 +150,11 @@ def _region_colours(graph: Graph, regions: tuple[tuple[str, ...], ...]) -> tuple
     adjacency.add_nodes_from(range(len(regions)))
     adjacency.add_edges_from((region_of[u], region_of[v]) for u, v in graph.dag.edges()
                              if u in region_of and v in region_of and region_of[u] != region_of[v])
-    boxes = []
+    boxes = []  # each region's outline's bounding box, widened by half a layer gap: regions a gap apart are neighbours
     for ops in regions:
         xs, ys = [pos[op][0] for op in ops], [pos[op][1] for op in ops]
-        boxes.append((min(xs) - BOX_W / 2 - PAD, max(xs) + BOX_W / 2 + PAD,
-                      min(ys) - BOX_H / 2 - PAD, max(ys) + BOX_H / 2 + PAD))
+        boxes.append((min(xs) - BOX_W / 2 - PAD - GAP_Y / 2, max(xs) + BOX_W / 2 + PAD + GAP_Y / 2,
+                      min(ys) - BOX_H / 2 - PAD - GAP_Y / 2, max(ys) + BOX_H / 2 + PAD + GAP_Y / 2))
     order = sorted(range(len(regions)), key=lambda i: boxes[i][0])  # sweep along x
     for k, i in enumerate(order):
         for j in order[k + 1:]:
@@ -262,8 +263,10 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
     rows = []
     for i, (label, ops, colour) in enumerate(zip(labels, members, colours)):
         shape = outline(pos, ops)
-        top = max(pos[op][1] for op in ops) + BOX_H / 2 + PAD
-        left = min(pos[op][0] for op in ops) - BOX_W / 2 - PAD
+        # the tag over the region's first op: at its bounding box's corner, regions starting in one layer put their
+        # tags on top of each other (ResNet-50's G1 and G2)
+        first = pos[min(ops, key=graph.position.__getitem__)]
+        top, left = first[1] + BOX_H / 2 + PAD, first[0] - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"slot": min(graph.position[op] for op in ops),
                      "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "size": counted(len(ops), "op"),
@@ -292,7 +295,7 @@ def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS
         rest = regions.iloc[max_rows:]
         total = rest["dram_bytes"].clip(lower=0).sum()
         rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
-                    f'<td>{len(rest)} more (hover an outline for its ops)</td>'
+                    f'<td>{len(rest)} more (hover a tag for its ops)</td>'
                     f'<td>{"" if total <= 0 else f"{total / KB:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
@@ -321,8 +324,15 @@ def node_columns(nodes: pd.DataFrame) -> dict[str, list]:
 
 OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
-               ("group", "G@{group} (@{group_ops}; its outline says its DRAM bytes)"),
+               ("group", "@{group}{custom} (@{group_ops})"),
                ("part / module", "@{overlay}")]
+# the op's group with its DRAM bytes, read from the outlines' source (the boxes' carry no per-plan bytes: a move
+# would send them all); `value` is the group's index
+GROUP_JS = """
+const regions = source.get_column("region"), bytes = source.get_column("dram_bytes");
+const i = regions.indexOf("G" + value);
+return i >= 0 && bytes[i] >= 0 ? `G${value}: ${bytes[i].toLocaleString("en-US")} B of DRAM traffic` : `G${value}`;
+"""
 REGION_TOOLTIPS = [("region", "@{region} (@{size})"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
 # The rows of a glyph near the view (the view widened by half its size on each side) that have something to show:
 # BokehJS culls neither text nor quads to the view, so it measured and painted all 708 op labels, 580 group tags and
@@ -363,7 +373,7 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     polygons into glyphs, Bokeh milliseconds. Its data sources are named "dag-regions", "dag-edges", "dag-ops"
     and "dag-labels" (`DagPlot` patches the first and third per plan).
     """
-    from bokeh.models import CDSView, ColumnDataSource, CustomJS, CustomJSFilter, HoverTool, TapTool
+    from bokeh.models import CDSView, ColumnDataSource, CustomJS, CustomJSFilter, CustomJSHover, HoverTool, TapTool
     from bokeh.plotting import figure
 
     nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
@@ -380,10 +390,12 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     # stretched to fill the plot (a single op's box was drawn half the plot wide and a third of it high)
     middle = (float(xs.min()) + float(xs.max())) / 2
     half = max(float(xs.max() - xs.min()) / 2 + BOX_W, MIN_SPAN_X / 2 / scale)
+    # no tool takes the mouse wheel: over a plot up to 1,300 pixels high it zoomed instead of scrolling the page (the
+    # wheel-zoom tool is in the toolbar, one click away)
     fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
                  x_range=(middle - half, middle + half), y_range=(top - height / scale, top),
                  min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
-                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
+                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll=None, output_backend="canvas")
     fig.axis.visible = False
     fig.grid.visible = False
     region_src = ColumnDataSource(region_columns(graph, regions), name="dag-regions")
@@ -399,10 +411,10 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
     views = {"shapes": near(["xs", "xs", "ys", "ys"], "region"), "tags": near(["tag_x", "tag_x", "tag_y", "tag_y"], "region"),
              "boxes": near(["x0", "x1", "y0", "y1"], "op"), "labels": near(["x", "x", "y", "y"], "label")}
-    shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
-                         line_width="line_width", view=views["shapes"])
-    fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
-             text_color="colour", text_baseline="bottom", view=views["tags"])
+    fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
+                line_width="line_width", view=views["shapes"])
+    tags = fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
+                    text_color="colour", text_baseline="bottom", view=views["tags"])
     fig.line("x", "y", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
     boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
                      line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
@@ -417,8 +429,12 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     for bound in ("start", "end"):
         fig.x_range.js_on_change(bound, moved)
         fig.y_range.js_on_change(bound, moved)
-    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1]),
-                  HoverTool(renderers=[shapes], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
+    # one tooltip at a time: an op's names its group and that group's DRAM bytes; a region's ops are its tag's (a
+    # hover on the outlines showed the region's tooltip on top of the op's, the op being inside its outline)
+    group = CustomJSHover(args={"source": region_src}, code=GROUP_JS)
+    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1],
+                            formatters={"@{group}": group}),
+                  HoverTool(renderers=[tags], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
     return fig
 
 
