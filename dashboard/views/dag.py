@@ -25,6 +25,7 @@ from engine.graph import Graph
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
            "#bab0ac", "#1f9e89", "#8f6ad9")
 GREY = "#cccccc"
+NAN = float("nan")  # between the pieces of a tight outline (`tight_outline`)
 # CPU/accelerator parts take their device's colour (so the colour says where an op runs), by label prefix
 PART_COLOURS = {"accelerator part": "#4e79a7", "CPU part": "#f28e2b"}
 BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
@@ -127,11 +128,74 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
     return np.array(lower[:-1] + upper[:-1])
 
 
-def outline(pos: dict, ops) -> np.ndarray:
-    """The shaded shape around a set of ops: the convex hull of their boxes, with a margin."""
+def outline(graph: Graph, ops) -> np.ndarray:
+    """The shaded shape around a set of ops: the convex hull of their boxes, with a margin; where that hull would
+    cover another op's box, the ops' own boxes joined along their edges (`tight_outline`): hulls covered other
+    groups' ops (GoogLeNet: 15 pairs of groups; NASNet-A mobile: 143 of its 636 ops)."""
+    pos = layered_layout(graph)
     corners = [(x + dx * (BOX_W / 2 + PAD), y + dy * (BOX_H / 2 + PAD))
                for x, y in (pos[op] for op in ops) for dx in (-1, 1) for dy in (-1, 1)]
-    return convex_hull(np.array(corners))
+    hull = convex_hull(np.array(corners))
+    return tight_outline(graph, ops) if covers(hull, _other_boxes(graph, ops, hull)) else hull
+
+
+def _other_boxes(graph: Graph, ops, hull: np.ndarray) -> np.ndarray:
+    """(x0, x1, y0, y1) rows of the boxes of the ops not in `ops` that meet the bounding box of `hull`."""
+    names, centres = _centres(graph)
+    mine = np.isin(names, list(ops))
+    x, y = centres[:, 0], centres[:, 1]
+    near = (~mine & (x + BOX_W / 2 > hull[:, 0].min()) & (x - BOX_W / 2 < hull[:, 0].max())
+            & (y + BOX_H / 2 > hull[:, 1].min()) & (y - BOX_H / 2 < hull[:, 1].max()))
+    return np.column_stack([x[near] - BOX_W / 2, x[near] + BOX_W / 2, y[near] - BOX_H / 2, y[near] + BOX_H / 2])
+
+
+@lru_cache(maxsize=32)
+def _centres(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(op names, their boxes' centres) as arrays, in graph order."""
+    pos = layered_layout(graph)
+    return np.array([op.name for op in graph.ops]), np.array([pos[op.name] for op in graph.ops])
+
+
+def covers(hull: np.ndarray, boxes: np.ndarray) -> bool:
+    """Whether the convex polygon `hull` (counter-clockwise) overlaps any of `boxes` ((x0, x1, y0, y1) rows): a
+    separating axis between them is one of the boxes' two or one of the hull's edges' normals."""
+    if not len(boxes):
+        return False
+    corners = np.stack([boxes[:, [0, 2]], boxes[:, [1, 2]], boxes[:, [1, 3]], boxes[:, [0, 3]]], axis=1)  # n x 4 x 2
+    apart = ((boxes[:, 1] <= hull[:, 0].min()) | (boxes[:, 0] >= hull[:, 0].max())
+             | (boxes[:, 3] <= hull[:, 1].min()) | (boxes[:, 2] >= hull[:, 1].max()))
+    for a, b in zip(hull, np.roll(hull, -1, axis=0)):  # every corner of a box right of an edge: that edge separates
+        cross = (b[0] - a[0]) * (corners[..., 1] - a[1]) - (b[1] - a[1]) * (corners[..., 0] - a[0])
+        apart |= (cross <= 0).all(axis=1)
+    return not apart.all()
+
+
+BRIDGE = 5.0  # half the width of the band that joins two ops of a tight outline along their edge
+
+
+def tight_outline(graph: Graph, ops) -> np.ndarray:
+    """Each op's box with its margin, and a band along every edge between two of `ops` from one margin to the other,
+    as one shape whose pieces (each convex, counter-clockwise) are separated by NaN rows (Bokeh draws them as one patch). The bands run through the
+    gaps between layers and the slots of long edges, so the shape covers no other op's box."""
+    lay, pos, inside = dag_layout(graph), layered_layout(graph), set(ops)
+    w, h = BOX_W / 2 + PAD, BOX_H / 2 + PAD
+    pieces = [[(x - w, y - h), (x + w, y - h), (x + w, y + h), (x - w, y + h)] for x, y in (pos[op] for op in ops)]
+    for (u, v), path in zip(graph.dag.edges(), lay.paths):
+        if u not in inside or v not in inside:
+            continue
+        points = [tuple(p) for p in path]
+        points[0] = _leaving(points[0], points[1], -h)  # from u's margin (below it) ...
+        points[-1] = _leaving(points[-1], points[-2], h)  # ... to v's (above it)
+        pieces += [[(x1 - BRIDGE, y1), (x1 + BRIDGE, y1), (x0 + BRIDGE, y0), (x0 - BRIDGE, y0)]  # (counter-clockwise:
+                   for (x0, y0), (x1, y1) in zip(points, points[1:])]                          # paths run down)
+    rows = [row for piece in pieces for row in (*piece, (NAN, NAN))][:-1]
+    return np.array(rows)
+
+
+def _leaving(centre, towards, dy: float) -> tuple[float, float]:
+    """Where the line from a box's `centre` to `towards` crosses the horizontal line `dy` from the centre."""
+    (x0, y0), (x1, y1) = centre, towards
+    return (x0 + (x1 - x0) * dy / (y1 - y0) if y1 != y0 else x0, y0 + dy)
 
 
 def region_colours(graph: Graph, regions) -> list[str]:
@@ -262,18 +326,24 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
     colours = colours_of(graph, labels, members)
     rows = []
     for i, (label, ops, colour) in enumerate(zip(labels, members, colours)):
-        shape = outline(pos, ops)
+        shape = outline(graph, ops)
         # the tag over the region's first op: at its bounding box's corner, regions starting in one layer put their
         # tags on top of each other (ResNet-50's G1 and G2)
         first = pos[min(ops, key=graph.position.__getitem__)]
         top, left = first[1] + BOX_H / 2 + PAD, first[0] - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"slot": min(graph.position[op] for op in ops),
-                     "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "size": counted(len(ops), "op"),
+                     "xs": _listed(shape[:, 0]), "ys": _listed(shape[:, 1]), "region": label, "colour": colour, "size": counted(len(ops), "op"),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
                      "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
                      "line_width": 2.0})
     return pd.DataFrame(rows)
+
+
+def _listed(values: np.ndarray) -> list[float]:
+    """`values` as a list, each NaN the one object NAN: lists of a region a new plan keeps then compare equal (a NaN
+    equals only itself), so a slider move does not send them again."""
+    return [NAN if v != v else v for v in values.tolist()]
 
 
 def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS) -> str:
@@ -344,8 +414,8 @@ const near = [xr.start - w / 2, xr.end + w / 2, yr.start - h / 2, yr.end + h / 2
 this.near = near;
 const [x0, x1, y0, y1] = bounds.map((name) => source.get_column(name));
 const shown = source.get_column(text);
-const lo = (v) => typeof v === "number" ? v : Math.min(...v);
-const hi = (v) => typeof v === "number" ? v : Math.max(...v);
+const lo = (v) => typeof v === "number" ? v : Math.min(...v.filter(Number.isFinite));  // (NaN between pieces)
+const hi = (v) => typeof v === "number" ? v : Math.max(...v.filter(Number.isFinite));
 const rows = [];
 for (let i = 0; i < shown.length; i++) {
   if (shown[i] && hi(x1[i]) >= near[0] && lo(x0[i]) <= near[1] && hi(y1[i]) >= near[2] && lo(y0[i]) <= near[3]) {
