@@ -12,7 +12,6 @@ from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
-from engine import zoo
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
@@ -23,6 +22,7 @@ from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
+from engine import zoo
 
 UPLOAD_CHUNK_BYTES = 4 * 2**20  # an upload's chunk: one websocket message each, well under Bokeh's 20 MB limit
 URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",

@@ -6,9 +6,9 @@ import re
 from test_dashboard_e2e import browser, served, server, pytestmark  # noqa: F401  (fixtures, and the skip)
 
 
-def _open(server, browser, query: str):
-    """A page of `query`, once its first report is shown."""
-    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+def _open(server, browser, query: str, height: int = 1100):
+    """A page of `query` in a window `height` pixels high, once its first report is shown."""
+    page = browser.new_page(viewport={"width": 1500, "height": height})
     page.goto(server + query, timeout=120_000)
     page.get_by_text(re.compile(r"\(batch \d+\) on \w+")).first.wait_for(timeout=120_000)
     return page
@@ -82,15 +82,20 @@ OP_ON_PAGE = """(i) => {
 }"""
 
 
-def test_the_dag_shows_one_tooltip_per_op_and_the_wheel_scrolls_the_page(server, browser):
-    """Issue 29: hovering an op showed its outline's tooltip on top of its own; the wheel over the DAG zoomed."""
-    page = _open(server, browser, "?network=resnet50")
+def test_the_dag_shows_one_tooltip_per_op_its_nest_in_the_window_and_the_wheel_scrolls_the_page(server, browser):
+    """Issue 29: hovering an op showed its outline's tooltip on top of its own; a clicked op's loop nest opened at
+    y = 1,428 px in a 1,000 px window; the wheel over the DAG zoomed."""
+    page = _open(server, browser, "?network=resnet50", height=1000)
     page.wait_for_function("() => Bokeh.index.query_one(v => v.model.type === 'Figure') !== null", timeout=60_000)
     x, y = page.evaluate(OP_ON_PAGE, 1)
     page.mouse.move(x, y)
     page.get_by_text(re.compile(r"G\d+: [\d,]+ B of DRAM traffic")).first.wait_for(timeout=30_000)
     shown = page.locator(".bk-Tooltip:visible, .bk-tooltip:visible")
     assert shown.count() == 1  # the op's, not its outline's on top of it
+    page.mouse.click(x, y)
+    nest = page.get_by_text(re.compile(r"for \w+ in range")).first
+    nest.wait_for(timeout=60_000)
+    assert nest.bounding_box()["y"] < 1000 - 50
     before = page.evaluate(OP_ON_PAGE, 1)[1]
     page.mouse.wheel(0, 400)
     page.wait_for_function("([y, i]) => (" + OP_ON_PAGE + ")(i)[1] < y - 100", arg=[before, 1], timeout=30_000)
