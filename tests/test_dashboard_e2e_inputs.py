@@ -100,3 +100,21 @@ def test_the_dag_shows_one_tooltip_per_op_its_nest_in_the_window_and_the_wheel_s
     page.mouse.wheel(0, 400)
     page.wait_for_function("([y, i]) => (" + OP_ON_PAGE + ")(i)[1] < y - 100", arg=[before, 1], timeout=30_000)
     page.close()
+
+
+def test_eyeriss_shows_its_size_on_the_slider_and_compare_mode_sits_under_the_dag(server, browser):
+    """Issue 29: preset eyeriss showed 128 on the slider while 108 KB was used; the compare-mode DAG sat below the
+    energy bars, far from the first DAG; the legend said '1 ops'."""
+    page = _open(server, browser, "?network=resnet50&preset=eyeriss")
+    page.get_by_text(re.compile(r"resnet50 \(batch 1\) on eyeriss, 108 KB buffer")).first.wait_for(timeout=60_000)
+    label = page.get_by_text("On-chip buffer").first
+    page.wait_for_function("el => el.innerHTML.includes('<b>108</b>')", arg=label.element_handle(), timeout=30_000)
+    page.get_by_text(re.compile(r"^1 op: ")).first.wait_for(timeout=30_000)
+    assert not page.get_by_text(re.compile(r"\b1 ops\b")).count()
+    page.locator("select").filter(has_text="dnnvm").first.select_option("dnnvm")
+    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for(timeout=30_000)
+    compared = page.get_by_text(re.compile(r"dnnvm against optimus")).first.bounding_box()["y"]
+    boxes = [c.bounding_box() for c in page.locator("canvas").all() if c.bounding_box()]
+    bars = [b["y"] for b in boxes if 200 < b["height"] < 400]  # the energy and latency bars (320 px; DAGs: 420 up)
+    assert bars and compared < min(bars), (compared, bars)
+    page.close()
