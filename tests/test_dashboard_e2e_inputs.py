@@ -118,3 +118,43 @@ def test_eyeriss_shows_its_size_on_the_slider_and_compare_mode_sits_under_the_da
     bars = [b["y"] for b in boxes if 200 < b["height"] < 400]  # the energy and latency bars (320 px; DAGs: 420 up)
     assert bars and compared < min(bars), (compared, bars)
     page.close()
+
+
+# (y scale, tooltip lines, method -> line colour) of the figure whose title starts with `title`.
+CURVE_FIGURE = """(title) => {
+  for (const doc of Bokeh.documents)
+    for (const fig of doc.all_models) {
+      if (fig.type !== "Figure" || !fig.title || !fig.title.text.startsWith(title)) continue;
+      const colours = {};
+      for (const r of fig.renderers) {
+        const method = r.data_source?.data instanceof Map ? r.data_source.data.get("method") : r.data_source?.data?.method;
+        if (method && r.glyph.type === "Line") colours[method[0]] = r.glyph.line_color;
+      }
+      const hovers = fig.toolbar.tools.filter(t => t.type === "HoverTool").map(t => JSON.stringify(t.tooltips));
+      return [fig.y_scale.type, hovers, colours];
+    }
+  return null;
+}"""
+
+
+def test_the_curve_is_log_log_names_its_methods_and_shares_the_sweeps_colours(server, browser, tmp_path):
+    """Issue 29: a linear y axis flattened the curve from 128 KB up; its tooltips did not name the method; a method's
+    colour differed from the Sweep tab's; nothing said why limit_layerwise lies above the fused plans."""
+    import engine
+
+    page = _open(server, browser, "?network=light_squeezenet.onnx")
+    page.get_by_text("What-if curve", exact=True).click()
+    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached", timeout=180_000)
+    page.get_by_text(re.compile(r"limit_layerwise: the least traffic of any plan")).first.wait_for(timeout=30_000)
+    scale, hovers, curve = page.evaluate(CURVE_FIGURE, "What if the buffer")
+    assert scale == "LogScale" and hovers and all('"@{method}"' in h for h in hovers), (scale, hovers)
+    path = tmp_path / "s.parquet"
+    engine.sweep({"networks": ["light_squeezenet.onnx"], "accelerators": ["optimus"],
+                  "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
+                 scheduler="synchronous", out=path)
+    page.get_by_text("Sweep", exact=True).click()
+    page.locator("input[type=file]").nth(1).set_input_files(str(path))
+    page.wait_for_function(CURVE_FIGURE, arg="light_squeezenet.onnx on optimus", timeout=60_000)
+    _, _, sweep = page.evaluate(CURVE_FIGURE, "light_squeezenet.onnx on optimus")
+    assert sweep and sweep == {m: curve[m] for m in sweep}, (sweep, curve)
+    page.close()
