@@ -62,7 +62,7 @@ class ExplorerState(param.Parameterized):
     word_bits = param.Selector(default=16, objects=[4, 8, 16, 32], doc="Word width (bits)")
     dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
     methods = Chosen(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
-                                 doc="Fusion methods to compare")
+                     doc="Fusion methods to compare (one at least)")
     access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
                                   label="Buffer/RF accesses from",
                                   doc="The PE array's dataflow blocks (fast), or each layer's best loop blocking")

@@ -47,10 +47,12 @@ def rejected(state: param.Parameterized, name: str, given: str) -> str:
 def allowed(parameter: param.Parameter) -> str:
     """What a parameter accepts, in words: its bounds or its choices."""
     if isinstance(parameter, param.ListSelector):
-        return ("at least one of: " if isinstance(parameter, Chosen) else "a list of: ") + ", ".join(map(str, parameter.objects))
+        words = "at least one of: " if isinstance(parameter, Chosen) else "a list of: "
+        return words + ", ".join(map(str, parameter.objects))
     if isinstance(parameter, param.Selector):
         choices = list(parameter.objects)
-        text = "one of " + ", ".join(map(str, choices[:12])) + (f", ... ({len(choices)} in all)" if len(choices) > 12 else "")
+        text = "one of " + ", ".join(map(str, choices[:12]))
+        text += f", ... ({len(choices)} in all)" if len(choices) > 12 else ""
         if isinstance(parameter, NetworkName):
             text += ", or a language model with its token count: " + ", ".join(
                 f"{base}_{suffix}<N>" for base, (suffix, _) in zoo.LENGTHS.items())

@@ -175,8 +175,9 @@ BRIDGE = 5.0  # half the width of the band that joins two ops of a tight outline
 
 def tight_outline(graph: Graph, ops) -> np.ndarray:
     """Each op's box with its margin, and a band along every edge between two of `ops` from one margin to the other,
-    as one shape whose pieces (each convex, counter-clockwise) are separated by NaN rows (Bokeh draws them as one patch). The bands run through the
-    gaps between layers and the slots of long edges, so the shape covers no other op's box."""
+    as one shape whose pieces (each convex, counter-clockwise) are separated by NaN rows (Bokeh draws them as one
+    patch). The bands run through the gaps between layers and the slots of long edges, so the shape covers no other
+    op's box."""
     lay, pos, inside = dag_layout(graph), layered_layout(graph), set(ops)
     w, h = BOX_W / 2 + PAD, BOX_H / 2 + PAD
     pieces = [[(x - w, y - h), (x + w, y - h), (x + w, y + h), (x - w, y + h)] for x, y in (pos[op] for op in ops)]
@@ -201,8 +202,9 @@ def _leaving(centre, towards, dy: float) -> tuple[float, float]:
 def region_colours(graph: Graph, regions) -> list[str]:
     """A colour per region (a tuple of ops) such that regions joined by an edge, or whose outlines' boxes
     come within a layer gap of each other, never share one (with overlapping boxes alone, 24 pairs of a Llama
-    prefill's groups one gap apart shared a colour and read as one group); a region's colour follows from its first op, so a new plan recolours only the
-    regions it changed and their neighbours (a slider move sends the colours of those alone)."""
+    prefill's groups one gap apart shared a colour and read as one group); a region's colour follows from its first
+    op, so a new plan recolours only the regions it changed and their neighbours (a slider move sends the colours of
+    those alone)."""
     return list(_region_colours(graph, tuple(tuple(ops) for ops in regions)))
 
 
@@ -333,7 +335,8 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
         top, left = first[1] + BOX_H / 2 + PAD, first[0] - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"slot": min(graph.position[op] for op in ops),
-                     "xs": _listed(shape[:, 0]), "ys": _listed(shape[:, 1]), "region": label, "colour": colour, "size": counted(len(ops), "op"),
+                     "xs": _listed(shape[:, 0]), "ys": _listed(shape[:, 1]), "region": label, "colour": colour,
+                     "size": counted(len(ops), "op"),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
                      "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
                      "line_width": 2.0})
