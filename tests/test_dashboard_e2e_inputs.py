@@ -82,6 +82,18 @@ OP_ON_PAGE = """(i) => {
 }"""
 
 
+# Page coordinates just inside a region's tag (drawn right of and above its anchor).
+TAG_ON_PAGE = """(region) => {
+  const view = Bokeh.index.query_one(v => v.model.type === "Figure"
+    && v.model.renderers.some(r => r.data_source?.name === "dag-regions"));
+  const regions = view.model.renderers.find(r => r.data_source?.name === "dag-regions").data_source;
+  const i = Array.from(regions.get_column("region")).indexOf(region);
+  const box = view.canvas_view.el.getBoundingClientRect();
+  return [box.left + view.frame.x_scale.compute(regions.get_column("tag_x")[i]) + 6,
+          box.top + view.frame.y_scale.compute(regions.get_column("tag_y")[i]) - 5];
+}"""
+
+
 def test_the_dag_shows_one_tooltip_per_op_its_nest_in_the_window_and_the_wheel_scrolls_the_page(server, browser):
     """Issue 29: hovering an op showed its outline's tooltip on top of its own; a clicked op's loop nest opened at
     y = 1,428 px in a 1,000 px window; the wheel over the DAG zoomed."""
@@ -92,6 +104,9 @@ def test_the_dag_shows_one_tooltip_per_op_its_nest_in_the_window_and_the_wheel_s
     page.get_by_text(re.compile(r"G\d+: [\d,]+ B of DRAM traffic")).first.wait_for(timeout=30_000)
     shown = page.locator(".bk-Tooltip:visible, .bk-tooltip:visible")
     assert shown.count() == 1  # the op's, not its outline's on top of it
+    tag = page.evaluate(TAG_ON_PAGE, "G1")  # a group's ops are its tag's tooltip
+    page.mouse.move(*tag)
+    page.get_by_text(re.compile(r"G1 \(\d+ ops?\)")).first.wait_for(timeout=30_000)
     page.mouse.click(x, y)
     nest = page.get_by_text(re.compile(r"for \w+ in range")).first
     nest.wait_for(timeout=60_000)
