@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import holoviews as hv
 import panel as pn
+from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
 from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
 from dashboard.session import MAX_UPLOAD_BYTES, Session
-from dashboard.state import BUFFER_STEPS_KB, ExplorerState
+from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
@@ -21,6 +22,7 @@ from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
+from engine import zoo
 
 UPLOAD_CHUNK_BYTES = 4 * 2**20  # an upload's chunk: one websocket message each, well under Bokeh's 20 MB limit
 URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
@@ -78,8 +80,52 @@ def network_box(session: Session) -> pn.widgets.AutocompleteInput:
     return box
 
 
+# FilePond's own check of a file's size, in the browser: an empty file is refused in the drop box (FilePond said
+# "Upload complete" while the server refused it). `FilePond.setOptions` is its public page-wide setting, which
+# reaches the boxes made before it too.
+REFUSE_EMPTY_FILES_JS = ("if (window.FilePond) FilePond.setOptions({minFileSize: 1, labelMinFileSizeExceeded: "
+                         "'The file is empty', labelMinFileSize: 'choose an .onnx model file'})")
+
+
+LENGTH_LABELS = {"seq": "Sequence length (tokens)", "kv": "KV-cache length (tokens)"}  # by engine.zoo.LENGTHS suffix
+
+
+def length_box(session: Session) -> pn.widgets.IntInput:
+    """A language model's token count (a prefill's sequence length, a decode step's KV-cache length), shown for those
+    alone. A count typed becomes part of the network's name (`llama3_8b_decode_kv4096`, as the engine names it), so
+    the URL carries it; a count below 1 is named and the box shows the count in use again (as `checked`), and one
+    over the model's context is the engine's to refuse (its message in the status line)."""
+    s = session.state
+    box = pn.widgets.IntInput(name=LENGTH_LABELS["seq"], value=1, visible=False)
+
+    def follow(*_):
+        named = None if s.upload_name else zoo.length(s.network)
+        if named is not None:
+            box.param.update(name=LENGTH_LABELS[named[1]], value=named[2], visible=True)
+        else:
+            box.visible = False
+
+    def typed(event):
+        named = zoo.length(s.network)
+        if named is None or event.new == named[2]:
+            return
+        try:
+            s.network = f"{named[0]}_{named[1]}{event.new}"
+        except Exception:
+            session.error = f"{box.name} {event.new} is not allowed (a whole number, 1 or more); using {named[2]}"
+            pn.state.execute(lambda: setattr(box, "value", named[2]), schedule=Session._served())
+
+    box.param.watch(typed, "value")
+    s.param.watch(follow, ["network", "upload_name"])
+    follow()
+    return box
+
+
 def upload_box(session: Session) -> ModelDropper:
-    """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported."""
+    """The .onnx upload: each chunk that arrives moves the network box's percentage; the whole file is imported; an
+    empty file is refused in the box itself (REFUSE_EMPTY_FILES_JS)."""
+    if pn.state.curdoc is not None:
+        pn.state.curdoc.js_on_event("document_ready", CustomJS(code=REFUSE_EMPTY_FILES_JS))
     dropper = ModelDropper(multiple=False, chunk_size=UPLOAD_CHUNK_BYTES, layout="compact", sizing_mode="stretch_width",
                            max_file_size=f"{MAX_UPLOAD_BYTES // 2**20}MB")
 
@@ -101,26 +147,39 @@ def upload_box(session: Session) -> ModelDropper:
 
 
 def number_box(session: Session, name: str, widget_type=pn.widgets.IntInput, **kw) -> pn.widgets.Widget:
-    """A number box for the state's `name` whose refused values are named (see `checked`)."""
+    """A number box for the state's `name` whose refused values are named (see `checked`).
+
+    The box has no bounds of its own: bounded, the browser clamped a typed 0 to the bound, which was the value in use,
+    so nothing reached the server and the box went on showing the 0 that nothing used."""
     p = session.state.param[name]
-    return checked(widget_type(label=p.label, value=getattr(session.state, name), start=p.bounds[0], end=p.bounds[1],
-                               **kw), session, name)
+    return checked(widget_type(label=p.label, value=getattr(session.state, name), **kw), session, name)
+
+
+def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
+    """The fusion methods' check boxes; unchecking the last one is refused and named (see `checked`)."""
+    s = session.state
+    return checked(pn.widgets.CheckBoxGroup(name=s.param.methods.label, options=list(s.param.methods.objects),
+                                            value=list(s.methods), inline=False), session, "methods")
 
 
 def sidebar(session: Session) -> list:
     """The sidebar's widgets: network, accelerator, methods and allocation choices."""
     s = session.state
-    buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=BUFFER_STEPS_KB, value=s.buffer_kb)
+    buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=s.param.buffer_kb.objects,
+                                value=s.buffer_kb)
     buffer.param.watch(lambda e: setattr(s, "buffer_kb", e.new), "value_throttled")
     buffer.param.watch(lambda e: session.follow_drag(e.new, buffer.value_throttled), "value")
 
     def follow_state(event):  # a preset or a curve click moved the buffer; the slider's own moves are there already
-        if event.new != buffer.value:
+        if buffer.options != s.param.buffer_kb.objects:  # a preset's own size among the steps, or no longer
+            buffer.param.update(options=s.param.buffer_kb.objects, value=event.new)
+        elif event.new != buffer.value:
             buffer.value = event.new
 
     s.param.watch(follow_state, "buffer_kb")
     return [
         pn.pane.Markdown("#### Network"), network_box(session),
+        length_box(session),
         pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
         pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),
@@ -130,7 +189,7 @@ def sidebar(session: Session) -> list:
         number_box(session, "rf_bytes"),
         pn.widgets.Select.from_param(s.param.word_bits),
         number_box(session, "dram_gbps", pn.widgets.FloatInput),
-        pn.pane.Markdown("#### Methods"), pn.widgets.CheckBoxGroup.from_param(s.param.methods, inline=False),
+        pn.pane.Markdown("#### Methods"), methods_box(session),
         pn.pane.Markdown("Buffer and RF accesses counted from"),
         toggles(s.param.access_model),
         pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),
@@ -148,8 +207,7 @@ def main_area(session: Session) -> pn.Column:
     # from its CDN; the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    views = {"Fusion": pn.Column(FusionTab(session).panel(), ComparePanel(session).panel(),
-                                 sizing_mode="stretch_width"),
+    views = {"Fusion": FusionTab(session).panel(compare=ComparePanel(session).panel()),
              "What-if curve": curve_tab(session, active, 1),
              "Memory timeline": timeline_tab(session, active, 2),
              "Tables": tables_tab(session, active, 3),

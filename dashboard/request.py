@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import panel as pn
 
-from dashboard.state import BUFFER_STEPS_KB
 from dashboard.tabs.common import error_text
 
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
@@ -96,13 +95,14 @@ class ReportRequest:
         Stops at any newer request, and at the first step that takes longer than PREFETCH_STEP_S
         (big networks at big buffers), so it never holds up what the user asks for next.
         """
-        here = BUFFER_STEPS_KB.index(self.session.state.buffer_kb)
-        for i in sorted(range(len(BUFFER_STEPS_KB)), key=lambda i: abs(i - here))[1:]:
+        steps = self.session.state.param.buffer_kb.objects  # with a preset's own size
+        here = steps.index(self.session.state.buffer_kb)
+        for i in sorted(range(len(steps)), key=lambda i: abs(i - here))[1:]:
             if not self.current:
                 return
             start = time.perf_counter()
             try:
-                await asyncio.to_thread(self.session.prepared, BUFFER_STEPS_KB[i])
+                await asyncio.to_thread(self.session.prepared, steps[i])
             except Exception:  # the same error will be shown if the user goes there
                 return
             if time.perf_counter() - start > PREFETCH_STEP_S:

@@ -134,7 +134,7 @@ class Session(param.Parameterized):
 
     def methods(self, *, quick: bool = False) -> tuple[str, ...]:
         """The chosen fusion methods in a fixed order; `quick` leaves out the searches."""
-        chosen = tuple(m for m in FUSION_METHOD_ORDER if m in self.state.methods) or ("optimus",)
+        chosen = tuple(m for m in FUSION_METHOD_ORDER if m in self.state.methods)  # one at least (`Chosen`)
         return tuple(m for m in chosen if m not in SEARCHES) if quick else chosen
 
     def searches(self) -> tuple[str, ...]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import param
 
 import engine
+from engine import zoo
 from engine.allocation import METHODS as ALLOCATION_METHODS
 from engine.loading import onnx_light_models
 
-KB = 1024
+KB = 1024  # bytes, on the slider and in every view (STYLE.md, Units)
 # Buffer sizes the slider steps through: 8 KB .. 64 MB, two steps per doubling (log scale): the top end is where an
 # LLM prefill's whole FFN fuses (docs/fusion.md).
 BUFFER_STEPS_KB = sorted({int(8 * 2 ** (i / 2)) for i in range(0, 27)})
@@ -18,24 +19,36 @@ OP_KINDS = tuple(k.value for k in engine.OpKind)
 
 
 
-def nearest_step_kb(buffer_bytes: int) -> int:
-    """The slider step closest to `buffer_bytes` (on a log scale)."""
-    import math
+class Chosen(param.ListSelector):
+    """A ListSelector that refuses an empty list: with no fusion method checked there is no plan to show, and
+    showing one the user did not ask for would say nothing of why."""
 
-    return min(BUFFER_STEPS_KB, key=lambda k: abs(math.log(k * KB / buffer_bytes)))
+    def _validate(self, val):
+        super()._validate(val)
+        if val is not None and not len(val):
+            raise ValueError(f"{self.name}: check at least one")
+
+
+class NetworkName(param.Selector):
+    """A network's name: one of the choices, or a language model's at another token count
+    (`llama3_8b_decode_kv4096`, `engine.zoo.length`), which the engine builds from the name alone."""
+
+    def _validate(self, val):
+        named = zoo.length(val) if isinstance(val, str) and val not in self.objects else None
+        if named is None or named[2] < 1:
+            super()._validate(val)
 
 
 def network_names() -> list[str]:
     """Zoo names, then the onnx package's light models (always importable)."""
-    from engine import zoo
-
     return list(zoo.names()) + sorted(p.name for p in onnx_light_models().glob("*.onnx"))
 
 
 class ExplorerState(param.Parameterized):
     """The user's network, accelerator and method choices; the page and the URL both mirror it."""
 
-    network = param.Selector(default="resnet50", objects=network_names(), doc="Built-in network or ONNX light model")
+    network = NetworkName(default="resnet50", objects=network_names(),
+                          doc="Built-in network or ONNX light model; a language model's name may carry its token count")
     upload_name = param.String(default="", doc="An uploaded .onnx file in use, as 'content hash/file name'")
     input_shapes = param.String(default="", label="Input shapes (ONNX files)",
                                 doc="Comma-separated NAME=DIMS: an input's shape (input_ids=1x128) or a symbolic "
@@ -48,8 +61,8 @@ class ExplorerState(param.Parameterized):
     rf_bytes = param.Integer(default=64, label="RF bytes per PE", bounds=(1, 4096), doc="Register file bytes per PE")
     word_bits = param.Selector(default=16, objects=[4, 8, 16, 32], doc="Word width (bits)")
     dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
-    methods = param.ListSelector(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
-                                 doc="Fusion methods to compare")
+    methods = Chosen(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
+                     doc="Fusion methods to compare (one at least)")
     access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
                                   label="Buffer/RF accesses from",
                                   doc="The PE array's dataflow blocks (fast), or each layer's best loop blocking")
@@ -64,9 +77,12 @@ class ExplorerState(param.Parameterized):
 
     @param.depends("preset", watch=True)
     def _load_preset(self):
-        """Choosing a preset resets every accelerator field to the preset's values."""
+        """Choosing a preset resets every accelerator field to the preset's values; a buffer size that is not a
+        slider step (Eyeriss: 108 KB) becomes one while the preset is chosen, so the slider shows the size in use
+        (it showed the nearest step, 128, while 108 KB was used)."""
         acc = engine.Accelerator.preset(self.preset)
-        kb = nearest_step_kb(acc.buffer_bytes)
+        kb = acc.buffer_bytes // KB
+        self.param.buffer_kb.objects = sorted({*BUFFER_STEPS_KB, kb})  # this session's parameter, not the class's
         self.param.update(buffer_kb=kb, pe_rows=acc.pe_rows, pe_cols=acc.pe_cols, rf_bytes=acc.rf_bytes,
                           word_bits=acc.word_bits, dram_gbps=acc.dram_bandwidth / 1e9)
 
@@ -87,7 +103,7 @@ class ExplorerState(param.Parameterized):
         """
         acc = engine.Accelerator.preset(self.preset)
         kb = self.buffer_kb if buffer_kb is None else buffer_kb
-        if kb != nearest_step_kb(acc.buffer_bytes):  # the slider moved off the preset's size
+        if kb * KB != acc.buffer_bytes:  # the slider moved off the preset's size
             acc = acc.with_buffer(kb * KB)
         return (acc.with_pe_array(self.pe_rows, self.pe_cols).with_rf(self.rf_bytes)
                 .with_word_bits(self.word_bits).with_bandwidth(self.dram_gbps * 1e9))

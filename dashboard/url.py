@@ -12,6 +12,9 @@ from urllib.parse import parse_qs
 
 import param
 
+from dashboard.state import Chosen, NetworkName
+from engine import zoo
+
 SETTLE_MS = 300  # the URL follows the state this long after its last change
 
 
@@ -44,10 +47,16 @@ def rejected(state: param.Parameterized, name: str, given: str) -> str:
 def allowed(parameter: param.Parameter) -> str:
     """What a parameter accepts, in words: its bounds or its choices."""
     if isinstance(parameter, param.ListSelector):
-        return "a list of: " + ", ".join(map(str, parameter.objects))
+        words = "at least one of: " if isinstance(parameter, Chosen) else "a list of: "
+        return words + ", ".join(map(str, parameter.objects))
     if isinstance(parameter, param.Selector):
         choices = list(parameter.objects)
-        return "one of " + ", ".join(map(str, choices[:12])) + (f", ... ({len(choices)} in all)" if len(choices) > 12 else "")
+        text = "one of " + ", ".join(map(str, choices[:12]))
+        text += f", ... ({len(choices)} in all)" if len(choices) > 12 else ""
+        if isinstance(parameter, NetworkName):
+            text += ", or a language model with its token count: " + ", ".join(
+                f"{base}_{suffix}<N>" for base, (suffix, _) in zoo.LENGTHS.items())
+        return text
     if isinstance(parameter, param.Number) and parameter.bounds:
         low, high = parameter.bounds
         return f"{'an integer' if isinstance(parameter, param.Integer) else 'a number'} from {low} to {high}"

@@ -105,15 +105,21 @@ def test_the_ops_csv_follows_the_plan_the_dag_shows_with_each_groups_dram_bytes(
     assert first_rows["group_dram_bytes"].sum() == plan.dram_bytes
 
 
-def test_a_preset_buffer_off_the_slider_steps_is_named_in_the_headline():
-    s = Session(ExplorerState(network="light_squeezenet.onnx", preset="eyeriss"))
+def test_a_presets_own_buffer_size_is_a_slider_step_while_it_is_chosen():
+    """Issue 29: preset eyeriss showed 128 on the slider while 108 KB was used."""
+    s = Session(ExplorerState(network="light_squeezenet.onnx"))
+    slider = next(w for w in sidebar(s) if isinstance(w, LiveDiscreteSlider))
     tab = FusionTab(s)
-    used = s.report.acc.buffer_bytes // 1024
-    assert used != s.state.buffer_kb  # 108 KB, shown on the slider as its nearest step
-    assert f"{used:,} KB buffer (the preset's own size; the slider shows the nearest step, {s.state.buffer_kb:,} KB)" \
-        in tab.headline.object
-    s.state.buffer_kb = 256
-    assert "256 KB buffer\n" in tab.headline.object
+    s.state.preset = "eyeriss"
+    assert s.report.acc.buffer_bytes == 108 * 1024 and (s.state.buffer_kb, slider.value) == (108, 108)
+    assert "108 KB buffer\n" in tab.headline.object
+    s.state.buffer_kb = 256  # another step: that size is used
+    assert s.report.acc.buffer_bytes == 256 * 1024 and slider.value == 256
+    s.state.buffer_kb = 108  # and back: the preset's own
+    assert s.report.acc.buffer_bytes == 108 * 1024 and slider.value == 108
+    s.state.preset = "optimus"  # another preset: 108 is no step of its slider
+    assert 108 not in slider.options and (s.state.buffer_kb, slider.value) == (128, 128)
+    assert 108 not in ExplorerState().param.buffer_kb.objects  # one session's choice is not another's
 
 
 def test_compare_mode_outlines_the_groups_that_differ_and_their_traffic():
@@ -274,6 +280,13 @@ def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_
     widgets["DRAM bandwidth (GB/s)"]._process_events({"value": 0.05})
     assert session.status.object == ("DRAM bandwidth (GB/s) 0.05 is not allowed (a number from 0.1 to 1000.0); "
                                      "using 6.4")
+    widgets["Methods"]._process_events({"value": []})  # unchecking the last method: refused, not optimus unasked
+    assert session.status.object == ("Methods [] is not allowed (at least one of: none, dnnvm, efficient_s, optimus, "
+                                      "online); using ['dnnvm', 'efficient_s', 'optimus']")
+    assert session.state.methods == ["dnnvm", "efficient_s", "optimus"]
+    for name in ("Batch", "PE rows", "DRAM bandwidth (GB/s)"):  # unbounded in the browser: it clamped a 0 to the bound
+        box = widgets.get(name) or rows
+        assert (box.start, box.end) == (None, None)
     network = widgets["Network (type to search)"]
     network._process_events({"value": "foobar"})
     assert session.status.object.startswith("Network 'foobar' is not allowed (one of alexnet, ")
@@ -558,13 +571,46 @@ def test_each_fused_group_is_one_outline_and_neighbouring_groups_differ_in_colou
         for u, v in graph.dag.edges():  # groups joined by an edge never share a colour
             assert group_of[u] == group_of[v] or colour[group_of[u]] != colour[group_of[v]]
         for row, grp in zip(regions.itertuples(), plan.groups):  # the outline holds every corner of its ops' boxes
-            hull = np.column_stack([row.xs, row.ys])
+            pieces = _pieces(row.xs, row.ys)
             for op in grp:
                 x, y = pos[op]
-                for cx, cy in ((x - BOX_W / 2, y - BOX_H / 2), (x + BOX_W / 2, y + BOX_H / 2)):
-                    edges = np.roll(hull, -1, axis=0) - hull
-                    cross = edges[:, 0] * (cy - hull[:, 1]) - edges[:, 1] * (cx - hull[:, 0])
-                    assert (cross >= -1e-6).all()  # left of every counter-clockwise edge: inside
+                for corner in ((x - BOX_W / 2, y - BOX_H / 2), (x + BOX_W / 2, y + BOX_H / 2)):
+                    assert any(_inside(piece, corner) for piece in pieces)
+
+
+def _pieces(xs, ys) -> list[np.ndarray]:
+    """An outline's convex pieces (NaN rows between them)."""
+    shape = np.column_stack([xs, ys])
+    return [p[~np.isnan(p[:, 0])] for p in np.split(shape, np.where(np.isnan(shape[:, 0]))[0])]
+
+
+def _inside(piece: np.ndarray, point, margin: float = 1e-6) -> bool:
+    """Whether `point` is inside the counter-clockwise convex polygon `piece` (left of every edge, by `margin`)."""
+    edges = np.roll(piece, -1, axis=0) - piece
+    cross = edges[:, 0] * (point[1] - piece[:, 1]) - edges[:, 1] * (point[0] - piece[:, 0])
+    return bool((cross >= -margin).all())
+
+
+def test_no_groups_outline_covers_another_groups_op():
+    """Issue 29: convex hulls covered other groups' ops (GoogLeNet: 15 pairs of groups, NASNet-A mobile: 143 of its
+    636 ops); such a group is drawn as its ops' boxes joined along its edges instead."""
+    from dashboard.views.dag import BOX_H, BOX_W, layered_layout, outline_table
+
+    for name in ("googlenet", "nasnet_a_mobile"):
+        graph = engine.load_network(name)
+        plan = engine.fuse(graph, engine.Accelerator.preset("optimus"), method="optimus")
+        regions = outline_table(graph, plan.groups)
+        pos = layered_layout(graph)
+        group_of = {op: i for i, grp in enumerate(plan.groups) for op in grp}
+        covered = set()
+        for i, row in enumerate(regions.itertuples()):
+            pieces = _pieces(row.xs, row.ys)
+            for op, (x, y) in pos.items():  # the box's centre and its corners, a unit in
+                points = [(x, y), *((x + dx * (BOX_W / 2 - 1), y + dy * (BOX_H / 2 - 1)) for dx in (-1, 1)
+                                    for dy in (-1, 1))]
+                if group_of[op] != i and any(_inside(p, q, -1e-6) for p in pieces for q in points):
+                    covered.add(op)
+        assert not covered, (name, len(covered), sorted(covered)[:5])
 
 
 def test_a_small_network_is_drawn_at_the_scale_of_a_big_one(tmp_path):
@@ -759,7 +805,7 @@ def test_the_legend_lists_at_most_its_row_limit_and_names_the_rest():
     assert html.count("<tr>") == 1 + 10 + 1  # heading, ten groups, the rest in one row
     rest = sum(costs[10:])
     assert f"G10 to G{len(plan.groups) - 1}</td><td>{len(plan.groups) - 10} more" in html
-    assert f"{rest / 1e3:,.1f} KB" in html
+    assert f"{rest / 1024:,.1f} KB" in html
 
 
 def _dag_message_bytes(figure, change) -> int:
@@ -799,7 +845,7 @@ def test_a_move_sends_only_the_dag_rows_that_changed_and_kept_groups_keep_their_
     ops, regions = (drawn.select_one({"name": n}) for n in ("dag-ops", "dag-regions"))
 
     def every_column():  # what a move sent before: the op columns that changed, whole, and the outlines' table
-        ops.data.update({c: whole.select_one({"name": "dag-ops"}).data[c] for c in ("group", "group_size", "colour")})
+        ops.data.update({c: whole.select_one({"name": "dag-ops"}).data[c] for c in ("group", "group_ops", "colour")})
         regions.data = dict(whole.select_one({"name": "dag-regions"}).data)
 
     full = _dag_message_bytes(drawn, every_column)
@@ -991,3 +1037,133 @@ def test_the_dags_boxes_labels_outlines_and_tags_draw_only_the_rows_near_the_vie
         for rng in (fig.x_range, fig.y_range):
             (moved,) = rng.js_property_callbacks[f"change:{bound}"]
             assert set(moved.args["filters"]) == set(culled.values())
+
+
+def _line_colours(figure) -> dict:
+    """method -> colour of each line a rendered curve figure draws."""
+    from bokeh.models import GlyphRenderer, Line
+
+    return {r.data_source.data["method"][0]: r.glyph.line_color for r in figure.select(GlyphRenderer)
+            if isinstance(r.glyph, Line) and "method" in r.data_source.data}
+
+
+def test_the_what_if_curve_is_log_log_names_the_method_on_hover_and_shares_the_sweeps_colours(session, tmp_path):
+    """Issue 29: a linear y axis flattened every size from 128 KB up; tooltips said buffer_kb and dram_mb without the
+    method; a method's colour differed between the curve and the Sweep tab; nothing said why limit_layerwise lies
+    above the fused plans."""
+    from bokeh.models import HoverTool, LogScale
+
+    from dashboard.tabs.curve import LIMIT_NOTE, CurvePlot, drawn
+    from dashboard.views.sweep import sweep_view
+    from engine.explore import CURVE_BUFFERS_KB
+
+    methods = ["dnnvm", "optimus", "oracle", "limit_layerwise", "limit_fused"]
+    df = pd.DataFrame([{"buffer_kb": kb, "method": m, "dram_mb": (i + 1) * 1e5 / kb} for kb in (16, 256, 4096)
+                       for i, m in enumerate(methods)])
+    column = drawn(CurvePlot(session.state), df, (), len(CURVE_BUFFERS_KB))  # every size in
+    figure = column[0].object
+    assert isinstance(figure.x_scale, LogScale) and isinstance(figure.y_scale, LogScale)
+    tips = [dict(h.tooltips) for h in figure.select(HoverTool)]
+    assert tips and all(t.get("method") == "@{method}" for t in tips), tips
+    assert "limit_layerwise" in column[1].object and column[1].object == LIMIT_NOTE
+    curve = _line_colours(figure)
+    assert sorted(curve) == sorted(methods) and len(set(curve.values())) == len(methods)
+    rows = engine.sweep({"networks": ["light_squeezenet.onnx"], "accelerators": ["optimus"],
+                         "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
+                        scheduler="synchronous", out=tmp_path / "s.parquet")
+    sweep = _line_colours(hv.render(sweep_view(rows, "light_squeezenet.onnx", "optimus", 1)))
+    assert sweep == {m: curve[m] for m in ("dnnvm", "optimus", "oracle")}
+
+
+def test_words_and_units_op_counts_kb_of_1024_separators_ties_and_compare_under_the_dag(session):
+    """Issue 29: '1 ops'; the legend's KB was 1,000 bytes (the slider's 1,024); '15393.69 GMACs'; the headline named
+    dnnvm on a tie while the DAG said 'fused by optimus'; the compare DAG sat below the energy bars."""
+    from dashboard.tabs.compare import ComparePanel
+    from dashboard.tabs.fusion import headline_text, shown_plan
+    from dashboard.views.dag import OP_TOOLTIPS, REGION_TOOLTIPS, legend_html, outline_table
+
+    rep = session.report
+    plan = shown_plan(rep)
+    regions = outline_table(rep.graph, plan.groups, [c.dram_bytes for c in plan.costs])
+    legend = legend_html(regions, "groups")
+    single = next(r for r in regions.itertuples() if r.ops.count(",") == 0)
+    assert f"<td>1 op: {single.ops}</td><td>{single.dram_bytes / 1024:,.1f} KB</td>" in legend
+    assert "1 ops" not in legend and "(@{size})" in dict(REGION_TOOLTIPS)["region"]
+    assert "@{group_ops}" in dict(OP_TOOLTIPS)["group"]
+    llama = engine.load_network("llama3_8b_prefill")
+    assert f"{llama.macs / 1e9:,.2f} GMACs" in headline_text(engine.evaluate(llama, rep.acc, methods=("none",)))
+    tie = engine.evaluate(rep.graph, rep.acc.with_buffer(64 * 2**20), methods=("efficient_s", "optimus"))
+    assert tie.plans["efficient_s"].dram_bytes == tie.plans["optimus"].dram_bytes  # everything fits: both fuse it all
+    assert "best plan (optimus, tied with efficient_s)" in headline_text(tie)
+    tab = FusionTab(session)
+    compare = ComparePanel(session).panel()
+    shown = tab.panel(compare=compare).objects
+    bars = next(o for o in shown if isinstance(o, pn.Row) and tab.energy.pane in o.objects)
+    assert shown.index(compare) < shown.index(tab.table) < shown.index(bars)
+
+
+def test_a_language_models_token_count_is_chosen_in_the_url_and_the_sidebar():
+    """Issue 29: `llama3_8b_decode_kv4096` in the URL was refused, and the page offered no way to choose a sequence
+    or KV-cache length."""
+    from panel.io.location import Location
+
+    from dashboard import url
+    from dashboard.app import URL_PARAMS
+
+    state = ExplorerState()
+    assert url.restore(state, Location(search="?network=gpt2_seq256"), URL_PARAMS) == []
+    s = Session(state)
+    assert s.report.graph.name == "gpt2_seq256"
+    box = next(w for w in sidebar(s) if isinstance(w, pn.widgets.IntInput) and w.name.endswith("(tokens)"))
+    assert (box.name, box.value, box.visible) == ("Sequence length (tokens)", 256, True)
+    box._process_events({"value": 128})  # typed: the network's name carries it, and so the URL
+    assert s.state.network == "gpt2_seq128" and s.report.graph.name == "gpt2_seq128"
+    assert url.query_of(s.state, ["network"]) == {"network": "gpt2_seq128"}
+    box._process_events({"value": 0})
+    assert s.status.object == "Sequence length (tokens) 0 is not allowed (a whole number, 1 or more); using 128"
+    assert (box.value, s.state.network) == (128, "gpt2_seq128")
+    s.state.network = "llama3_8b_decode"
+    assert (box.name, box.value) == ("KV-cache length (tokens)", 2048)
+    s.state.network = "light_squeezenet.onnx"  # no token count: no box
+    assert not box.visible
+    bad = ExplorerState()
+    problems = url.restore(bad, Location(search="?network=gpt2_kv12"), URL_PARAMS)
+    assert problems[0].endswith("or a language model with its token count: bert_base_seq<N>, gpt2_seq<N>, "
+                                "gpt3_6.7b_block_seq<N>, llama3_8b_prefill_seq<N>, llama3_8b_decode_kv<N>); "
+                                "using 'resnet50'")
+
+
+def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_and_the_nest_opens_at_the_top(session):
+    """Issue 29's DAG: 24 pairs of a Llama prefill's groups a layer gap apart shared a colour; resnet50's G1 and G2
+    tags printed on top of each other; the wheel zoomed instead of scrolling the page; an op's hover showed its
+    outline's tooltip too; a clicked op's loop nest opened under the legend, below the window."""
+    import itertools
+
+    from bokeh.models import HoverTool
+
+    from dashboard.views.dag import BOX_H, BOX_W, GAP_Y, PAD, layered_layout, outline_table
+
+    acc = engine.Accelerator.preset("optimus")
+    for name in ("resnet50", "googlenet", "llama3_8b_prefill"):
+        graph = engine.load_network(name)
+        plan = engine.fuse(graph, acc, method="optimus")
+        regions = outline_table(graph, plan.groups)
+        pos = layered_layout(graph)
+        boxes = [(min(pos[o][0] for o in g) - BOX_W / 2 - PAD, max(pos[o][0] for o in g) + BOX_W / 2 + PAD,
+                  min(pos[o][1] for o in g) - BOX_H / 2 - PAD, max(pos[o][1] for o in g) + BOX_H / 2 + PAD)
+                 for g in plan.groups]
+        for i, j in itertools.combinations(range(len(boxes)), 2):
+            a, b = boxes[i], boxes[j]
+            apart = max(a[0] - b[1], b[0] - a[1], a[2] - b[3], b[2] - a[3])  # the gap between the outlines' boxes
+            assert apart >= GAP_Y or regions.colour[i] != regions.colour[j], (name, i, j)
+            # a tag is ~40 x 14 units at the first zoom (8 pt bold "G123")
+            dx, dy = abs(regions.tag_x[i] - regions.tag_x[j]), abs(regions.tag_y[i] - regions.tag_y[j])
+            assert dx >= 40 or dy >= 14, (name, i, j)
+    figure = dag_element(session.report)
+    assert figure.toolbar.active_scroll is None
+    hovers = figure.select(HoverTool)
+    ops = figure.select_one({"name": "dag-ops"})
+    assert sum(ops in [r.data_source for r in h.renderers] for h in hovers) == 1  # one tooltip over an op
+    tab = FusionTab(session)
+    beside = next(o for o in tab.panel().objects if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
+    assert beside.objects.index(tab.detail.panel) < beside.objects.index(tab.dag.legend)

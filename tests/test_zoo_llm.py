@@ -149,3 +149,10 @@ def test_decode_is_weight_and_cache_bound_while_prefill_falls_with_the_buffer():
     for acc in (small, large):
         assert oracle_bytes(decode, acc) <= fuse(decode, acc).dram_bytes <= 1.1 * oracle_bytes(decode, acc)
     assert fuse(prefill, large).dram_bytes < 0.5 * fuse(prefill, small).dram_bytes
+
+
+def test_a_language_models_length_is_read_off_its_name_or_its_builders_default():
+    assert zoo.length("llama3_8b_decode_kv4096") == ("llama3_8b_decode", "kv", 4096)
+    assert zoo.length("llama3_8b_prefill") == ("llama3_8b_prefill", "seq", 2048)
+    assert zoo.length("gpt2") == ("gpt2", "seq", 1024) and zoo.length("bert_base_seq384")[2] == 384
+    assert zoo.length("resnet50") is None and zoo.length("llama3_8b_prefill_kv12") is None

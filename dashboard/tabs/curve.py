@@ -17,12 +17,19 @@ from bokeh.models import Span
 from panel.io.state import set_curdoc
 
 import engine
-from dashboard.state import BUFFER_STEPS_KB, KB
+from dashboard.state import KB
 from dashboard.tabs.common import message, render
 from dashboard.views.curve import curve_view
 from engine.explore import CURVE_BUFFERS_KB, curve_rows
 
 PROGRESS = "computing the buffer-size curve..."
+# what the dashed bounds mean: the layer-by-layer limit lies above the fused plans from the sizes where fusion pays,
+# which read as a bound broken without this
+LIMIT_NOTE = ("Dashed lines are floors, not plans. *oracle*: every weight and network input and output crossing once. "
+              "*limit_layerwise*: the least traffic of any plan that runs every op on its own, each op's output "
+              "written to DRAM and read back by the next; a floor for `none`, not for fused plans, which keep those "
+              "tensors on chip, so where fusion pays they lie below it. *limit_fused*: the floor for fused plans "
+              "(docs/limit.md).")
 XLIM = (CURVE_BUFFERS_KB[0] / 1.25, CURVE_BUFFERS_KB[-1] * 1.25)  # the whole range from the first size drawn
 
 
@@ -50,9 +57,9 @@ async def curve_progress(graph, acc, methods: tuple[str, ...], stop=lambda: Fals
         yield pd.DataFrame(rows), tuple(skipped), done
 
 
-def nearest_step(kb: float) -> int:
-    """The slider step nearest to a clicked buffer size (on a log scale)."""
-    return min(BUFFER_STEPS_KB, key=lambda k: abs(k - kb) / k)
+def nearest_step(kb: float, steps) -> int:
+    """The slider step (of `steps`) nearest to a clicked buffer size (on a log scale)."""
+    return min(steps, key=lambda k: abs(k - kb) / k)
 
 
 class CurvePlot:
@@ -82,12 +89,25 @@ class CurvePlot:
         # point their stylesheets at Panel's CDN instead of this server
         doc = self.figure.document if self.figure is not None else None
         with set_curdoc(doc) if doc is not None else contextlib.nullcontext():
-            self.state.buffer_kb = nearest_step(event.x)
+            self.state.buffer_kb = nearest_step(event.x, self.state.param.buffer_kb.objects)
 
     def _follow(self, event):
         if self.figure is not None:
             for span in self.figure.select({"type": Span}):
                 span.location = event.new
+
+
+def drawn(plot: CurvePlot, df: pd.DataFrame, skipped: tuple[str, ...], done: int) -> pn.Column:
+    """The curve so far: its progress while sizes are still coming, the plot, what the bounds mean, and the sizes
+    left out."""
+    parts = [plot.draw(df), pn.pane.Markdown(LIMIT_NOTE, sizing_mode="stretch_width")]
+    if done < len(CURVE_BUFFERS_KB):
+        parts.insert(0, pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
+                               pn.pane.HTML(f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn",
+                                            align="center")))
+    if skipped:
+        parts.append(pn.pane.Alert("Left out of the curve: " + "; ".join(skipped), alert_type="warning"))
+    return pn.Column(*parts, sizing_mode="stretch_width")
 
 
 def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
@@ -109,25 +129,15 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
             yield message(err)
             return
         try:
-            async for df, skipped, done in curve_progress(graph, acc, tuple(methods) or ("optimus",), session.stop):
+            async for df, skipped, done in curve_progress(graph, acc, tuple(methods), session.stop):
                 if len(df):
-                    yield drawn(df, skipped, done)
+                    yield drawn(plot, df, skipped, done)
         except Exception as err:
             yield message(err)
             return
         if not len(df):
             yield pn.pane.Alert("The network runs at none of the curve's buffer sizes: " + "; ".join(skipped),
                                 alert_type="danger")
-
-    def drawn(df: pd.DataFrame, skipped: tuple[str, ...], done: int) -> pn.Column:
-        parts = [plot.draw(df)]
-        if done < len(CURVE_BUFFERS_KB):
-            parts.insert(0, pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
-                                   pn.pane.HTML(f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn",
-                                                align="center")))
-        if skipped:
-            parts.append(pn.pane.Alert("Left out of the curve: " + "; ".join(skipped), alert_type="warning"))
-        return pn.Column(*parts, sizing_mode="stretch_width")
 
     return pn.panel(pn.bind(curve, active, s.network, s.batch, s.preset, s.pe_rows, s.pe_cols, s.rf_bytes,
                             s.word_bits, s.dram_gbps, s.methods, s.upload_name, s.input_shapes), sizing_mode="stretch_width")

@@ -17,13 +17,14 @@ import panel as pn
 import engine
 from dashboard.state import KB
 from dashboard.tabs.common import error_text, render, toggles
+from dashboard.views import counted
 from dashboard.views.dag import (PART_COLOURS, SWATCH_CSS, dag_figure, legend_html, node_table, outline_table,
                                  region_columns)
 from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
 from engine.partition import ACCELERATOR
 
 # node columns a new report or colouring changes (the rest: positions, shapes, MACs, stay)
-RECOLOURED = ("group", "group_size", "overlay", "colour")
+RECOLOURED = ("group", "group_ops", "overlay", "colour")
 CLICK_HINT = "Click an op in the DAG to see its loop nest here."
 SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "latency_ms": "latency (ms)",
                     "x_oracle": "× Oracle", "x_limit": "× limit", "gap": "proven gap"}
@@ -48,25 +49,14 @@ table.methods th:first-child, table.methods td:first-child { text-align: left; }
 """
 
 
-def counted(n: int, noun: str) -> str:
-    """`n` and the noun, plural unless n is 1 ("1 group", "60 groups")."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def headline_text(rep, pending=(), slider_kb: int | None = None) -> str:
-    """What the page says first: the network, the accelerator, the Oracle, the best plan, and searches still running.
-
-    A preset's own buffer size that is not a slider step (Eyeriss: 108 KB) is used until the slider
-    moves; the headline then says which size the slider's label rounds it to.
-    """
+def headline_text(rep, pending=()) -> str:
+    """What the page says first: the network, the accelerator, the Oracle, the best plan, and searches still running."""
     g, acc = rep.graph, rep.acc
-    best = min(rep.plans.values(), key=lambda p: p.dram_bytes)
-    used_kb = acc.buffer_bytes / KB
-    note = (f" (the preset's own size; the slider shows the nearest step, {slider_kb:,} KB)"
-            if slider_kb is not None and abs(used_kb - slider_kb) >= 0.5 else "")
-    text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {used_kb:,.0f} KB buffer{note}\n\n"
-            f"{len(g.ops)} ops, {g.macs / 1e9:.2f} GMACs, {g.params / 1e6:.2f} M parameters. "
-            f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}) "
+    best, tied = best_plan(rep)
+    ties = f", tied with {', '.join(tied)}" if tied else ""
+    text = (f"### {g.name} (batch {g.batch}) on {acc.name}, {acc.buffer_bytes / KB:,.0f} KB buffer\n\n"
+            f"{counted(len(g.ops), 'op')}, {g.macs / 1e9:,.2f} GMACs, {g.params / 1e6:,.2f} M parameters. "
+            f"Oracle DRAM traffic {rep.oracle_bytes / 1e6:,.2f} MB; best plan ({best.method}{ties}) "
             f"{best.dram_bytes / 1e6:,.2f} MB in {counted(len(best.groups), 'group')}.")
     if pending:
         text += f"\n\n**{' and '.join(pending)} still searching**: shown so far are the one-pass methods."
@@ -82,6 +72,16 @@ def spinner_styles(busy: bool) -> dict:
 def shown_plan(rep):
     """The plan the DAG colours: Optimus when it was run, else the one with the least DRAM traffic."""
     return rep.plans["optimus"] if "optimus" in rep.plans else min(rep.plans.values(), key=lambda p: p.dram_bytes)
+
+
+def best_plan(rep):
+    """(the plan with the least DRAM traffic, the other methods that tie with it): on a tie, the plan the DAG shows,
+    so the headline and the DAG name the same method."""
+    least = min(p.dram_bytes for p in rep.plans.values())
+    tied = [m for m, p in rep.plans.items() if p.dram_bytes == least]
+    shown = shown_plan(rep)
+    best = shown if shown.method in tied else rep.plans[tied[0]]
+    return best, [m for m in tied if m != best.method]
 
 
 def groups_title(rep) -> str:
@@ -353,7 +353,7 @@ class FusionTab:
             return
         view = fusion_view_data(rep)
         with pn.io.hold():
-            self.headline.object = headline_text(rep, self.session.pending, self.session.state.buffer_kb)
+            self.headline.object = headline_text(rep, self.session.pending)
             self.recolour(rep)
             self.table.object = view.summary_html
             self.energy.show(dict(rep.energy), view.energy_columns)
@@ -371,10 +371,14 @@ class FusionTab:
             self.session.error = error_text(err)
             self.dag.show(rep)
 
-    def panel(self) -> pn.Column:
+    def panel(self, compare: pn.viewable.Viewable | None = None) -> pn.Column:
+        """The tab's views, `compare` (compare mode's chooser and DAG) right under the DAG: below the bars, the second
+        DAG was a page away from the first. Beside the DAG the clicked op's loop nest comes first, then the legend:
+        under the legend (up to 900 pixels) it opened below the window."""
         colour_by = toggles(self.session.state.param.colour_by)
         return pn.Column(pn.Row(self.headline, self.busy), colour_by,
-                         pn.Row(self.dag.pane, pn.Column(self.dag.legend, self.detail.panel)), self.table,
+                         pn.Row(self.dag.pane, pn.Column(self.detail.panel, self.dag.legend)),
+                         *([compare] if compare is not None else []), self.table,
                          pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),
                          pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")

@@ -17,12 +17,15 @@ import pandas as pd
 from grandalf.graphs import Edge, Graph as LayoutGraph, Vertex
 from grandalf.layouts import SugiyamaLayout
 
+from dashboard.state import KB  # the buffer slider's: a KB is 1,024 bytes in every view (STYLE.md, Units)
+from dashboard.views import counted
 from engine.graph import Graph
 
 # Tableau's 10 with two more: distinct hues; the group colouring keeps neighbouring groups apart.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
            "#bab0ac", "#1f9e89", "#8f6ad9")
 GREY = "#cccccc"
+NAN = float("nan")  # between the pieces of a tight outline (`tight_outline`)
 # CPU/accelerator parts take their device's colour (so the colour says where an op runs), by label prefix
 PART_COLOURS = {"accelerator part": "#4e79a7", "CPU part": "#f28e2b"}
 BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
@@ -125,17 +128,83 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
     return np.array(lower[:-1] + upper[:-1])
 
 
-def outline(pos: dict, ops) -> np.ndarray:
-    """The shaded shape around a set of ops: the convex hull of their boxes, with a margin."""
+def outline(graph: Graph, ops) -> np.ndarray:
+    """The shaded shape around a set of ops: the convex hull of their boxes, with a margin; where that hull would
+    cover another op's box, the ops' own boxes joined along their edges (`tight_outline`): hulls covered other
+    groups' ops (GoogLeNet: 15 pairs of groups; NASNet-A mobile: 143 of its 636 ops)."""
+    pos = layered_layout(graph)
     corners = [(x + dx * (BOX_W / 2 + PAD), y + dy * (BOX_H / 2 + PAD))
                for x, y in (pos[op] for op in ops) for dx in (-1, 1) for dy in (-1, 1)]
-    return convex_hull(np.array(corners))
+    hull = convex_hull(np.array(corners))
+    return tight_outline(graph, ops) if covers(hull, _other_boxes(graph, ops, hull)) else hull
+
+
+def _other_boxes(graph: Graph, ops, hull: np.ndarray) -> np.ndarray:
+    """(x0, x1, y0, y1) rows of the boxes of the ops not in `ops` that meet the bounding box of `hull`."""
+    names, centres = _centres(graph)
+    mine = np.isin(names, list(ops))
+    x, y = centres[:, 0], centres[:, 1]
+    near = (~mine & (x + BOX_W / 2 > hull[:, 0].min()) & (x - BOX_W / 2 < hull[:, 0].max())
+            & (y + BOX_H / 2 > hull[:, 1].min()) & (y - BOX_H / 2 < hull[:, 1].max()))
+    return np.column_stack([x[near] - BOX_W / 2, x[near] + BOX_W / 2, y[near] - BOX_H / 2, y[near] + BOX_H / 2])
+
+
+@lru_cache(maxsize=32)
+def _centres(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(op names, their boxes' centres) as arrays, in graph order."""
+    pos = layered_layout(graph)
+    return np.array([op.name for op in graph.ops]), np.array([pos[op.name] for op in graph.ops])
+
+
+def covers(hull: np.ndarray, boxes: np.ndarray) -> bool:
+    """Whether the convex polygon `hull` (counter-clockwise) overlaps any of `boxes` ((x0, x1, y0, y1) rows): a
+    separating axis between them is one of the boxes' two or one of the hull's edges' normals."""
+    if not len(boxes):
+        return False
+    corners = np.stack([boxes[:, [0, 2]], boxes[:, [1, 2]], boxes[:, [1, 3]], boxes[:, [0, 3]]], axis=1)  # n x 4 x 2
+    apart = ((boxes[:, 1] <= hull[:, 0].min()) | (boxes[:, 0] >= hull[:, 0].max())
+             | (boxes[:, 3] <= hull[:, 1].min()) | (boxes[:, 2] >= hull[:, 1].max()))
+    for a, b in zip(hull, np.roll(hull, -1, axis=0)):  # every corner of a box right of an edge: that edge separates
+        cross = (b[0] - a[0]) * (corners[..., 1] - a[1]) - (b[1] - a[1]) * (corners[..., 0] - a[0])
+        apart |= (cross <= 0).all(axis=1)
+    return not apart.all()
+
+
+BRIDGE = 5.0  # half the width of the band that joins two ops of a tight outline along their edge
+
+
+def tight_outline(graph: Graph, ops) -> np.ndarray:
+    """Each op's box with its margin, and a band along every edge between two of `ops` from one margin to the other,
+    as one shape whose pieces (each convex, counter-clockwise) are separated by NaN rows (Bokeh draws them as one
+    patch). The bands run through the gaps between layers and the slots of long edges, so the shape covers no other
+    op's box."""
+    lay, pos, inside = dag_layout(graph), layered_layout(graph), set(ops)
+    w, h = BOX_W / 2 + PAD, BOX_H / 2 + PAD
+    pieces = [[(x - w, y - h), (x + w, y - h), (x + w, y + h), (x - w, y + h)] for x, y in (pos[op] for op in ops)]
+    for (u, v), path in zip(graph.dag.edges(), lay.paths):
+        if u not in inside or v not in inside:
+            continue
+        points = [tuple(p) for p in path]
+        points[0] = _leaving(points[0], points[1], -h)  # from u's margin (below it) ...
+        points[-1] = _leaving(points[-1], points[-2], h)  # ... to v's (above it)
+        pieces += [[(x1 - BRIDGE, y1), (x1 + BRIDGE, y1), (x0 + BRIDGE, y0), (x0 - BRIDGE, y0)]  # (counter-clockwise:
+                   for (x0, y0), (x1, y1) in zip(points, points[1:])]                          # paths run down)
+    rows = [row for piece in pieces for row in (*piece, (NAN, NAN))][:-1]
+    return np.array(rows)
+
+
+def _leaving(centre, towards, dy: float) -> tuple[float, float]:
+    """Where the line from a box's `centre` to `towards` crosses the horizontal line `dy` from the centre."""
+    (x0, y0), (x1, y1) = centre, towards
+    return (x0 + (x1 - x0) * dy / (y1 - y0) if y1 != y0 else x0, y0 + dy)
 
 
 def region_colours(graph: Graph, regions) -> list[str]:
     """A colour per region (a tuple of ops) such that regions joined by an edge, or whose outlines' boxes
-    overlap, never share one; a region's colour follows from its first op, so a new plan recolours only the
-    regions it changed and their neighbours (a slider move sends the colours of those alone)."""
+    come within a layer gap of each other, never share one (with overlapping boxes alone, 24 pairs of a Llama
+    prefill's groups one gap apart shared a colour and read as one group); a region's colour follows from its first
+    op, so a new plan recolours only the regions it changed and their neighbours (a slider move sends the colours of
+    those alone)."""
     return list(_region_colours(graph, tuple(tuple(ops) for ops in regions)))
 
 
@@ -147,11 +216,11 @@ def _region_colours(graph: Graph, regions: tuple[tuple[str, ...], ...]) -> tuple
     adjacency.add_nodes_from(range(len(regions)))
     adjacency.add_edges_from((region_of[u], region_of[v]) for u, v in graph.dag.edges()
                              if u in region_of and v in region_of and region_of[u] != region_of[v])
-    boxes = []
+    boxes = []  # each region's outline's bounding box, widened by half a layer gap: regions a gap apart are neighbours
     for ops in regions:
         xs, ys = [pos[op][0] for op in ops], [pos[op][1] for op in ops]
-        boxes.append((min(xs) - BOX_W / 2 - PAD, max(xs) + BOX_W / 2 + PAD,
-                      min(ys) - BOX_H / 2 - PAD, max(ys) + BOX_H / 2 + PAD))
+        boxes.append((min(xs) - BOX_W / 2 - PAD - GAP_Y / 2, max(xs) + BOX_W / 2 + PAD + GAP_Y / 2,
+                      min(ys) - BOX_H / 2 - PAD - GAP_Y / 2, max(ys) + BOX_H / 2 + PAD + GAP_Y / 2))
     order = sorted(range(len(regions)), key=lambda i: boxes[i][0])  # sweep along x
     for k, i in enumerate(order):
         for j in order[k + 1:]:
@@ -236,7 +305,7 @@ def _node_table(graph: Graph, word_bits: int, groups, group_bytes, overlay_items
             "inputs": ", ".join("x".join(map(str, graph.tensors[t].shape)) for t in op.inputs) or "-",
             "output": "x".join(map(str, graph.tensors[op.outputs[0]].shape)),
             "MACs": op.macs, "weight_bytes": graph.weight_bytes(op.name, word_bits),
-            "group": g, "group_size": len(groups[g]) if g >= 0 else 1,
+            "group": g, "group_ops": counted(len(groups[g]) if g >= 0 else 1, "op"),
             "group_dram_bytes": group_bytes[g] if group_bytes is not None and g >= 0 else 0,
             "overlay": label if overlay is not None and label else "-",  # (a group's label is `group`)
             "colour": colours.get(label, GREY),
@@ -259,16 +328,25 @@ def _outline_table(graph: Graph, groups, group_bytes, overlay_items) -> pd.DataF
     colours = colours_of(graph, labels, members)
     rows = []
     for i, (label, ops, colour) in enumerate(zip(labels, members, colours)):
-        shape = outline(pos, ops)
-        top = max(pos[op][1] for op in ops) + BOX_H / 2 + PAD
-        left = min(pos[op][0] for op in ops) - BOX_W / 2 - PAD
+        shape = outline(graph, ops)
+        # the tag over the region's first op: at its bounding box's corner, regions starting in one layer put their
+        # tags on top of each other (ResNet-50's G1 and G2)
+        first = pos[min(ops, key=graph.position.__getitem__)]
+        top, left = first[1] + BOX_H / 2 + PAD, first[0] - BOX_W / 2 - PAD
         cost = group_bytes[i] if group_bytes is not None and overlay is None else None
         rows.append({"slot": min(graph.position[op] for op in ops),
-                     "xs": shape[:, 0].tolist(), "ys": shape[:, 1].tolist(), "region": label, "colour": colour, "n_ops": len(ops),
+                     "xs": _listed(shape[:, 0]), "ys": _listed(shape[:, 1]), "region": label, "colour": colour,
+                     "size": counted(len(ops), "op"),
                      "ops": ", ".join(ops) if len(ops) <= 6 else f"{', '.join(ops[:3])}, ... {ops[-1]}",
                      "dram_bytes": -1 if cost is None else int(cost), "tag_x": left, "tag_y": top,
                      "line_width": 2.0})
     return pd.DataFrame(rows)
+
+
+def _listed(values: np.ndarray) -> list[float]:
+    """`values` as a list, each NaN the one object NAN: lists of a region a new plan keeps then compare equal (a NaN
+    equals only itself), so a slider move does not send them again."""
+    return [NAN if v != v else v for v in values.tolist()]
 
 
 def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS) -> str:
@@ -281,22 +359,22 @@ def legend_html(regions: pd.DataFrame, heading: str, max_rows: int = LEGEND_ROWS
 
     rows = []
     for r in regions.iloc[:max_rows].itertuples():
-        cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / 1e3:,.1f} KB"
+        cost = "" if r.dram_bytes < 0 else f"{r.dram_bytes / KB:,.1f} KB"
         swatch = (f'class="swatch s{SWATCHES.index(r.colour)}"' if r.colour in SWATCHES else
                   f'class="swatch" style="background:{r.colour}40;border-color:{r.colour}"')
-        rows.append(f'<tr><td><span {swatch}></span> {html.escape(r.region)}</td><td>{r.n_ops} ops: '
+        rows.append(f'<tr><td><span {swatch}></span> {html.escape(r.region)}</td><td>{r.size}: '
                     f'{html.escape(r.ops)}</td><td>{cost}</td></tr>')
     if len(regions) > max_rows:
         rest = regions.iloc[max_rows:]
         total = rest["dram_bytes"].clip(lower=0).sum()
         rows.append(f'<tr><td>{html.escape(rest["region"].iloc[0])} to {html.escape(rest["region"].iloc[-1])}</td>'
-                    f'<td>{len(rest)} more (hover an outline for its ops)</td>'
-                    f'<td>{"" if total <= 0 else f"{total / 1e3:,.1f} KB"}</td></tr>')
+                    f'<td>{len(rest)} more (hover a tag for its ops)</td>'
+                    f'<td>{"" if total <= 0 else f"{total / KB:,.1f} KB"}</td></tr>')
     return (f"<b>{html.escape(heading)}</b><table class='legend'><tr><th>region</th><th>ops</th>"
             f"<th>DRAM</th></tr>{''.join(rows)}</table>")
 
 
-EMPTY_SLOT = {"xs": [], "ys": [], "region": "", "colour": GREY, "n_ops": 0, "ops": "", "dram_bytes": -1,
+EMPTY_SLOT = {"xs": [], "ys": [], "region": "", "colour": GREY, "size": "", "ops": "", "dram_bytes": -1,
               "tag_x": 0.0, "tag_y": 0.0, "line_width": 0.0}  # no outline, no tag, nothing to hover
 
 
@@ -319,9 +397,16 @@ def node_columns(nodes: pd.DataFrame) -> dict[str, list]:
 
 OP_TOOLTIPS = [("op", "@{op}"), ("kind", "@{kind}"), ("folded", "@{merged}"), ("inputs", "@{inputs}"),
                ("output", "@{output}"), ("MACs", "@{MACs}{0,0}"), ("weights (B)", "@{weight_bytes}{0,0}"),
-               ("group", "G@{group} (@{group_size} ops; its outline says its DRAM bytes)"),
+               ("group", "@{group}{custom} (@{group_ops})"),
                ("part / module", "@{overlay}")]
-REGION_TOOLTIPS = [("region", "@{region} (@{n_ops} ops)"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
+# the op's group with its DRAM bytes, read from the outlines' source (the boxes' carry no per-plan bytes: a move
+# would send them all); `value` is the group's index
+GROUP_JS = """
+const regions = source.get_column("region"), bytes = source.get_column("dram_bytes");
+const i = regions.indexOf("G" + value);
+return i >= 0 && bytes[i] >= 0 ? `G${value}: ${bytes[i].toLocaleString("en-US")} B of DRAM traffic` : `G${value}`;
+"""
+REGION_TOOLTIPS = [("region", "@{region} (@{size})"), ("ops", "@{ops}"), ("DRAM (B)", "@{dram_bytes}{0,0}")]
 # The rows of a glyph near the view (the view widened by half its size on each side) that have something to show:
 # BokehJS culls neither text nor quads to the view, so it measured and painted all 708 op labels, 580 group tags and
 # 708 boxes of a Llama prefill, and parsed all their colours, on every slider move, with ~3% of them in view at the
@@ -332,8 +417,8 @@ const near = [xr.start - w / 2, xr.end + w / 2, yr.start - h / 2, yr.end + h / 2
 this.near = near;
 const [x0, x1, y0, y1] = bounds.map((name) => source.get_column(name));
 const shown = source.get_column(text);
-const lo = (v) => typeof v === "number" ? v : Math.min(...v);
-const hi = (v) => typeof v === "number" ? v : Math.max(...v);
+const lo = (v) => typeof v === "number" ? v : Math.min(...v.filter(Number.isFinite));  // (NaN between pieces)
+const hi = (v) => typeof v === "number" ? v : Math.max(...v.filter(Number.isFinite));
 const rows = [];
 for (let i = 0; i < shown.length; i++) {
   if (shown[i] && hi(x1[i]) >= near[0] && lo(x0[i]) <= near[1] && hi(y1[i]) >= near[2] && lo(y0[i]) <= near[3]) {
@@ -361,7 +446,7 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     polygons into glyphs, Bokeh milliseconds. Its data sources are named "dag-regions", "dag-edges", "dag-ops"
     and "dag-labels" (`DagPlot` patches the first and third per plan).
     """
-    from bokeh.models import CDSView, ColumnDataSource, CustomJS, CustomJSFilter, HoverTool, TapTool
+    from bokeh.models import CDSView, ColumnDataSource, CustomJS, CustomJSFilter, CustomJSHover, HoverTool, TapTool
     from bokeh.plotting import figure
 
     nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
@@ -378,10 +463,12 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     # stretched to fill the plot (a single op's box was drawn half the plot wide and a third of it high)
     middle = (float(xs.min()) + float(xs.max())) / 2
     half = max(float(xs.max() - xs.min()) / 2 + BOX_W, MIN_SPAN_X / 2 / scale)
+    # no tool takes the mouse wheel: over a plot up to 1,300 pixels high it zoomed instead of scrolling the page (the
+    # wheel-zoom tool is in the toolbar, one click away)
     fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
                  x_range=(middle - half, middle + half), y_range=(top - height / scale, top),
                  min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
-                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", output_backend="canvas")
+                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll=None, output_backend="canvas")
     fig.axis.visible = False
     fig.grid.visible = False
     region_src = ColumnDataSource(region_columns(graph, regions), name="dag-regions")
@@ -397,10 +484,10 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
     views = {"shapes": near(["xs", "xs", "ys", "ys"], "region"), "tags": near(["tag_x", "tag_x", "tag_y", "tag_y"], "region"),
              "boxes": near(["x0", "x1", "y0", "y1"], "op"), "labels": near(["x", "x", "y", "y"], "label")}
-    shapes = fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
-                         line_width="line_width", view=views["shapes"])
-    fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
-             text_color="colour", text_baseline="bottom", view=views["tags"])
+    fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
+                line_width="line_width", view=views["shapes"])
+    tags = fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
+                    text_color="colour", text_baseline="bottom", view=views["tags"])
     fig.line("x", "y", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
     boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
                      line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
@@ -415,8 +502,12 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     for bound in ("start", "end"):
         fig.x_range.js_on_change(bound, moved)
         fig.y_range.js_on_change(bound, moved)
-    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1]),
-                  HoverTool(renderers=[shapes], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
+    # one tooltip at a time: an op's names its group and that group's DRAM bytes; a region's ops are its tag's (a
+    # hover on the outlines showed the region's tooltip on top of the op's, the op being inside its outline)
+    group = CustomJSHover(args={"source": region_src}, code=GROUP_JS)
+    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1],
+                            formatters={"@{group}": group}),
+                  HoverTool(renderers=[tags], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
     return fig
 
 

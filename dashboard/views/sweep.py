@@ -6,7 +6,7 @@ import holoviews as hv
 import pandas as pd
 
 import engine
-from dashboard.views import numbers
+from dashboard.views import method_lines
 
 COMBINATION = ("network", "accelerator", "batch")  # what one drawing of the sweep holds fixed
 
@@ -29,15 +29,11 @@ def sweep_choices(rows: pd.DataFrame) -> dict[str, list]:
 
 
 def sweep_view(rows: pd.DataFrame, network: str, accelerator: str, batch: int) -> hv.NdOverlay:
-    """The method curves of one (network, accelerator, batch); EngineError if the sweep has none for it."""
+    """The method curves of one (network, accelerator, batch), drawn as the what-if curve's (`method_lines`: the same
+    axes and colours); EngineError if the sweep has none for it."""
     frame = sweep_frame(rows)
     one = frame[(frame["network"] == network) & (frame["accelerator"] == accelerator) & (frame["batch"] == batch)]
     if one.empty:
         raise engine.EngineError(f"the sweep has no successful rows for {network} on {accelerator} at batch {batch}; "
                                  "choose another combination")
-    curves = hv.Dataset(one, kdims=["method", "buffer_kb"], vdims=["dram_mb"]).to(hv.Curve, "buffer_kb", "dram_mb",
-                                                                                 groupby="method")
-    return curves.overlay("method").opts(
-        hv.opts.Curve(logx=True, tools=["hover"], xlabel="on-chip buffer (KB)", ylabel="DRAM traffic (MB)", yformatter=numbers(),
-                      responsive=True, height=380),
-        hv.opts.NdOverlay(legend_position="top_right", title=f"{network} on {accelerator}, batch {batch}"))
+    return method_lines(one, title=f"{network} on {accelerator}, batch {batch}")

@@ -7,6 +7,7 @@ gives back an identical graph. Figures per network are in docs/zoo.md.
 
 from __future__ import annotations
 
+import inspect
 import re
 from functools import cache, partial
 
@@ -63,6 +64,20 @@ _LENGTH_NAME = re.compile(r"(?P<base>.+)_(?P<suffix>seq|kv)(?P<count>-?\d+)")
 def names() -> tuple[str, ...]:
     """Every zoo network name, sorted."""
     return tuple(sorted(_BUILDERS))
+
+
+def length(name: str) -> tuple[str, str, int] | None:
+    """(base name, suffix, token count) of a language model's name, for choosing another count:
+    `llama3_8b_decode_kv4096` -> ('llama3_8b_decode', 'kv', 4096), `gpt2` -> ('gpt2', 'seq', 1024) (its builder's
+    default); None for a network without a token count in `LENGTHS`. The count is not checked against the model's
+    context (`build` does that)."""
+    m = _LENGTH_NAME.fullmatch(name)
+    if m and LENGTHS.get(m["base"], ("",))[0] == m["suffix"]:
+        return m["base"], m["suffix"], int(m["count"])
+    if name in LENGTHS:
+        suffix, keyword = LENGTHS[name]
+        return name, suffix, inspect.signature(_BUILDERS[name]).parameters[keyword].default
+    return None
 
 
 def build(name: str, batch: int = 1) -> Graph:
