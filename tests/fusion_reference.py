@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.fusion import online, optimus
-from engine.fusion.cost import Capacity, dram_bytes, params_stay
+from engine.fusion.cost import Capacity, params_stay
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import dram_bytes
 
 INF = float("inf")
 

@@ -15,9 +15,10 @@ import pytest
 
 from engine import zoo
 from engine.accelerator import Accelerator
-from engine.fusion import bound, core, cost, fuse, online, optimus
-from engine.fusion.cost import Capacity, dram_bytes, model_of, record
+from engine.fusion import bound, core, cost, fuse, online, optimus, sized
+from engine.fusion.cost import Capacity, compute_schedule, model_of, record
 from engine.fusion.model import FusionModel
+from engine.fusion.sized import dram_bytes
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from tests import fusion_reference
 from tests.test_fusion_search import random_graph
@@ -116,7 +117,7 @@ def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python(monk
     everything = (1 << model.n) - 1
     assert core.group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
                             cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
-    assert cost.records(model, [everything], cap) == [record(model, everything, cap)]
+    assert cost.records(model, [everything], cap) == [record(model, everything, cap, compute_schedule(model, everything, cap))]
     assert cost.records(model, [everything], cap)[0].path == "python"  # named, not silent
     assert optimus.chain_search(model, cap, limits=NARROW).path == "compiled"
     monkeypatch.setattr(core, "search", lambda *args: (np.zeros((0, 3), np.uint64), 1, True, 0, True))
@@ -168,7 +169,7 @@ def test_compiled_plan_records_match_the_cost_model(name):
             plan = fuse(graph, acc, method=method, reloads=reloads, polish=False, bound=False)
             model, cap = model_of(graph, acc), Capacity.of(acc, reloads)
             for group, got in zip(plan.groups, plan.costs):
-                assert got == record(model, model.mask_of(group), cap), f"{method} {kb} KB batch {batch}"
+                assert got == sized.of(model, cap).record(model.mask_of(group)), f"{method} {kb} KB batch {batch}"
                 assert got.path == "compiled"
 
 

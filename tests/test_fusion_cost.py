@@ -6,14 +6,14 @@ import itertools
 import random
 
 import pytest
+from test_fusion_search import random_graph
 
 import engine
+from engine import zoo
 from engine.errors import GraphError
 from engine.fusion import fuse, group_cost, oracle_bytes
 from engine.fusion.cost import model_of
-from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
-from test_fusion_search import random_graph
 from tests.fusion_reference import Partial, extend
 
 ACC = engine.Accelerator.preset("optimus")
@@ -188,7 +188,8 @@ def test_layerwise_search_finds_the_exhaustive_minimum(name, kbs):
 
 @pytest.mark.parametrize("name", ["vgg16", "squeezenet1_0", "mobilenet_v1"])
 def test_the_runnable_check_agrees_with_costing_each_op_alone(name):
-    from engine.fusion.cost import Capacity, dram_bytes, runs_alone
+    from engine.fusion.cost import Capacity, runs_alone
+    from engine.fusion.sized import dram_bytes
 
     graph = zoo.build(name, 1)
     seen = set()

@@ -9,9 +9,10 @@ import pytest
 import engine
 from engine import zoo
 from engine.fusion import fuse, sized
-from engine.fusion.cost import Capacity, dram_bytes, model_of
+from engine.fusion.cost import Capacity, model_of
 from engine.fusion.optimus import Limits, chain_search
 from engine.fusion.polish import improve
+from engine.fusion.sized import dram_bytes
 from tests.test_fusion_search import CASES, _valid, random_graph, solved_case
 
 NARROW = Limits(states=1, groups=3, total=0, narrow_states=1, narrow_groups=3)  # a poor beam, to leave room

@@ -9,10 +9,11 @@ import pytest
 import engine
 from engine import zoo
 from engine.fusion import METHODS, fuse, sized
-from engine.fusion.cost import Capacity, dram_bytes, model_of
+from engine.fusion.cost import Capacity, model_of
 from engine.fusion.memo import Memo
 from engine.fusion.model import FusionModel
 from engine.fusion.plan import build_plan
+from engine.fusion.sized import dram_bytes
 
 
 def test_memo_keeps_the_newest_up_to_its_size():

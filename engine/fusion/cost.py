@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
-from engine.fusion import core, dataflow, sized
+from engine.fusion import core, dataflow
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -89,7 +89,7 @@ class GroupCost:
     input_passes: int = 1  # times a layer-wise op re-reads its input (once per output-channel block)
     streamed: tuple[str, ...] = ()  # K^T / V read as parameters are: resident, or once per sub-group (Eq. 3)
     key_tiles: tuple[tuple[str, int], ...] = ()  # attention softmaxes run online: keys per tile (T_w)
-    # the code that scheduled it: "compiled" (`core.schedules`, a plan's records) or "python" (`schedule`: one
+    # the code that scheduled it: "compiled" (`core.schedules`, a plan's records) or "python" (`compute_schedule`: one
     # group, and a plan's group the compiled ISOA program cannot hold); not part of equality, both agree
     path: str = field(default="python", compare=False)
 
@@ -118,11 +118,6 @@ def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
     return model_for(graph, dataflow.of(acc), acc.word_bits)
 
 
-def dram_bytes(model: FusionModel, mask: int, cap: Capacity) -> int | None:
-    """DRAM bytes of the group `mask`, or None when it cannot run on chip (`SizedModel.dram_bytes` at `cap`)."""
-    return sized.of(model, cap).dram_bytes(mask)
-
-
 def least_bytes(model: FusionModel, mask: int) -> int:
     """A lower bound on any schedule's traffic: fmaps in and out and parameters, each once."""
     fin, fout, p_elems, _ = model.io(mask)
@@ -142,13 +137,8 @@ def fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     return all(model.covered[i] for i in model.members(mask)) and model.fits_finest(mask, cap.fmap)
 
 
-def schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
-    """The cheapest schedule of a group under the model, or None when none fits (cached at `cap`: `SizedModel`)."""
-    return sized.of(model, cap).schedule(mask)
-
-
 def compute_schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule | None:
-    """`schedule` computed afresh: tiled (Eq. 3 and 4), or for a lone op the cheaper of that and layer-wise."""
+    """The cheapest schedule of a group, or None when none fits (`SizedModel.schedule` caches it): tiled (Eq. 3 and 4), or for a lone op the cheaper of that and layer-wise."""
     ops = model.members(mask)
     if len(ops) > 1:
         best = _tiled(model, mask, cap) if fits(model, mask, cap) else None
@@ -382,9 +372,9 @@ def _need(rule: tuple[int, int, int], rows: int, h_in: int) -> int:
     return min(h_in, need)
 
 
-def record(model: FusionModel, mask: int, cap: Capacity) -> GroupCost | None:
-    """The full GroupCost record of a group (tiles, ISOA decisions, traffic split)."""
-    best = schedule(model, mask, cap)
+def record(model: FusionModel, mask: int, cap: Capacity, best: _Schedule | None) -> GroupCost | None:
+    """The full GroupCost record of a group (tiles, ISOA decisions, traffic split) scheduled as `best`
+    (`compute_schedule`, or `SizedModel.schedule`'s cached copy); None when no schedule fits."""
     if best is None:
         return None
     if best.schedule != "fused":
@@ -396,7 +386,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     """`record` of each group of a plan (every one runs), the schedules computed by `engine.fusion.core`.
 
     A group whose ISOA program the kernel cannot hold (more than 63 members that may be chunked open at once) is
-    scheduled by `schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
+    scheduled by `compute_schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
     rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
@@ -406,7 +396,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     for mask, row, tile, chunked in zip(masks, rows.tolist(), tiles.tolist(), isoa.tolist()):
         kind, fin, fout, par, footprint, resident, steps, images, passes, band, failed, _ = row
         if failed:  # too many open members for the compiled ISOA program
-            out.append(record(model, mask, cap))
+            out.append(record(model, mask, cap, compute_schedule(model, mask, cap)))
             continue
         best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
         members = model.members(mask)
@@ -463,7 +453,8 @@ def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") ->
     mask = model.mask_of(names)
     if not model.is_convex(mask):
         raise GraphError(f"ops {sorted(names)} cannot run as one group: a path leaves the group and comes back")
-    return record(model, mask, Capacity.of(acc, reloads))
+    cap = Capacity.of(acc, reloads)
+    return record(model, mask, cap, compute_schedule(model, mask, cap))
 
 
 def oracle_bytes(graph: Graph, acc: Accelerator) -> int:

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from engine.fusion.core.tables import layout as kernel_layout
 from engine.fusion.dataflow import Throughput
 from engine.fusion.memo import Memo
 from engine.graph import Graph, OpKind
@@ -149,9 +148,10 @@ class FusionModel:
         self.windows = Memo(CAPACITIES)  # down-set budget -> windows of the lower bound (`engine.fusion.bound`)
         self.capacities = Memo(CAPACITIES)  # Capacity -> this model's `SizedModel` at it (`engine.fusion.sized`)
 
-    def kernel_tables(self):
-        """The model's tables laid end to end for the compiled kernel (`core.tables.layout`), built once."""
-        return self._kernel.get_or_make("tables", lambda: kernel_layout(self))
+    def kernel_tables(self, lay_out):
+        """The model's tables laid end to end for the compiled kernel by `lay_out` (`core.tables.layout`), built
+        once and kept here: the model owns its caches, and the kernel's modules import the model, not it them."""
+        return self._kernel.get_or_make("tables", lambda: lay_out(self))
 
     def clear(self) -> None:
         """Forget every cached result (footprints, schedules at every capacity, windows); tables stay."""

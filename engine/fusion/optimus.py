@@ -24,10 +24,10 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.fusion import core, dnnvm, efficient_s
-from engine.fusion.cost import Capacity, dram_bytes, fits, least_bytes, params_stay
+from engine.fusion.cost import Capacity, fits, least_bytes, params_stay
 from engine.fusion.floor import split_plan, whole_plan
 from engine.fusion.model import FusionModel
-from engine.fusion.sized import SizedModel
+from engine.fusion.sized import SizedModel, dram_bytes
 from engine.graph import OpKind
 
 INF = float("inf")

@@ -8,8 +8,8 @@ on-line size limit) as bounded, thread-safe `Memo`s, so that nothing keyed by a 
 sits in the model beside what is not, and `clear()` forgets them.
 
 `of(model, cap)` returns the one `SizedModel` the model keeps for `cap` (its
-`capacities`), so every caller at that capacity shares its caches; the cost functions
-of `engine.fusion.cost` that take (model, mask, cap) go through it.
+`capacities`), so every caller at that capacity shares its caches; `dram_bytes(model, mask,
+cap)` goes through it. It builds on `engine.fusion.cost`'s schedules, which never call back.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class SizedModel:
 
     def record(self, mask: int) -> cost.GroupCost | None:
         """The group's `GroupCost` from the Python cost model (`path` "python"), or None when it cannot run."""
-        return cost.record(self.model, mask, self.cap)
+        return cost.record(self.model, mask, self.cap, self.schedule(mask))
 
     def records(self, masks: list[int]) -> list[cost.GroupCost]:
         """A plan's `GroupCost`s, scheduled by the compiled kernel (`cost.records`)."""
@@ -73,3 +73,8 @@ def of(model: FusionModel, cap: cost.Capacity) -> SizedModel:
     """The `SizedModel` the model keeps for `cap` (made on first use), shared by every caller at that capacity."""
     hit = model.capacities.get(cap)
     return model.capacities.put(cap, SizedModel(model, cap)) if hit is None else hit
+
+
+def dram_bytes(model: FusionModel, mask: int, cap: cost.Capacity) -> int | None:
+    """DRAM bytes of the group `mask`, or None when it cannot run on chip (`SizedModel.dram_bytes` at `cap`)."""
+    return of(model, cap).dram_bytes(mask)

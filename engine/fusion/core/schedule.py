@@ -20,7 +20,7 @@ from engine.fusion.core.tables import (CHANNELWISE, CHOSEN, COVERED, C_OUT, FIN,
 
 @njit(cache=True, nogil=True)
 def group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the group whose bitset is `group` (fitting its finest tiles in `room`), grown in
+    """`sized.dram_bytes` of the group whose bitset is `group` (fitting its finest tiles in `room`), grown in
     the workspace and undone; -1 if the ISOA program could not run."""
     n = at[OUT_H + 1] - at[OUT_H]
     dep[:, 0] = 0
@@ -42,7 +42,7 @@ def group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, 
 
 @njit(cache=True)
 def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.dram_bytes` of the fitting group at depth d (-1 if the ISOA program could not run)."""
+    """`sized.dram_bytes` of the fitting group at depth d (-1 if the ISOA program could not run)."""
     fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits,
                                         False)
     return fin + fout + par if fin >= 0 else -1
@@ -53,7 +53,7 @@ def _tiled(t, at, st, dep, d, fmap, param_room, shared, per_band, batch, word_bi
     """`cost._tiled` of the group at depth d: (fmap-in, fmap-out and parameter bytes, on-chip elements,
     parameters resident, row steps, images per tile), the fewest sub-groups over row steps and images per band;
     fmap-in -1 when its finest tiles do not fit, -2 when the ISOA program could not run. Without `detail`, a group whose parameters stay on chip
-    beside its finest tiles is only costed (Eq. 3 once), as `cost.dram_bytes` does. dep[K_ROWS] ends with the
+    beside its finest tiles is only costed (Eq. 3 once), as `sized.dram_bytes` does. dep[K_ROWS] ends with the
     members' tile rows at the chosen row steps."""
     saving, ran = _isoa(t, at, st, dep, d)
     if not ran:
@@ -157,12 +157,12 @@ def _footprint(t, at, st, dep, d, k):
     return total
 
 
-# ---- lone ops: `cost.schedule` of a one-op group -------------------------------------------------------------
+# ---- lone ops: `cost.compute_schedule` of a one-op group -------------------------------------------------------------
 
 
 @njit(cache=True, nogil=True)
 def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, per_band, batch, word_bits):
-    """DRAM bytes of each op of the bitset `ops` run alone (`cost.dram_bytes(model, 1 << i, cap)`; -1 where
+    """DRAM bytes of each op of the bitset `ops` run alone (`sized.dram_bytes(model, 1 << i, cap)`; -1 where
     it cannot run, and for ops not in `ops`): the cheaper of the tiled schedule and the layer-wise one."""
     n = at[OUT_H + 1] - at[OUT_H]
     out = np.full(n, -1, np.int64)
@@ -304,7 +304,7 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
     return best, best_images, best_rows, best_cols
 
 
-# ---- the schedules of a plan's groups (`cost.schedule`, for `cost.record`) -------------------------------------
+# ---- the schedules of a plan's groups (`cost.compute_schedule`, for `cost.records`) -------------------------------------
 FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
 (KIND, S_FIN, S_FOUT, S_PAR, S_FOOTPRINT, S_RESIDENT, S_STEPS, S_IMAGES, S_PASSES, S_ROWS, S_FAILED,
  S_SIZE) = range(12)
@@ -312,7 +312,7 @@ FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
 
 @njit(cache=True, nogil=True)
 def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, per_band, batch, word_bits):
-    """`cost.schedule` of each group (rows of `groups`, bitsets of ops that can run): per group (kind, fmap-in,
+    """`cost.compute_schedule` of each group (rows of `groups`, bitsets of ops that can run): per group (kind, fmap-in,
     fmap-out and parameter bytes, on-chip elements, resident, row steps, images per tile, input passes, rows
     of a layer-wise tile, whether the ISOA program could not run, size), and per member (in order) its tile
     rows at the chosen row steps and whether it holds its ofmap T_c channels deep (fused groups)."""

@@ -37,7 +37,7 @@ _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     """`layout` of the model, built once and kept by the model (`FusionModel.kernel_tables`)."""
-    return model.kernel_tables()
+    return model.kernel_tables(layout)
 
 
 def layout(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
