@@ -119,7 +119,7 @@ class Graph:
     batch: int = 1
 
     @classmethod
-    def build(cls, name, ops, tensors, inputs, outputs, batch=1) -> "Graph":
+    def build(cls, name, ops, tensors, inputs, outputs, batch=1) -> Graph:
         """Make a checked graph; `ops` may come in any order and are sorted topologically (stably)."""
         tensors = tuple(tensors)
         by_name = {t.name: t for t in tensors}

@@ -6,16 +6,15 @@ import math
 import time
 from dataclasses import dataclass, replace
 
+from engine.allocation import atbound, baselines, model, solution, solve
 from engine.allocation import divide as dnc
-from engine.allocation import model, solution, solve
-from engine.allocation import atbound, baselines
 from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.packing import pack
 from engine.allocation.problem import Carry, make_problem
-from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.allocation.record import Placement, needs
+from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.graph import Graph
 
 PRESOLVE_SHARE = 0.05  # of the time left, for a free schedule's first fixed order when its free model follows

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
 from engine.blocking.model import SpatialView, window_sum
 from engine.blocking.routes import Routes, level_orders, operand_routes, tile_candidates
+
 
 def unroll_floors(layer: Layer, hierarchy: Hierarchy) -> list:
     """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
@@ -165,12 +166,12 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
         fits[T] = grid.kept(hierarchy, l, T) <= cap
     best, memo = np.inf, {}
 
-    @lru_cache(maxsize=None)
+    @cache
     def allowed(j, restrict):
         """Level j's tiles: candidates within the capacities of the operands in `restrict`, which go to DRAM past it."""
         return np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
 
-    @lru_cache(maxsize=None)
+    @cache
     def spread(j, restrict):
         """The dims an allowed tile of level j may have more than one step of."""
         ok = allowed(j, restrict)
@@ -199,7 +200,7 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
                               if (last[T] if T in direct and at_last else routes.h0[T]) == j) for j in range(m)]
                 slot = list(range(m))
 
-                def merge(i, j):
+                def merge(i, j, slot=slot):  # this pass's slots, bound now (B023)
                     slot[:] = [slot[i] if s == slot[j] else s for s in slot]
                 for j in range(m - 1):
                     # the block above level j moves only dims of level j + 1 that may move; when those lie in the

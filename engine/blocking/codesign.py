@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
-from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
 from engine.blocking.bounds import mac_words
 from engine.blocking.dp import tile_pairs
 from engine.blocking.exhaustive import every_blocking, every_unroll
 from engine.blocking.grid import CANONICAL, GROUP_ORDER, refill_words, tile_grid, unrollings
+from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
+from engine.blocking.layer import DIMS, TENSORS, Layer
+from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
 from engine.blocking.optimizer import BlockingResult, block
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj

@@ -25,8 +25,16 @@ from engine.blocking.grid import CANONICAL, TileGrid, capacity_ok, tile_grid
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
 from engine.blocking.model import INNER_ORDER, Blocking, evaluate
-from engine.blocking.routes import (Routes, boundary_charges, is_clean, level_charge, level_states, operand_routes,
-                                    passes_through, tile_candidates)
+from engine.blocking.routes import (
+    Routes,
+    boundary_charges,
+    is_clean,
+    level_charge,
+    level_states,
+    operand_routes,
+    passes_through,
+    tile_candidates,
+)
 from engine.errors import EngineError
 
 PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
@@ -261,7 +269,7 @@ def tile_pairs(grid: TileGrid, child_ok, parent_ok, *, prune: bool):
     steps = {}
     if prune:
         for j in range(n):
-            for k, (p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
+            for k, (_p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
                 free[:, j] |= grow.astype(np.int64) << k
                 steps[j, k] = step
 

@@ -35,7 +35,7 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=64)
-def tile_grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> "TileGrid":
+def tile_grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> TileGrid:
     """The tile grid of a layer (under a spatial unrolling), shared by the searches over many hierarchies."""
     return TileGrid(layer, unroll)
 

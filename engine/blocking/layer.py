@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import tomllib
-from importlib import resources
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class Layer:
         return TENSORS if self.has_weights else ("I", "O")
 
     @classmethod
-    def from_op(cls, graph: Graph, op: Op | str) -> "Layer":
+    def from_op(cls, graph: Graph, op: Op | str) -> Layer:
         """The loop nest of a conv, depthwise conv, fc/matmul, pool or LRN op of `graph`."""
         op = graph.op(op) if isinstance(op, str) else op
         out = graph.tensor(op.outputs[0]).shape

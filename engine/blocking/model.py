@@ -69,7 +69,7 @@ class Blocking:
                                       f"the enclosing bound {b}")
 
     @classmethod
-    def of(cls, layer: Layer, *tiles: dict, orders=None, unroll: dict | None = None) -> "Blocking":
+    def of(cls, layer: Layer, *tiles: dict, orders=None, unroll: dict | None = None) -> Blocking:
         """A blocking from one dict per on-chip level (dim -> bound); a dim left out keeps the bound below.
 
         `orders` are strings or tuples of dim names, innermost first; a block's missing
@@ -116,7 +116,7 @@ class SpatialView:
     pe: Layer  # one PE's loop nest (temporal bounds, strided)
 
     @classmethod
-    def of(cls, layer: Layer, unroll) -> "SpatialView":
+    def of(cls, layer: Layer, unroll) -> SpatialView:
         return _view(layer, tuple(unroll))
 
     @cached_property

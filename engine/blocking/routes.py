@@ -15,6 +15,7 @@ from engine.blocking.grid import TileGrid, capacity_ok, refill_words
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import TENSORS, Layer
 
+
 def level_orders(hierarchy: Hierarchy) -> list[Hierarchy]:
     """The hierarchy, then each reordering of its on-chip levels that keeps every operand's own chain of levels
     (and which levels sit inside the PEs): levels holding disjoint operands may cut the loop nest in either order."""
