@@ -32,7 +32,8 @@ def block_table(graph, hierarchy) -> str:
     from engine.errors import GraphError
 
     rows = [("op", "kind", "pJ/MAC", "DRAM words", "utilisation", "seconds")]
-    total_pj = total_macs = total_dram = 0
+    total_pj = 0.0
+    total_macs = total_dram = 0
     started = time.perf_counter()
     for op in graph.ops:
         try:

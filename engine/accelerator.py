@@ -160,7 +160,7 @@ class Accelerator:
 @cache
 def _preset_table() -> dict[str, dict]:
     raw = tomllib.loads(PRESETS_FILE.read_text())
-    table = {}
+    table: dict[str, dict] = {}
     for name, entry in raw.items():
         entry = dict(entry)
         base = entry.pop("base", None)

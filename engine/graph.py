@@ -126,7 +126,7 @@ class Graph:
         if len(by_name) != len(tensors):
             raise GraphError(f"graph '{name}': two tensors share a name")
         ops = tuple(ops)
-        producer = {}
+        producer: dict[str, str] = {}
         for op in ops:
             for t in op.inputs + op.outputs + op.weights:
                 if t not in by_name:

@@ -101,7 +101,7 @@ def _add_variables(m: Model) -> None:
     p, life, peak, idx = m.problem, m.life, m.objective == PEAK, m.idx
     reader_steps = {}
     for a in p.tensors:
-        steps = set()
+        steps: set[int] = set()
         for c in p.consumers.get(a, ()):
             lo, hi = life.ops[c]
             steps.update(range(lo, hi + 1))
@@ -215,7 +215,7 @@ def _add_single_spill(m: Model) -> None:
 
 def _at_most_one_per_tensor(m: Model, variables: dict, tag: str) -> None:
     """sum over steps of variables[(tensor, step)] <= 1 for every tensor with more than one."""
-    per = {}
+    per: dict[str, list] = {}
     for (a, _), v in variables.items():
         per.setdefault(a, []).append(v)
     for a, vs in per.items():
@@ -225,7 +225,7 @@ def _at_most_one_per_tensor(m: Model, variables: dict, tag: str) -> None:
 
 def _add_one_op_per_step(m: Model) -> None:
     """Each timestep runs exactly one op (Sec. III-A: a timestep is one operator's execution)."""
-    per = {}
+    per: dict[int, list] = {}
     for (_op, t), x in m.X.items():
         per.setdefault(t, []).append(x)
     for t, xs in per.items():

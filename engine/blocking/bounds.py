@@ -57,7 +57,7 @@ def mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
     stationary operand can save (one of I and W is reused over the innermost loops of level 0's tile, by at most
     `_max_run`)."""
     pj = {T: _level0_pj(layer, hierarchy, unrolls, (T,)) for T in layer.tensors}
-    total = sum(pj.values())
+    total = sum(pj.values(), np.zeros(len(unrolls)))  # (a zero array to start: the sum is an array)
     if not hierarchy.stationary:
         return total
     views = [SpatialView.of(layer, u) for u in unrolls]
@@ -102,7 +102,7 @@ def _max_run(view: SpatialView, T: str, own) -> int:
 def _own_capacities(layer: Layer, hierarchy: Hierarchy) -> tuple:
     """Per on-chip level: whether it is inside the array, (operand, its own capacity in words) for each operand
     it is the innermost holder of, and the capacity they share (inf where each has its own)."""
-    out = []
+    out: list[tuple[bool, tuple[tuple[str, float], ...], float]] = []
     for level, mem in enumerate(hierarchy.on_chip):
         mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
         if mem.split_bytes:
@@ -151,12 +151,12 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
     if not tight:  # each operand by its cheaper route, each level's operands alone
         total = macs
         for j in range(m):
-            mine = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
-                    for T in on_chip if routes.h0[T] == j]
-            if mine or j == 0:
+            cheaper = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
+                       for T in on_chip if routes.h0[T] == j]
+            if cheaper or j == 0:
                 per = saving if j == 0 else 0.0
-                if mine:
-                    per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
+                if cheaper:
+                    per = per + sum(c[0] for c in cheaper) - np.max([c[0] - c[1] for c in cheaper], axis=0)
                 total += float(np.min(np.where(cand[j], per, np.inf)))
         return total
     fits = {}
@@ -217,7 +217,7 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
                             merge(routes.h0[T], j)
                 total = macs
                 for levels in ([j for j in range(m) if slot[j] == s] for s in set(slot)):
-                    options = [k for j in levels for k in mine[j]] or [None]
+                    options: list[tuple[str, str] | None] = [k for j in levels for k in mine[j]] or [None]
                     total += min(sum(least(j, mine[j], reused, restrict[j]) for j in levels) for reused in options)
                 bounds.append(total)
             best = min(best, max(bounds))
@@ -296,8 +296,8 @@ def stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: TileGrid) -> tup
                 run = np.where(first == g.index(T), grid.group[T], 1.0)
                 total += pj * (1 / run - 1)
         saving.append(total)
-    saving = np.stack(saving)
-    return saving.min(axis=0), saving.argmin(axis=0)
+    stacked = np.stack(saving)
+    return stacked.min(axis=0), stacked.argmin(axis=0)
 
 
 def refill_floor(layer: Layer, hierarchy: Hierarchy, grid: TileGrid, l: int) -> np.ndarray:

@@ -36,8 +36,8 @@ class Memory:
 
     name: str
     size_bytes: int | None = None
-    split_bytes: tuple[int, int, int] | None = None
-    energy_pj: tuple[float, float, float] = (TABLE3_DRAM_PJ,) * 3
+    split_bytes: tuple[int, ...] | None = None  # three (IB, KB, OB), checked below
+    energy_pj: tuple[float, ...] = (TABLE3_DRAM_PJ,) * 3  # three (I, W, O), checked below
     holds: str = "IWO"
     write_pj: tuple[float, float, float] | None = None
 
@@ -77,6 +77,14 @@ class Memory:
     def total_bytes(self) -> int | None:
         return sum(self.split_bytes) if self.split_bytes else self.size_bytes
 
+    @property
+    def bounded_bytes(self) -> int:
+        """`total_bytes` of a level with a size (every on-chip one); DRAM has none."""
+        total = self.total_bytes
+        if total is None:
+            raise EngineError(f"memory '{self.name}' has no size (it is DRAM)")
+        return total
+
     def energy(self, tensor: str) -> float:
         return self.energy_pj[TENSORS.index(tensor)]
 
@@ -95,7 +103,7 @@ class Memory:
         return cls(name, size_bytes=size_bytes, energy_pj=(e, e, e))
 
     @classmethod
-    def split(cls, name: str, split_bytes: tuple[int, int, int], *, widths=(64, 64, 64),
+    def split(cls, name: str, split_bytes: tuple[int, ...], *, widths=(64, 64, 64),
               word_bits: int = 16) -> Memory:
         """Separate IB/KB/OB SRAMs at one level, each priced by its own size and width (Table 3)."""
         return cls(name, split_bytes=tuple(split_bytes), energy_pj=tuple(
@@ -229,7 +237,7 @@ class Hierarchy:
     def capacity_words(self, level: int, tensor: str | None = None) -> int:
         """Words level `level` holds: its shared size, or `tensor`'s buffer when split."""
         m = self.levels[level]
-        nbytes = m.split_bytes[TENSORS.index(tensor)] if (m.split_bytes and tensor) else m.total_bytes
+        nbytes = m.split_bytes[TENSORS.index(tensor)] if (m.split_bytes and tensor) else m.bounded_bytes
         return nbytes * 8 // self.word_bits
 
     def keep(self, names) -> Hierarchy:
@@ -253,8 +261,7 @@ class Hierarchy:
         widest column, 512 bits).
         """
         acc = Accelerator.preset("diannao")
-        split = (acc.input_buffer_bytes, acc.weight_buffer_bytes, acc.output_buffer_bytes)
-        return cls((Memory.split("buffer", split, widths=(256, 512, 256), word_bits=acc.word_bits),
+        return cls((Memory.split("buffer", _split_bytes(acc), widths=(256, 512, 256), word_bits=acc.word_bits),
                     Memory.dram(word_bits=acc.word_bits)), acc.word_bits, name="diannao")
 
     @classmethod
@@ -283,8 +290,7 @@ class Hierarchy:
         levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3)]
         if acc.split_buffers:
             per_buffer = tuple(m.energy_pj for m in lv[1:-1])  # IB, KB, OB, or one figure for all three
-            levels.append(Memory("buffer", split_bytes=(acc.input_buffer_bytes, acc.weight_buffer_bytes,
-                                                        acc.output_buffer_bytes),
+            levels.append(Memory("buffer", split_bytes=_split_bytes(acc),
                                  energy_pj=per_buffer if len(per_buffer) == 3 else per_buffer * 3))
         else:
             levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3))
@@ -362,3 +368,11 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
 
 
 PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}
+
+
+def _split_bytes(acc: Accelerator) -> tuple[int, int, int]:
+    """(IB, KB, OB) bytes of an accelerator with split buffers."""
+    ib, kb, ob = acc.input_buffer_bytes, acc.weight_buffer_bytes, acc.output_buffer_bytes
+    if ib is None or kb is None or ob is None:
+        raise EngineError(f"accelerator '{acc.name}' has no split buffers (IB, KB, OB)")
+    return ib, kb, ob

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer, span
@@ -122,7 +123,8 @@ class SpatialView:
     @cached_property
     def padded(self) -> Layer:
         """The layer padded to multiples of the unrolling (made on first use: most searches never ask)."""
-        return Layer(**{d: n * f for d, n, f in zip(DIMS, self.dims, self.unroll)}, stride=self.layer.stride,
+        dims: dict[str, Any] = {d: n * f for d, n, f in zip(DIMS, self.dims, self.unroll)}
+        return Layer(**dims, stride=self.layer.stride,
                      dilation=self.layer.dilation, has_weights=self.layer.has_weights)
 
     @cached_property
