@@ -13,8 +13,19 @@ import time
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.blocking import (DIMS, Hierarchy, Layer, Memory, block, codesign, diannao_baseline, evaluate,
-                             lowered_cost, multicore, table4)
+from engine.blocking import (
+    DIMS,
+    Hierarchy,
+    Layer,
+    Memory,
+    block,
+    codesign,
+    diannao_baseline,
+    evaluate,
+    lowered_cost,
+    multicore,
+    table4,
+)
 from engine.blocking.hierarchy import pe_array
 from engine.errors import EngineError
 

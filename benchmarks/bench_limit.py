@@ -12,7 +12,7 @@ import engine
 from engine.explore import CURVE_BUFFERS_KB
 from engine.fusion import fuse
 from engine.graph import OpKind
-from engine.limit import at, gemm, ski_slope
+from engine.limit import gemm, ski_slope
 from engine.limit.chain import Stage, fused_bytes, segmented_bytes, unfused_bytes
 from engine.limit.einsum import ski_slope as _ski_slope
 from engine.limit.ops import tables

@@ -8,9 +8,17 @@ Heavy parts load on first use, so `import engine` stays fast.
 from importlib import import_module
 
 from engine.accelerator import Accelerator, MemoryLevel
-from engine.errors import (AcceleratorError, EngineError, GraphError, ModelFileError, PartialImportWarning, ShapeError,
-                           UnknownNameError)
+from engine.errors import (
+    AcceleratorError,
+    EngineError,
+    GraphError,
+    ModelFileError,
+    PartialImportWarning,
+    ShapeError,
+    UnknownNameError,
+)
 from engine.graph import Graph, Op, OpKind, Tensor
+
 # Imported eagerly: the function shares its module's name, and a lazy import would let the
 # import system bind `engine.partition` to the module whenever the module is imported first.
 from engine.partition import partition
@@ -32,7 +40,11 @@ _LAZY = {
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
            "AcceleratorError", "GraphError", "ModelFileError", "PartialImportWarning", "ShapeError", "UnknownNameError", "partition",
-           "sweep", *_LAZY]
+           "sweep",
+           # the lazy names, spelled out so that static tools (and `from engine import *` readers) see strings
+           "load_network", "save_onnx", "fuse", "FusionPlan", "block", "allocate", "Allocation", "plan_modules",
+           "evaluate", "Report"]
+assert set(_LAZY) <= set(__all__), "a lazy name missing from __all__"
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access

@@ -32,7 +32,8 @@ def block_table(graph, hierarchy) -> str:
     from engine.errors import GraphError
 
     rows = [("op", "kind", "pJ/MAC", "DRAM words", "utilisation", "seconds")]
-    total_pj = total_macs = total_dram = 0
+    total_pj = 0.0
+    total_macs = total_dram = 0
     started = time.perf_counter()
     for op in graph.ops:
         try:
@@ -84,7 +85,8 @@ def main(argv=None) -> int:
     blk.add_argument("--unrolling", choices=("maximal", "all"), default=None,
                      help="the PE array's unrollings to search: as full as the dataflow allows (the presets' "
                           "default, fast) or every one (exact over all, slower)")
-    from engine.sweep import add_arguments, main as run_sweep
+    from engine.sweep import add_arguments
+    from engine.sweep import main as run_sweep
 
     add_arguments(sub.add_parser("sweep", help="DRAM traffic of every network x accelerator x buffer x method"))
     args = parser.parse_args(argv)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import tomllib
-from importlib import resources
 from dataclasses import dataclass, fields, replace
 from functools import cache
+from importlib import resources
 
 from engine.errors import AcceleratorError, UnknownNameError
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj
@@ -84,28 +84,28 @@ class Accelerator:
         return tuple(_preset_table())
 
     @classmethod
-    def preset(cls, name: str) -> "Accelerator":
+    def preset(cls, name: str) -> Accelerator:
         table = _preset_table()
         if name not in table:
             raise UnknownNameError("accelerator preset", name, table)
         return cls(name=name, **table[name])
 
     # ---- copies ----------------------------------------------------------
-    def with_buffer(self, buffer_bytes: int) -> "Accelerator":
+    def with_buffer(self, buffer_bytes: int) -> Accelerator:
         """A copy with one unified global buffer of `buffer_bytes` (a split buffer becomes unified)."""
         return replace(self, buffer_bytes=buffer_bytes, input_buffer_bytes=None,
                        weight_buffer_bytes=None, output_buffer_bytes=None)
 
-    def with_pe_array(self, rows: int, cols: int) -> "Accelerator":
+    def with_pe_array(self, rows: int, cols: int) -> Accelerator:
         return replace(self, pe_rows=rows, pe_cols=cols)
 
-    def with_rf(self, rf_bytes: int) -> "Accelerator":
+    def with_rf(self, rf_bytes: int) -> Accelerator:
         return replace(self, rf_bytes=rf_bytes)
 
-    def with_word_bits(self, word_bits: int) -> "Accelerator":
+    def with_word_bits(self, word_bits: int) -> Accelerator:
         return replace(self, word_bits=word_bits)
 
-    def with_bandwidth(self, bytes_per_s: float) -> "Accelerator":
+    def with_bandwidth(self, bytes_per_s: float) -> Accelerator:
         return replace(self, dram_bandwidth=bytes_per_s)
 
     # ---- derived ---------------------------------------------------------
@@ -160,7 +160,7 @@ class Accelerator:
 @cache
 def _preset_table() -> dict[str, dict]:
     raw = tomllib.loads(PRESETS_FILE.read_text())
-    table = {}
+    table: dict[str, dict] = {}
     for name, entry in raw.items():
         entry = dict(entry)
         base = entry.pop("base", None)

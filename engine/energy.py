@@ -122,7 +122,7 @@ def _alu_ops(op: Op, out_elems: int, in_elems: int) -> int:
 def _loops(graph: Graph, op: Op) -> tuple[int, ...] | None:
     """(N, O_h, O_w, C_out, C_in per group, K_h, K_w, S_h, S_w) of a 2-D conv or a one-input matmul."""
     out = graph.tensors[op.outputs[0]].shape
-    x = graph.tensors[op.inputs[0]].shape if op.inputs else ()
+    x: tuple[int, ...] = graph.tensors[op.inputs[0]].shape if op.inputs else ()
     if op.kind in (OpKind.CONV, OpKind.DWCONV) and len(out) == 4 and len(x) == 4 and len(op.kernel) == 2:
         sh, sw = op.stride or (1, 1)
         return out[0], out[2], out[3], out[1], x[1] // op.groups, op.kernel[0], op.kernel[1], sh, sw

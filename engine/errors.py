@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from os import PathLike
+
 
 class EngineError(Exception):
     """Bad input or an impossible request, with a message a person can act on."""
@@ -13,7 +15,7 @@ class ModelFileError(EngineError):
     `path`, `node` and `reason` are kept apart so the dashboard can show them as fields.
     """
 
-    def __init__(self, path: str, reason: str, node: str | None = None):
+    def __init__(self, path: str | PathLike[str], reason: str, node: str | None = None):
         self.path, self.node, self.reason = str(path), node, reason
         where = f"{self.path}" + (f", node '{node}'" if node else "")
         super().__init__(f"{where}: {reason}")

@@ -119,14 +119,14 @@ class Graph:
     batch: int = 1
 
     @classmethod
-    def build(cls, name, ops, tensors, inputs, outputs, batch=1) -> "Graph":
+    def build(cls, name, ops, tensors, inputs, outputs, batch=1) -> Graph:
         """Make a checked graph; `ops` may come in any order and are sorted topologically (stably)."""
         tensors = tuple(tensors)
         by_name = {t.name: t for t in tensors}
         if len(by_name) != len(tensors):
             raise GraphError(f"graph '{name}': two tensors share a name")
         ops = tuple(ops)
-        producer = {}
+        producer: dict[str, str] = {}
         for op in ops:
             for t in op.inputs + op.outputs + op.weights:
                 if t not in by_name:

@@ -18,7 +18,7 @@ TABLE3_DRAM_PJ = 320.0
 MAC_PJ = 1.0  # Sec. 5.2 / Fig. 5: "the computation energy (about 1 pJ/MAC)"
 
 
-def access_energy_pj(size_bytes: int, *, width_bits: int = 64, word_bits: int = 16) -> float:
+def access_energy_pj(size_bytes: float, *, width_bits: int = 64, word_bits: int = 16) -> float:
     """Energy of one `word_bits` access to a memory of `size_bytes` (Table 3, interpolated in log size).
 
     Below 1 KB the 1 KB row is used (the table starts there); between 1 MB and 16 MB the last

@@ -185,7 +185,7 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
         if seed.name in assigned:
             continue
         q = _Quotient(graph, regions)
-        region = _grow(q, und, seed.name, lambda v: v not in assigned and device[v] == device[seed.name])
+        region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=device[seed.name]: v not in taken and device[v] == dev)
         regions.append(region)
         assigned |= region
     regions = _merge_adjacent(graph, regions, device)

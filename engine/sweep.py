@@ -191,8 +191,8 @@ class _Sink:
         self.out, self.chunk_rows = out, chunk_rows
         self.saved = read_sweep(out) if out is not None else _frame([])  # every row the file holds
         self.done = {_key_of(r): r for r in self.saved.to_dict("records")}  # key tuple -> row already in the file
-        self.rows = {}  # key tuple -> row finished in this run
-        self.unsaved = []  # rows finished but not yet in the file
+        self.rows: dict[tuple, dict] = {}  # key tuple -> row finished in this run
+        self.unsaved: list[dict] = []  # rows finished but not yet in the file
         self.last_flush = time.monotonic()
 
     def add(self, row: dict, *, keep: bool = True) -> None:
@@ -211,7 +211,7 @@ class _Sink:
         import pandas as pd
 
         self.last_flush = time.monotonic()
-        if not self.unsaved:
+        if not self.unsaved or self.out is None:  # (rows are kept unsaved only when there is a file)
             return
         frames = [f for f in (self.saved, _frame(self.unsaved)) if len(f)]
         self.saved = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -299,7 +299,8 @@ def _run_distributed(keys: list[SweepKey], sink: _Sink, scheduler, progress: boo
         client = scheduler if isinstance(scheduler, Client) else stack.enter_context(_connect(scheduler))
         futures = client.map(evaluate_key, keys, pure=True)
         key_of = {f.key: k for f, k in zip(futures, keys)}
-        if progress:  # the console bar blocks until every future is done, so it draws from its own thread
+        if progress and client.scheduler is not None:  # (None only for a client not started)
+            # the console bar blocks until every future is done, so it draws from its own thread
             bar = threading.Thread(target=TextProgressBar, args=(futures,),
                                    kwargs={"scheduler": client.scheduler.address}, daemon=True)
             bar.start()
@@ -347,8 +348,8 @@ def main(args) -> int:
         if args.out and not Path(args.out).parent.is_dir():
             raise EngineError(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
         grid = SweepGrid(networks=_items(args.networks), accelerators=_items(args.accelerators),
-                         buffers_bytes=[parse_bytes(b) for b in _items(args.buffers)], methods=_items(args.methods),
-                         batches=[_whole(b) for b in _items(args.batches)])
+                         buffers_bytes=tuple(parse_bytes(b) for b in _items(args.buffers)),
+                         methods=_items(args.methods), batches=tuple(_whole(b) for b in _items(args.batches)))
         frame = sweep(grid, out=args.out, scheduler=args.scheduler, progress=args.progress,
                       chunk_rows=args.chunk_rows)
     except EngineError as err:
@@ -362,9 +363,9 @@ def main(args) -> int:
     return 1 if failed else 0
 
 
-def _items(text: str) -> list[str]:
+def _items(text: str) -> tuple[str, ...]:
     """The non-empty items of a comma-separated option."""
-    return [v for v in (s.strip() for s in text.split(",")) if v]
+    return tuple(v for v in (s.strip() for s in text.split(",")) if v)
 
 
 def _whole(text: str) -> int:

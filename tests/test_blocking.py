@@ -7,11 +7,21 @@ import random
 import pytest
 
 import engine
-from engine.blocking import (DIMS, Blocking, Hierarchy, Layer, Memory, access_energy_pj, block, describe, evaluate,
-                             table4)
+from engine.blocking import (
+    DIMS,
+    Blocking,
+    Hierarchy,
+    Layer,
+    Memory,
+    access_energy_pj,
+    block,
+    describe,
+    evaluate,
+    table4,
+)
+from engine.blocking.exhaustive import divisor_chains
 from engine.blocking.layer import RELEVANT
 from engine.blocking.model import stored_levels
-from engine.blocking.exhaustive import divisor_chains
 from engine.errors import EngineError
 
 KB = 1024

@@ -5,8 +5,19 @@ from dataclasses import replace
 import pytest
 
 import engine
-from engine.blocking import (Hierarchy, Layer, Memory, block, diannao_baseline, evaluate, im2col,
-                             layer_access_counts, lowered_cost, multicore, table4)
+from engine.blocking import (
+    Hierarchy,
+    Layer,
+    Memory,
+    block,
+    diannao_baseline,
+    evaluate,
+    im2col,
+    layer_access_counts,
+    lowered_cost,
+    multicore,
+    table4,
+)
 from engine.blocking.counts import _counts
 from engine.blocking.hierarchy import access_energy_pj
 from engine.errors import EngineError, GraphError

@@ -4,8 +4,7 @@ cores that share the chip's last level (Yang et al. Sec. 3.3-3.4), checked again
 import pytest
 
 from engine.accelerator import Accelerator
-from engine.blocking import (Blocking, Hierarchy, Layer, Memory, access_energy_pj, codesign, evaluate, multicore,
-                             table4)
+from engine.blocking import Blocking, Hierarchy, Layer, Memory, access_energy_pj, codesign, evaluate, multicore, table4
 from engine.blocking.codesign import fitted_hierarchy
 from engine.blocking.hierarchy import pe_array
 from engine.errors import EngineError

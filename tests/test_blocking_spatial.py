@@ -8,9 +8,9 @@ import random
 import pytest
 
 from engine.blocking import Blocking, Hierarchy, Layer, Memory, SpatialArray, block, evaluate
+from engine.blocking.exhaustive import divisor_chains, every_unroll
 from engine.blocking.layer import DIMS, RELEVANT
 from engine.blocking.model import SpatialView, holders, stored_levels
-from engine.blocking.exhaustive import divisor_chains, every_unroll
 from engine.errors import EngineError
 
 

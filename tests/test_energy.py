@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from test_fusion_cost import convnet
 
 import engine
 from engine import zoo
 from engine.energy import energy_breakdown, op_accesses
 from engine.fusion import fuse
-from test_fusion_cost import convnet
 
 ACC = engine.Accelerator.preset("optimus")  # 16x16 PEs, Ow|Cout: T_h = 1, T_w = 16, T_c = 16
 

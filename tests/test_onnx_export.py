@@ -11,6 +11,7 @@ from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from engine.onnx import save_onnx
 
+
 @pytest.mark.parametrize("name", zoo.names())
 def test_zoo_roundtrip(tmp_path, name):
     graph = zoo.build(name)

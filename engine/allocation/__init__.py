@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TypedDict
 
 from engine.allocation import baselines
 from engine.allocation.cosma import solve_cosma
@@ -20,6 +21,15 @@ from engine.allocation.record import Allocation, Placement
 from engine.allocation.solve import SOLVERS
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph
+
+
+class _Common(TypedDict):
+    """The fields every Allocation of one call shares."""
+    method: str
+    budget_bytes: int
+    include_params: bool
+    word_bits: int
+    graph: Graph | None
 
 METHODS = ("cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy")
 SCHEDULES = ("free", "mpmf")
@@ -41,7 +51,7 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
     start = time.perf_counter()
     deadline = start + time_limit_s
-    common = dict(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
+    common = _Common(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
                   graph=graph)
     worst = max(graph.ops, key=lambda op: requirement(graph, op.name, include_params=include_params,
                                                       word_bits=word_bits))
@@ -75,7 +85,7 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     return result
 
 
-def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float, common: dict) -> Allocation:
+def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float, common: _Common) -> Allocation:
     """The cheaper baseline plan in the rejected plan's order, saying why (a valid plan, not a proven one)."""
     best = None
     for policy in baselines.POLICIES:
@@ -85,6 +95,7 @@ def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float
         cost = _bytes(graph, spills + retrievals, rejected.word_bits)
         if best is None or cost < best[0]:
             best = (cost, placements, spills, retrievals, policy)
+    assert best is not None, "no baseline policies"
     cost, placements, spills, retrievals, policy = best
     return Allocation(rejected.order, tuple(placements), tuple(spills), tuple(retrievals), cost,
                       _peak(placements, len(rejected.order)), "time_limit", None, time.perf_counter() - start,

@@ -72,6 +72,7 @@ def cost(problem: Problem, plan) -> int:
     """Eq. 12 of a plan from `plan_at_bound`, in the problem's units: its listed spills and retrievals, and a
     retrieval charged for each tensor later segments read that it leaves off chip."""
     p, (placements, spills, retrievals) = problem, plan
+    assert p.order is not None, "plan_at_bound plans a fixed order"
     last = len(p.order) - 1
     kept = {pl.tensor for pl in placements if pl.last_step == last}
     return (sum(p.size[a] // p.unit for a, _ in list(spills) + list(retrievals))

@@ -33,7 +33,7 @@ class _Arena:
     spills: list = field(default_factory=list)
     retrievals: list = field(default_factory=list)
 
-    def copy(self) -> "_Arena":
+    def copy(self) -> _Arena:
         return _Arena(self.budget, dict(self.resident), set(self.host), set(self.fresh), list(self.placements),
                       list(self.spills), list(self.retrievals))
 

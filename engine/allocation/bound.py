@@ -176,7 +176,7 @@ def cover_model(problem: Problem) -> Cover | None:
                 gap_var[a, rest] = lp.add_variable(f"y_{len(gap_var)}", cat=pulp.LpBinary)
             if a not in spilled and a not in p.carry.host and a not in p.free_spill:
                 spilled[a] = lp.add_variable(f"z_{len(spilled)}", cat=pulp.LpBinary)
-    for (a, rest), y in gap_var.items():
+    for (a, _rest), y in gap_var.items():
         if a in spilled:
             lp += y <= spilled[a], f"spill_{y.name}"
     lp += (pulp.lpSum((p.size[a] // unit) * y for (a, _), y in gap_var.items())

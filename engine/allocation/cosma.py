@@ -5,18 +5,32 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
+from engine.allocation import atbound, baselines, model, solution, solve
 from engine.allocation import divide as dnc
-from engine.allocation import model, solution, solve
-from engine.allocation import atbound, baselines
 from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
 from engine.allocation.mpmf import mpmf
 from engine.allocation.packing import pack
 from engine.allocation.problem import Carry, make_problem
-from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.allocation.record import Placement, needs
+from engine.allocation.start import best_baseline, objective_at, values_of
 from engine.graph import Graph
+
+
+class _Scope(TypedDict):
+    """What a plan's bytes count: the keywords every stage passes on."""
+    include_params: bool
+    word_bits: int
+
+
+class _Opts(_Scope):
+    solver: str
+
+
+class _SolveOpts(_Opts):
+    known: dict  # order -> the plan atbound built in it, or None
 
 PRESOLVE_SHARE = 0.05  # of the time left, for a free schedule's first fixed order when its free model follows
 SETUP_FACTOR = 5  # build, hand-over to HiGHS and presolve of a large model, in build times (Transformer: 8.7+2.5+23 s)
@@ -60,7 +74,7 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
     order when the caller has it already; otherwise it is found only if a stage needs it.
     """
     deadline = min(deadline, time.perf_counter() + time_limit_s)
-    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver)
+    opts = _Opts(include_params=include_params, word_bits=word_bits, solver=solver)
     need_order = _order_source(graph, mpmf_order, deadline, **opts)
     if not fixed and divide is not None:
         order = need_order(0.5)  # segments of a low-footprint order: each is still a down-set, and starts agree
@@ -199,7 +213,7 @@ def _solve_models(graph: Graph, prob, lb: int, need_order, share: float, until: 
     plan found. A stage that runs out of time leaves the best plan so far. `known` maps an
     order to the plan `atbound` built in it (or None), so none is built twice.
     """
-    opts = dict(include_params=include_params, word_bits=word_bits, solver=solver, known=known)
+    opts = _SolveOpts(include_params=include_params, word_bits=word_bits, solver=solver, known=known)
     if prob.order is not None:
         return _solve_model(graph, model.build(prob), lb, until, share, need_order, None, whole=whole, **opts)
     began = time.perf_counter()
@@ -313,7 +327,7 @@ def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, 
     1 155 072 B joined against 360 448 B).
     """
     prob = m.problem
-    opts = dict(include_params=include_params, word_bits=word_bits)
+    opts = _Scope(include_params=include_params, word_bits=word_bits)
     ops = set(prob.ops)
     spread = prob.order or tuple(op for op in need_order(0.25) if op in ops)
     sources = [lambda: best_baseline(m, graph, [spread], **opts)]
@@ -346,7 +360,7 @@ def _at_bound_start(m: model.Model, order, solver: str, time_limit_s: float, kno
     return None if got is None else values_of(m, order, *got)
 
 
-def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: dict, *,
+def _divided_start(m: model.Model, graph: Graph, solver: str, time_limit_s: float, opts: _Scope, *,
                    mpmf_order=None) -> dict | None:
     """Values of the whole problem's divide-and-conquer plan: segments solve fast, and the whole ILP then
     only has to improve on their joint plan (and prove a bound on it)."""
@@ -369,17 +383,21 @@ def _proven(statuses) -> str:
 def _join(plans, statuses, gaps, notes=()) -> Joined:
     """Shift each segment's steps by its start and fuse stays that continue across a boundary (same address, not
     written out there), dropping the next segment's retrieval of a tensor that stayed."""
-    order, placements, spills, retrievals = [], [], [], []
+    order: list[str] = []
+    placements: list[Placement] = []
+    spills: list[tuple[str, int]] = []
+    retrievals: list[tuple[str, int]] = []
     open_at: dict[str, int] = {}  # tensor -> index in placements of its stay reaching the previous boundary
     for lo, plan in plans:
         order.extend(plan.order)
-        reaching, stayed = {}, set()
+        reaching: dict[str, int] = {}
+        stayed: set[str] = set()
         written_out = {a for a, t in plan.spills if t == 0}
         for p in plan.placements:
             shifted = Placement(p.tensor, p.first_step + lo, p.last_step + lo, p.address, p.size)
             j = open_at.get(p.tensor)
-            continues = j is not None and placements[j].address == p.address and p.tensor not in written_out
-            if p.first_step == 0 and continues:
+            if (j is not None and p.first_step == 0 and placements[j].address == p.address
+                    and p.tensor not in written_out):  # continues across the boundary
                 prev = placements[j]
                 placements[j] = prev._replace(last_step=shifted.last_step)
                 stayed.add(p.tensor)  # it never left the chip: a retrieval the segment lists here is not needed

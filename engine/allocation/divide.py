@@ -60,15 +60,17 @@ def auto_segments(lossless: list[bool], crossing: list[int], max_ops: int) -> li
     fewer, cheaper cuts win, and a lossy cut is taken only where no lossless one fits.
     """
     n = len(lossless) + 1
-    best = [(0, 0)] + [None] * n  # best[i]: cost of cutting the prefix of i ops, (lossy cuts, bytes)
+    # best[i]: cost of cutting the prefix of i ops, (lossy cuts, bytes)
+    best: list[tuple[int, int] | None] = [(0, 0)] + [None] * n
     prev = [0] * (n + 1)
     for i in range(1, n + 1):
         for j in range(max(0, i - max_ops), i):
-            if best[j] is None:
+            reached, here = best[j], best[i]
+            if reached is None:
                 continue
             cut = (0, 0) if j == 0 else (0 if lossless[j - 1] else 1, crossing[j - 1])
-            cost = (best[j][0] + cut[0], best[j][1] + cut[1])
-            if best[i] is None or cost < best[i]:
+            cost = (reached[0] + cut[0], reached[1] + cut[1])
+            if here is None or cost < here:
                 best[i], prev[i] = cost, j
     bounds, i = [], n
     while i > 0:

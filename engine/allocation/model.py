@@ -101,7 +101,7 @@ def _add_variables(m: Model) -> None:
     p, life, peak, idx = m.problem, m.life, m.objective == PEAK, m.idx
     reader_steps = {}
     for a in p.tensors:
-        steps = set()
+        steps: set[int] = set()
         for c in p.consumers.get(a, ()):
             lo, hi = life.ops[c]
             steps.update(range(lo, hi + 1))
@@ -128,7 +128,7 @@ def _add_variables(m: Model) -> None:
 
 def _add_stay_variables(m: Model, a: str, i: int, w, host: bool, resident: bool, reader_steps: set) -> None:
     """P, R and S of a tensor that outlives its creation step (read later, or kept for later segments)."""
-    p, peak = m.problem, m.objective == PEAK
+    peak = m.objective == PEAK
     p_from = 0 if resident else w.first + 1
     for t in range(p_from, w.last + 1):
         m.P[a, t] = m.lp.add_variable(f"P_{i}_{t}", cat=pulp.LpBinary)
@@ -215,7 +215,7 @@ def _add_single_spill(m: Model) -> None:
 
 def _at_most_one_per_tensor(m: Model, variables: dict, tag: str) -> None:
     """sum over steps of variables[(tensor, step)] <= 1 for every tensor with more than one."""
-    per = {}
+    per: dict[str, list] = {}
     for (a, _), v in variables.items():
         per.setdefault(a, []).append(v)
     for a, vs in per.items():
@@ -225,8 +225,8 @@ def _at_most_one_per_tensor(m: Model, variables: dict, tag: str) -> None:
 
 def _add_one_op_per_step(m: Model) -> None:
     """Each timestep runs exactly one op (Sec. III-A: a timestep is one operator's execution)."""
-    per = {}
-    for (op, t), x in m.X.items():
+    per: dict[int, list] = {}
+    for (_op, t), x in m.X.items():
         per.setdefault(t, []).append(x)
     for t, xs in per.items():
         m.lp += pulp.lpSum(xs) == 1, f"step_{t}"

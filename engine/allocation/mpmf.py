@@ -33,7 +33,8 @@ class Footprint:
 
 def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: int = 16) -> int:
     """Peak bytes on chip when `order` runs with every tensor on chip from first to last use (no spills)."""
-    last, first = {}, {}
+    last: dict[str, int] = {}
+    first: dict[str, int] = {}
     for t, op in enumerate(order):
         reads, writes = needs(graph, op, include_params)
         for a in reads + writes:
@@ -73,7 +74,7 @@ def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, tim
     return got
 
 
-mpmf.cache_clear = _cache.clear  # as functools.lru_cache offers: tests start cold with it
+mpmf.cache_clear = _cache.clear  # type: ignore[attr-defined]  # as lru_cache offers: tests start cold with it
 
 
 def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, deadline: float) -> Footprint:
@@ -88,7 +89,8 @@ def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, dea
             start = p + 1
     bounds.append((start, len(order)))
     carry = Carry.start(graph, include_params)
-    result, status = [], "optimal"
+    result: list[str] = []
+    status = "optimal"
     for lo, hi in bounds:
         ops = order[lo:hi]
         later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
@@ -192,11 +194,13 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         return None
     finally:
         sys.setrecursionlimit(depth)
-    picked, done = [], 0
+    picked: list[str] = []
+    done = 0
     while done != full:
-        op = best[done][1]
-        picked.append(op)
-        done |= bit[op]
+        nxt = best[done][1]
+        assert nxt is not None, "a solved state without its next op"  # only the full state has none
+        picked.append(nxt)
+        done |= bit[nxt]
     return tuple(picked)
 
 
@@ -236,7 +240,7 @@ def _loose_budget(graph: Graph, word_bits: int) -> int:
 
 def _carry_after(graph: Graph, done, later, carry: Carry, include_params: bool) -> Carry:
     """State after running `done` without spills: everything read later and already made or loaded is on chip."""
-    touched = set()
+    touched: set[str] = set()
     for op in done:
         o = graph.op(op)
         touched.update(o.inputs + o.outputs + (o.weights if include_params else ()))

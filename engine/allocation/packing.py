@@ -12,6 +12,7 @@ ILP of `place.py`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from engine.allocation import place
 from engine.allocation.place import Stay
@@ -64,7 +65,7 @@ def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
     for i in ranked:
         s = stays[i]
         address = 0
-        for j in sorted((j for j in at if stays[j].first <= s.last and s.first <= stays[j].last), key=at.get):
+        for j in sorted((j for j in at if stays[j].first <= s.last and s.first <= stays[j].last), key=at.__getitem__):
             if address + s.size <= at[j]:
                 break
             address = max(address, at[j] + stays[j].size)
@@ -75,7 +76,7 @@ def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
 
 
 def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "highs",
-            deadline: float) -> list[float] | None:
+            deadline: float) -> Sequence[float] | None:
     """Addresses for `stays` within `room` by `deadline`, or None when no method below finds them.
 
     The greedy packing first; else window by window (cut where at most one stay crosses,
@@ -93,8 +94,8 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
     while todo:
         members = todo.pop(0)
         fixed = dict(pinned)
-        for _, got in solved:
-            fixed.update(got)
+        for _, placed in solved:
+            fixed.update(placed)
         lo, hi = min(stays[i].first for i in members), max(stays[i].last for i in members)
         near = [i for i in fixed if i not in members and stays[i].first <= hi and lo <= stays[i].last]
         local = list(members) + near
@@ -107,12 +108,12 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
         else:
             return None
     out = dict(pinned)
-    for _, got in solved:
-        out.update(got)
+    for _, placed in solved:
+        out.update(placed)
     return [out[i] for i in range(len(stays))]
 
 
-def _exact(stays, room: int, pinned: dict, solver: str, deadline: float) -> list[float] | None:
+def _exact(stays, room: int, pinned: dict, solver: str, deadline: float) -> Sequence[float] | None:
     """The greedy, else the placement ILP with equal stays glued, else the ILP as it is, by `deadline`."""
     at = greedy(stays, room, pinned=pinned)
     if at is not None:

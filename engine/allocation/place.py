@@ -52,9 +52,9 @@ def place(stays, room: int, *, pinned: dict | None = None, solver: str = "highs"
                 if (i, j) not in below:
                     below[i, j] = _order_pair(lp, x, stays, i, j, room)
                     below[j, i] = 1 - below[i, j]
-    for k, here in enumerate(sorted({tuple(sorted(h)) for h in by_step.values()})):  # one cut pair per set on chip
-        for i in here:
-            under = [(below[j, i], stays[j].size) for j in here if j != i]
+    for k, on_chip in enumerate(sorted({tuple(sorted(h)) for h in by_step.values()})):  # one cut pair per set on chip
+        for i in on_chip:
+            under = [(below[j, i], stays[j].size) for j in on_chip if j != i]
             if under:
                 lp += x[i] >= pulp.lpSum(size * b for b, size in under), f"under_{i}_{k}"
                 lp += x[i] + stays[i].size + pulp.lpSum(size * (1 - b) for b, size in under) <= room, \

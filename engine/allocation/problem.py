@@ -25,7 +25,7 @@ class Carry:
     fresh: frozenset[str]  # network inputs and weights never loaded yet (their next load is compulsory)
 
     @classmethod
-    def start(cls, graph: Graph, include_params: bool) -> "Carry":
+    def start(cls, graph: Graph, include_params: bool) -> Carry:
         """Nothing on chip; DRAM holds the network inputs (and the weights)."""
         ext = set(graph.inputs) | ({w for op in graph.ops for w in op.weights} if include_params else set())
         return cls(MappingProxyType({}), frozenset(ext), frozenset(ext))

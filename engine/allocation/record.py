@@ -70,7 +70,7 @@ class Allocation:
             return
         if self.graph is None:
             raise EngineError("this Allocation carries no graph to validate against")
-        _check(self)
+        _check(self, self.graph)
 
     def timeline(self) -> pd.DataFrame:
         """Tidy memory timeline: one row per (placement, step) plus one row per spill.
@@ -82,7 +82,9 @@ class Allocation:
         cols = ["tensor", "step", "address", "size", "event", "placement"]
         if not self.has_plan:
             return pd.DataFrame(columns=cols)
-        starts = _start_events(self)
+        if self.graph is None:
+            raise EngineError("this Allocation carries no graph to tell created tensors from loaded ones")
+        starts = _start_events(self, self.graph)
         rows = []
         for i, p in enumerate(self.placements):
             for step in range(p.first_step, p.last_step + 1):
@@ -102,9 +104,9 @@ def needs(graph: Graph, op: str, include_params: bool) -> tuple[tuple[str, ...],
     return reads, tuple(dict.fromkeys(o.outputs))
 
 
-def _start_events(alloc: Allocation) -> list[str]:
+def _start_events(alloc: Allocation, g: Graph) -> list[str]:
     """How each placement begins: created by its op, loaded (compulsory), or retrieved."""
-    g, created = alloc.graph, {}
+    created: dict[str, int] = {}
     for t, op in enumerate(alloc.order):
         for a in g.op(op).outputs:
             created[a] = t
@@ -113,17 +115,17 @@ def _start_events(alloc: Allocation) -> list[str]:
             "retrieve" if (p.tensor, p.first_step) in back else "load" for p in alloc.placements]
 
 
-def _check(alloc: Allocation) -> None:
+def _check(alloc: Allocation, g: Graph) -> None:
     """The invariants DESIGN.md states for an Allocation, each with its own message."""
-    g, name = alloc.graph, alloc.method
+    name = alloc.method
     order = alloc.order
     if sorted(order) != sorted(op.name for op in g.ops):
         raise EngineError(f"{name}: order must run every op of '{g.name}' exactly once")
     step_of = {op: t for t, op in enumerate(order)}
     for op in order:
-        for p in g.predecessors(op):
-            if step_of[p] > step_of[op]:
-                raise EngineError(f"{name}: op '{op}' runs at step {step_of[op]} before its producer '{p}'")
+        for pred in g.predecessors(op):
+            if step_of[pred] > step_of[op]:
+                raise EngineError(f"{name}: op '{op}' runs at step {step_of[op]} before its producer '{pred}'")
     n = len(order)
     by_tensor: dict[str, list[Placement]] = {}
     for p in alloc.placements:

@@ -30,7 +30,10 @@ def read(m: Model) -> Plan:
     for (op, t), x in m.X.items():
         if x.varValue is not None and x.varValue > 0.5:
             order[t] = op
-    stays, spills, retrievals, loaded = [], [], [], set()
+    stays: list = []
+    spills: list[tuple[str, int]] = []
+    retrievals: list[tuple[str, int]] = []
+    loaded: set[str] = set()
     for a, w in m.life.tensors.items():
         cur = None
         for t in range(w.first, w.last + 1):
@@ -62,7 +65,10 @@ def plan_of(problem: Problem, placements, spills, retrievals, *, order=None, loa
     tensors later segments read on chip where they end, DRAM holding what was spilled or written back, and
     network inputs and weights loaded (`loaded`: those placed, by default) no longer fresh."""
     p = problem
-    order = tuple(order if order is not None else p.order)
+    order = order if order is not None else p.order
+    if order is None:
+        raise ValueError("plan_of: a free schedule's plan needs its order")
+    order = tuple(order)
     n = len(order)
     if loaded is None:
         loaded = p.carry.fresh & {pl.tensor for pl in placements}
@@ -114,7 +120,7 @@ def compact(stays, size: dict[str, int], unit: int) -> tuple[Placement, ...]:
     """
     ranked = sorted(range(len(stays)), key=lambda i: (stays[i][3] + size[stays[i][0]] / 2, stays[i][0]))
     at_step: dict[int, list[int]] = {}
-    address = {}
+    address: dict[int, int] = {}
     for i in ranked:
         a, first, last, _, pinned = stays[i]
         below = {j for t in range(first, last + 1) for j in at_step.get(t, ())}

@@ -60,7 +60,11 @@ class _HiGHSWithStart(pulp.HiGHS):
         ints = np.array([v.index for v in variables if v.cat == pulp.LpInteger], dtype=np.int32)
         if self.mip and len(ints):
             h.changeColsIntegrality(len(ints), ints, np.full(len(ints), highspy.HighsVarType.kInteger))
-        starts, index, value, row_lo, row_hi = [], [], [], [], []
+        starts: list[int] = []
+        index: list[int] = []
+        value: list[float] = []
+        row_lo: list[float] = []
+        row_hi: list[float] = []
         for i, c in enumerate(lp._constraints.values()):
             c.index = i
             starts.append(len(index))

@@ -6,10 +6,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from engine.blocking.grid import CANONICAL, divisors, unrollings
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
 from engine.blocking.model import INNER_ORDER, Blocking, Cost, SpatialView, evaluate
-from engine.blocking.grid import CANONICAL, divisors, unrollings
 from engine.blocking.optimizer import block
 from engine.errors import EngineError
 

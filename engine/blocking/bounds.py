@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, REUSE_GROUP, TENSORS, Layer
 from engine.blocking.model import SpatialView, window_sum
 from engine.blocking.routes import Routes, level_orders, operand_routes, tile_candidates
+
 
 def unroll_floors(layer: Layer, hierarchy: Hierarchy) -> list:
     """(floor, -busy PEs, unrolling) of every unrolling worth searching, least floor (then most PEs) first.
@@ -56,7 +57,7 @@ def mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
     stationary operand can save (one of I and W is reused over the innermost loops of level 0's tile, by at most
     `_max_run`)."""
     pj = {T: _level0_pj(layer, hierarchy, unrolls, (T,)) for T in layer.tensors}
-    total = sum(pj.values())
+    total = sum(pj.values(), np.zeros(len(unrolls)))  # (a zero array to start: the sum is an array)
     if not hierarchy.stationary:
         return total
     views = [SpatialView.of(layer, u) for u in unrolls]
@@ -101,7 +102,7 @@ def _max_run(view: SpatialView, T: str, own) -> int:
 def _own_capacities(layer: Layer, hierarchy: Hierarchy) -> tuple:
     """Per on-chip level: whether it is inside the array, (operand, its own capacity in words) for each operand
     it is the innermost holder of, and the capacity they share (inf where each has its own)."""
-    out = []
+    out: list[tuple[bool, tuple[tuple[str, float], ...], float]] = []
     for level, mem in enumerate(hierarchy.on_chip):
         mine = [T for T in layer.tensors if mem.keeps(T) and not any(m.keeps(T) for m in hierarchy.levels[:level])]
         if mem.split_bytes:
@@ -150,12 +151,12 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
     if not tight:  # each operand by its cheaper route, each level's operands alone
         total = macs
         for j in range(m):
-            mine = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
-                    for T in on_chip if routes.h0[T] == j]
-            if mine or j == 0:
+            cheaper = [[np.minimum(charge[T, "chip"][r], charge[T, "dram"][r]) for r in (0, 1)]
+                       for T in on_chip if routes.h0[T] == j]
+            if cheaper or j == 0:
                 per = saving if j == 0 else 0.0
-                if mine:
-                    per = per + sum(c[0] for c in mine) - np.max([c[0] - c[1] for c in mine], axis=0)
+                if cheaper:
+                    per = per + sum(c[0] for c in cheaper) - np.max([c[0] - c[1] for c in cheaper], axis=0)
                 total += float(np.min(np.where(cand[j], per, np.inf)))
         return total
     fits = {}
@@ -165,12 +166,12 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
         fits[T] = grid.kept(hierarchy, l, T) <= cap
     best, memo = np.inf, {}
 
-    @lru_cache(maxsize=None)
+    @cache
     def allowed(j, restrict):
         """Level j's tiles: candidates within the capacities of the operands in `restrict`, which go to DRAM past it."""
         return np.logical_and.reduce([cand[j], *(fits[T] for T in restrict)])
 
-    @lru_cache(maxsize=None)
+    @cache
     def spread(j, restrict):
         """The dims an allowed tile of level j may have more than one step of."""
         ok = allowed(j, restrict)
@@ -199,7 +200,7 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
                               if (last[T] if T in direct and at_last else routes.h0[T]) == j) for j in range(m)]
                 slot = list(range(m))
 
-                def merge(i, j):
+                def merge(i, j, slot=slot):  # this pass's slots, bound now (B023)
                     slot[:] = [slot[i] if s == slot[j] else s for s in slot]
                 for j in range(m - 1):
                     # the block above level j moves only dims of level j + 1 that may move; when those lie in the
@@ -216,7 +217,7 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
                             merge(routes.h0[T], j)
                 total = macs
                 for levels in ([j for j in range(m) if slot[j] == s] for s in set(slot)):
-                    options = [k for j in levels for k in mine[j]] or [None]
+                    options: list[tuple[str, str] | None] = [k for j in levels for k in mine[j]] or [None]
                     total += min(sum(least(j, mine[j], reused, restrict[j]) for j in levels) for reused in options)
                 bounds.append(total)
             best = min(best, max(bounds))
@@ -295,8 +296,8 @@ def stationary_saving(layer: Layer, hierarchy: Hierarchy, grid: TileGrid) -> tup
                 run = np.where(first == g.index(T), grid.group[T], 1.0)
                 total += pj * (1 / run - 1)
         saving.append(total)
-    saving = np.stack(saving)
-    return saving.min(axis=0), saving.argmin(axis=0)
+    stacked = np.stack(saving)
+    return stacked.min(axis=0), stacked.argmin(axis=0)
 
 
 def refill_floor(layer: Layer, hierarchy: Hierarchy, grid: TileGrid, l: int) -> np.ndarray:

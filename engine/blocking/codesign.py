@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
-from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
 from engine.blocking.bounds import mac_words
 from engine.blocking.dp import tile_pairs
 from engine.blocking.exhaustive import every_blocking, every_unroll
 from engine.blocking.grid import CANONICAL, GROUP_ORDER, refill_words, tile_grid, unrollings
+from engine.blocking.hierarchy import Hierarchy, Memory, SpatialArray
+from engine.blocking.layer import DIMS, TENSORS, Layer
+from engine.blocking.model import BUFFER_NAMES, INNER_ORDER, Blocking, SpatialView, evaluate, stored_levels
 from engine.blocking.optimizer import BlockingResult, block
 from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import TABLE3, TABLE3_DRAM_PJ, TABLE3_WIDTHS, access_energy_pj
@@ -120,13 +120,13 @@ class CodesignResult:
     @property
     def sizes(self) -> tuple[int, ...]:
         """Bytes of each on-chip level (its buffers together)."""
-        return tuple(m.total_bytes for m in self.hierarchy.on_chip)
+        return tuple(m.bounded_bytes for m in self.hierarchy.on_chip)
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
         """The buffers that exist (more than 0 bytes), innermost level first."""
         return tuple(Buffer(f"{BUFFER_NAMES[T]}{l}", l, T, b, m.energy(T))
-                     for l, m in enumerate(self.hierarchy.on_chip) for T, b in zip(TENSORS, m.split_bytes) if b)
+                     for l, m in enumerate(self.hierarchy.on_chip) for T, b in zip(TENSORS, m.split_bytes or ()) if b)
 
     @property
     def energy_pj(self) -> float:
@@ -174,7 +174,7 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
                               time.perf_counter() - start, r.optimal, r.evaluated)
     candidates = [r.hierarchy for r in own]
     union = _union(candidates, pricing)
-    if sum(union.levels[l].total_bytes for l in range(levels)) <= total_bytes:
+    if sum(union.levels[l].bounded_bytes for l in range(levels)) <= total_bytes:
         candidates.append(union)
     points, best = [], None
     for h in dict.fromkeys(candidates):
@@ -186,6 +186,8 @@ def codesign(layers, *, total_bytes: int, levels: int = 2, word_bits: int = 16, 
         points.append((_buffer_bytes(h), energy))
         if best is None or energy < best[1]:
             best = (h, energy, results)
+    if best is None:
+        raise EngineError(f"no design within {total_bytes} bytes blocks every layer")
     return CodesignResult(best[0], best[2], tuple(points), total_bytes, time.perf_counter() - start, False,
                           sum(r.evaluated for r in own))
 
@@ -272,9 +274,9 @@ class _Tables:
             first = np.select([g.group[G] > 1 for G in groups], [0, 1, 2], -1)  # the innermost group that loops
             saving.append(sum((mac[T] * (1 / np.where(first == groups.index(T), g.group[T], 1.0) - 1) for T in mac),
                               np.zeros(g.size)))
-        saving = np.stack(saving)
-        self.level0 = self.level0 + saving.min(axis=0)
-        return saving.argmin(axis=0)
+        stacked = np.stack(saving)
+        self.level0 = self.level0 + stacked.min(axis=0)
+        return stacked.argmin(axis=0)
 
     def pair(self, a, b):
         """Energy of refilling child tiles `a` from parent tiles `b` (best canonical order), that order, and the
@@ -334,8 +336,8 @@ def _search(c: _Tables, budget: float, levels: int) -> tuple[tuple[int, ...], in
         total = np.where(c.bytes0 <= budget, c.level0 + c.top, np.inf)
         return (_argmin(c, total),), c.grid.size, True
     if levels == 2:
-        chain, evaluated = _two_levels(c, budget)
-        return chain, evaluated, True
+        pair, evaluated = _two_levels(c, budget)
+        return pair, evaluated, True
     chain, evaluated, _ = _search(c, budget, levels - 1)
     best = None
     for pos in range(levels - 1):  # the design with one level fewer, one level doubled (nothing kept there)
@@ -344,6 +346,7 @@ def _search(c: _Tables, budget: float, levels: int) -> tuple[tuple[int, ...], in
         cost = c.chain_cost(seed)[0]
         if best is None or cost < best[0]:
             best = (cost, seed)
+    assert best is not None  # levels > 2: at least one seed
     return best[1], evaluated, False
 
 
@@ -407,10 +410,10 @@ def _inner_pair(c: _Tables, budget: float, chain: list) -> tuple[list, int]:
     return [*pair, *rest], n
 
 
-def _descend(c: _Tables, budget: float, chain: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+def _descend(c: _Tables, budget: float, start: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """Move one level's tile at a time to its best choice between its neighbours' tiles, until no move helps."""
-    g, m = c.grid, len(chain)
-    chain, evaluated = list(chain), 0
+    g, m = c.grid, len(start)
+    chain, evaluated = list(start), 0
     energy, _ = c.chain_cost(chain)
     for _ in range(MAX_SWEEPS):
         moved = False
@@ -418,7 +421,7 @@ def _descend(c: _Tables, budget: float, chain: tuple[int, ...]) -> tuple[tuple[i
             lower = g.val[chain[l - 1]] if l else np.ones(len(DIMS), dtype=np.int64)
             upper = g.val[chain[l + 1]] if l + 1 < m else np.array(g.view.dims)
             t = np.flatnonzero(np.all(g.val % lower == 0, axis=1) & np.all(upper % g.val == 0, axis=1))
-            rest = chain[:l] + [None] + chain[l + 1:]
+            rest: list[int | None] = [*chain[:l], None, *chain[l + 1:]]
             e, nbytes = _terms_without(c, rest, l)
             if l == 0:
                 e_t, b_t = c.level0[t].copy(), c.bytes0[t].copy()
@@ -467,7 +470,7 @@ def _exhaustive(layer: Layer, budget: float, levels: int, pricing: BufferPricing
     for unroll in _array_unrolls(layer, array, every=True):
         for base, blockings in every_blocking(layer, levels, unroll, inner=stationary):
             h = fitted_hierarchy(layer, base, pricing, array, stationary)
-            if sum(m.total_bytes for m in h.on_chip) > budget:
+            if sum(m.bounded_bytes for m in h.on_chip) > budget:
                 continue
             for blocking in blockings:
                 cost = evaluate(layer, h, blocking)
@@ -480,7 +483,7 @@ def _exhaustive(layer: Layer, budget: float, levels: int, pricing: BufferPricing
 
 
 def _buffer_bytes(h: Hierarchy) -> tuple[int, ...]:
-    return tuple(b for m in h.on_chip for b in m.split_bytes)
+    return tuple(b for m in h.on_chip for b in m.split_bytes or ())
 
 
 def _union(hierarchies, pricing: BufferPricing) -> Hierarchy:

@@ -25,8 +25,16 @@ from engine.blocking.grid import CANONICAL, TileGrid, capacity_ok, tile_grid
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, Layer
 from engine.blocking.model import INNER_ORDER, Blocking, evaluate
-from engine.blocking.routes import (Routes, boundary_charges, is_clean, level_charge, level_states, operand_routes,
-                                    passes_through, tile_candidates)
+from engine.blocking.routes import (
+    Routes,
+    boundary_charges,
+    is_clean,
+    level_charge,
+    level_states,
+    operand_routes,
+    passes_through,
+    tile_candidates,
+)
 from engine.errors import EngineError
 
 PAIR_CHUNK = 2_000_000  # (child, parent) tile pairs scored per numpy batch
@@ -126,7 +134,11 @@ def _dp(layer, hierarchy, grid: TileGrid, routes: Routes, cand, budget: float, *
     (a quick, inexact search whose result is an upper bound).
     """
     m = len(hierarchy.on_chip)
-    value, parent, pstate, best_order = [None] * m, [None] * m, [None] * m, [None] * m
+    # per level, filled from the last on-chip level down (parent and pstate: below the last only)
+    value: list[np.ndarray] = [np.empty(0)] * m
+    parent: list[np.ndarray] = [np.empty(0)] * m
+    pstate: list[np.ndarray] = [np.empty(0)] * m
+    best_order: list[np.ndarray] = [np.empty(0)] * m
     # last on-chip level: its block iterates over DRAM; a clean operand is charged there
     a = np.flatnonzero(cand[m - 1])
     charges, _ = boundary_charges(layer, grid, routes, a, None, m - 1)
@@ -178,6 +190,8 @@ def _upper_bound(layer: Layer, hierarchy: Hierarchy, grid: TileGrid, routes: Rou
         except EngineError:
             continue
         evaluated += n
+        if b is None:  # nothing fits without level j
+            continue
         found.append(Blocking(layer.dims, (*b.tiles[:j], b.tiles[j - 1], *b.tiles[j:]),
                               (*b.orders[:j - 1], DIMS, *b.orders[j - 1:])))
     if m > 1:
@@ -261,7 +275,7 @@ def tile_pairs(grid: TileGrid, child_ok, parent_ok, *, prune: bool):
     steps = {}
     if prune:
         for j in range(n):
-            for k, (p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
+            for k, (_p, (grow, step)) in enumerate(_growable(grid, child_ok, children, j).items()):
                 free[:, j] |= grow.astype(np.int64) << k
                 steps[j, k] = step
 

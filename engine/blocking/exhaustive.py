@@ -49,14 +49,15 @@ def every_unroll(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     if array is None:
         return [(1,) * len(DIMS)]
     sizes = dict(array.axes)
-    options = [range(1, min(getattr(layer, d), sizes[array.axis_of(d)]) + 1) if array.axis_of(d) else (1,)
-               for d in DIMS]
+    axis = {d: array.axis_of(d) for d in DIMS}
+    options = [range(1, min(getattr(layer, d), sizes[a]) + 1) if (a := axis[d]) else (1,) for d in DIMS]
     out = []
     for u in itertools.product(*options):
         used = dict.fromkeys(sizes, 1)
         for d, f in zip(DIMS, u):
-            if f > 1:
-                used[array.axis_of(d)] *= f
+            a = axis[d]
+            if f > 1 and a:  # (only a mapped dim has f > 1)
+                used[a] *= f
         if all(used[a] <= sizes[a] for a in sizes):
             out.append(u)
     return out

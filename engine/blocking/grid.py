@@ -35,7 +35,7 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=64)
-def tile_grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> "TileGrid":
+def tile_grid(layer: Layer, unroll: tuple[int, ...] | None = None) -> TileGrid:
     """The tile grid of a layer (under a spatial unrolling), shared by the searches over many hierarchies."""
     return TileGrid(layer, unroll)
 
@@ -81,7 +81,8 @@ class TileGrid:
         positions = np.prod([dims[j] / self.val[:, j] for j, d in enumerate(DIMS) if d in RELEVANT[T]], axis=0)
         if T != "I":
             return view.real(T, dims, inside) / positions
-        real = float(lane_copies(view.unroll, T, inside) * self.layer.N * self.layer.C)  # every PE lane its own copy
+        # every PE lane its own copy
+        real: float | np.ndarray = float(lane_copies(view.unroll, T, inside) * self.layer.N * self.layer.C)
         for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))):
             i, k = DIMS.index(out), DIMS.index(win)
             table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside)
@@ -115,7 +116,7 @@ def capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> n
     if not held:  # a level holding none of this layer's operands (weights on a pooling layer)
         return np.ones(len(next(iter(used.values()))), dtype=bool)
     if mem.split_bytes:
-        ok = True
+        ok = np.ones(len(next(iter(used.values()))), dtype=bool)
         for T in held:
             ok = ok & (used[T] <= hierarchy.capacity_words(level, T))
         return ok

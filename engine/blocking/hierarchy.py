@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
-from engine.errors import EngineError, UnknownNameError
 from engine.blocking.layer import DIMS, TENSORS
 from engine.dataflow import YANG, parse
+from engine.errors import EngineError, UnknownNameError
 from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # access_energy_pj: re-exported
 
 KB = 1024
@@ -36,8 +36,8 @@ class Memory:
 
     name: str
     size_bytes: int | None = None
-    split_bytes: tuple[int, int, int] | None = None
-    energy_pj: tuple[float, float, float] = (TABLE3_DRAM_PJ,) * 3
+    split_bytes: tuple[int, ...] | None = None  # three (IB, KB, OB), checked below
+    energy_pj: tuple[float, ...] = (TABLE3_DRAM_PJ,) * 3  # three (I, W, O), checked below
     holds: str = "IWO"
     write_pj: tuple[float, float, float] | None = None
 
@@ -77,6 +77,14 @@ class Memory:
     def total_bytes(self) -> int | None:
         return sum(self.split_bytes) if self.split_bytes else self.size_bytes
 
+    @property
+    def bounded_bytes(self) -> int:
+        """`total_bytes` of a level with a size (every on-chip one); DRAM has none."""
+        total = self.total_bytes
+        if total is None:
+            raise EngineError(f"memory '{self.name}' has no size (it is DRAM)")
+        return total
+
     def energy(self, tensor: str) -> float:
         return self.energy_pj[TENSORS.index(tensor)]
 
@@ -89,20 +97,20 @@ class Memory:
         return tensor in self.holds
 
     @classmethod
-    def sram(cls, name: str, size_bytes: int, *, width_bits: int = 64, word_bits: int = 16) -> "Memory":
+    def sram(cls, name: str, size_bytes: int, *, width_bits: int = 64, word_bits: int = 16) -> Memory:
         """A shared SRAM level priced by Table 3."""
         e = access_energy_pj(size_bytes, width_bits=width_bits, word_bits=word_bits)
         return cls(name, size_bytes=size_bytes, energy_pj=(e, e, e))
 
     @classmethod
-    def split(cls, name: str, split_bytes: tuple[int, int, int], *, widths=(64, 64, 64),
-              word_bits: int = 16) -> "Memory":
+    def split(cls, name: str, split_bytes: tuple[int, ...], *, widths=(64, 64, 64),
+              word_bits: int = 16) -> Memory:
         """Separate IB/KB/OB SRAMs at one level, each priced by its own size and width (Table 3)."""
         return cls(name, split_bytes=tuple(split_bytes), energy_pj=tuple(
             access_energy_pj(b, width_bits=w, word_bits=word_bits) for b, w in zip(split_bytes, widths)))
 
     @classmethod
-    def dram(cls, *, word_bits: int = 16) -> "Memory":
+    def dram(cls, *, word_bits: int = 16) -> Memory:
         e = TABLE3_DRAM_PJ * word_bits / 16
         return cls("DRAM", energy_pj=(e, e, e))
 
@@ -229,10 +237,10 @@ class Hierarchy:
     def capacity_words(self, level: int, tensor: str | None = None) -> int:
         """Words level `level` holds: its shared size, or `tensor`'s buffer when split."""
         m = self.levels[level]
-        nbytes = m.split_bytes[TENSORS.index(tensor)] if (m.split_bytes and tensor) else m.total_bytes
+        nbytes = m.split_bytes[TENSORS.index(tensor)] if (m.split_bytes and tensor) else m.bounded_bytes
         return nbytes * 8 // self.word_bits
 
-    def keep(self, names) -> "Hierarchy":
+    def keep(self, names) -> Hierarchy:
         """The hierarchy restricted to the named on-chip levels (DRAM always stays)."""
         names = tuple(names)
         known = [m.name for m in self.on_chip]
@@ -246,32 +254,31 @@ class Hierarchy:
 
     # ---- the hierarchies of the paper's evaluation -------------------------
     @classmethod
-    def diannao(cls) -> "Hierarchy":
+    def diannao(cls) -> Hierarchy:
         """DianNao's on-chip buffers (Sec. 5.2): IB 2 KB, KB 32 KB, OB 2 KB, then DRAM.
 
         NBin and NBout deliver 16 words a cycle (256 bits), SB 256 words (priced at Table 3's
         widest column, 512 bits).
         """
         acc = Accelerator.preset("diannao")
-        split = (acc.input_buffer_bytes, acc.weight_buffer_bytes, acc.output_buffer_bytes)
-        return cls((Memory.split("buffer", split, widths=(256, 512, 256), word_bits=acc.word_bits),
+        return cls((Memory.split("buffer", _split_bytes(acc), widths=(256, 512, 256), word_bits=acc.word_bits),
                     Memory.dram(word_bits=acc.word_bits)), acc.word_bits, name="diannao")
 
     @classmethod
-    def cpu(cls) -> "Hierarchy":
+    def cpu(cls) -> Hierarchy:
         """The Xeon E5645 of Sec. 4.1: 32 KB L1, 256 KB L2, 12 MB L3, then DRAM (16-bit data)."""
         return cls((Memory.sram("L1", 32 * KB), Memory.sram("L2", 256 * KB), Memory.sram("L3", 12 * MB),
                     Memory.dram()), 16, name="cpu")
 
     @classmethod
-    def from_sizes(cls, sizes_bytes, *, word_bits: int = 16, width_bits: int = 64, name: str = "") -> "Hierarchy":
+    def from_sizes(cls, sizes_bytes, *, word_bits: int = 16, width_bits: int = 64, name: str = "") -> Hierarchy:
         """Shared SRAM levels of the given sizes (innermost first), priced by Table 3, then DRAM."""
         levels = tuple(Memory.sram(f"M{i}", s, width_bits=width_bits, word_bits=word_bits)
                        for i, s in enumerate(sizes_bytes))
         return cls((*levels, Memory.dram(word_bits=word_bits)), word_bits, name=name)
 
     @classmethod
-    def from_accelerator(cls, acc: Accelerator) -> "Hierarchy":
+    def from_accelerator(cls, acc: Accelerator) -> Hierarchy:
         """An accelerator's per-PE RF, its PE array with the preset's dataflow, its global buffer (or IB/KB/OB) and
         DRAM, with its own per-word energies; a per-operand preset (`acc.hierarchy`) builds its own memories."""
         if acc.hierarchy:
@@ -283,8 +290,7 @@ class Hierarchy:
         levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3)]
         if acc.split_buffers:
             per_buffer = tuple(m.energy_pj for m in lv[1:-1])  # IB, KB, OB, or one figure for all three
-            levels.append(Memory("buffer", split_bytes=(acc.input_buffer_bytes, acc.weight_buffer_bytes,
-                                                        acc.output_buffer_bytes),
+            levels.append(Memory("buffer", split_bytes=_split_bytes(acc),
                                  energy_pj=per_buffer if len(per_buffer) == 3 else per_buffer * 3))
         else:
             levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3))
@@ -293,7 +299,7 @@ class Hierarchy:
                    array=pe_array(acc, (acc.energy_pj("array"),) * 3), array_level=1)
 
     @classmethod
-    def preset(cls, name: str) -> "Hierarchy":
+    def preset(cls, name: str) -> Hierarchy:
         """A per-operand preset ("tpu-like", "eyeriss-like") at its accelerator preset's sizes."""
         if name not in PRESETS:
             raise UnknownNameError("blocking hierarchy", name, PRESETS)
@@ -362,3 +368,11 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
 
 
 PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}
+
+
+def _split_bytes(acc: Accelerator) -> tuple[int, int, int]:
+    """(IB, KB, OB) bytes of an accelerator with split buffers."""
+    ib, kb, ob = acc.input_buffer_bytes, acc.weight_buffer_bytes, acc.output_buffer_bytes
+    if ib is None or kb is None or ob is None:
+        raise EngineError(f"accelerator '{acc.name}' has no split buffers (IB, KB, OB)")
+    return ib, kb, ob

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import tomllib
-from importlib import resources
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class Layer:
         return TENSORS if self.has_weights else ("I", "O")
 
     @classmethod
-    def from_op(cls, graph: Graph, op: Op | str) -> "Layer":
+    def from_op(cls, graph: Graph, op: Op | str) -> Layer:
         """The loop nest of a conv, depthwise conv, fc/matmul, pool or LRN op of `graph`."""
         op = graph.op(op) if isinstance(op, str) else op
         out = graph.tensor(op.outputs[0]).shape
@@ -189,10 +190,14 @@ def _lrn_layer(op: Op, out) -> Layer:
     return Layer(X=out[1], Y=y, N=out[0] * x, Fw=size, has_weights=False, name=op.name)
 
 
+def _fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Table 4 entry's Layer fields (lists as tuples), without its notes."""
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in entry.items() if k not in ("source", "note")}
+
+
 @cache
 def table4() -> dict[str, Layer]:
     """The benchmark layers of Yang et al. Table 4, read from engine/data/yang_table4.toml."""
     raw = tomllib.loads(TABLE4_FILE.read_text())
-    return {name: Layer(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in entry.items()
-                           if k not in ("source", "note")}, name=name)
+    return {name: Layer(**_fields(entry), name=name)
             for name, entry in raw.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer, span
@@ -69,7 +70,7 @@ class Blocking:
                                       f"the enclosing bound {b}")
 
     @classmethod
-    def of(cls, layer: Layer, *tiles: dict, orders=None, unroll: dict | None = None) -> "Blocking":
+    def of(cls, layer: Layer, *tiles: dict, orders=None, unroll: dict | None = None) -> Blocking:
         """A blocking from one dict per on-chip level (dim -> bound); a dim left out keeps the bound below.
 
         `orders` are strings or tuples of dim names, innermost first; a block's missing
@@ -116,13 +117,14 @@ class SpatialView:
     pe: Layer  # one PE's loop nest (temporal bounds, strided)
 
     @classmethod
-    def of(cls, layer: Layer, unroll) -> "SpatialView":
+    def of(cls, layer: Layer, unroll) -> SpatialView:
         return _view(layer, tuple(unroll))
 
     @cached_property
     def padded(self) -> Layer:
         """The layer padded to multiples of the unrolling (made on first use: most searches never ask)."""
-        return Layer(**{d: n * f for d, n, f in zip(DIMS, self.dims, self.unroll)}, stride=self.layer.stride,
+        dims: dict[str, Any] = {d: n * f for d, n, f in zip(DIMS, self.dims, self.unroll)}
+        return Layer(**dims, stride=self.layer.stride,
                      dilation=self.layer.dilation, has_weights=self.layer.has_weights)
 
     @cached_property

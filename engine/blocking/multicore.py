@@ -81,7 +81,7 @@ def multicore(layer: Layer, hierarchy: Hierarchy, *, cores: int, unroll: str = "
     if partition_last:
         hierarchy, on_chip_bytes = _partitioned(hierarchy, cores, shared, width_bits)
     else:
-        on_chip_bytes = cores * sum(m.total_bytes for m in hierarchy.on_chip)
+        on_chip_bytes = cores * sum(m.bounded_bytes for m in hierarchy.on_chip)
     best = block(share, hierarchy)
     wire = access_energy_pj(on_chip_bytes, width_bits=width_bits, word_bits=hierarchy.word_bits)
     energy = _over_cores(best.cost, hierarchy.on_chip[-1].name, shared, cores, wire)
@@ -153,7 +153,7 @@ def _over_cores(cost: Cost, top: str, shared: str, cores: int, wire: float,
 
 
 def _partitioned(chip: Hierarchy, cores: int, shared: str, width_bits: int,
-                 need: tuple[int, int, int] = (0, 0, 0)) -> tuple[Hierarchy, int]:
+                 need: tuple[int, ...] = (0, 0, 0)) -> tuple[Hierarchy, int]:
     """One core's view of `chip` with its split last level shared by `cores` cores, and the chip's on-chip bytes.
 
     Inner levels are private copies; in the last level the shared tensor's buffer stays whole and
@@ -172,4 +172,4 @@ def _partitioned(chip: Hierarchy, cores: int, shared: str, width_bits: int,
     core = replace(chip, levels=(*chip.on_chip[:-1], Memory(last.name, split_bytes=split, energy_pj=energy),
                                  chip.levels[-1]))  # each core keeps the chip's PE array, if it has one
     on_chip = sum(b if T == shared else max(b, cores * s) for T, b, s in zip(TENSORS, last.split_bytes, split))
-    return core, cores * sum(m.total_bytes for m in chip.on_chip[:-1]) + on_chip
+    return core, cores * sum(m.bounded_bytes for m in chip.on_chip[:-1]) + on_chip

@@ -92,4 +92,6 @@ def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> Blo
         cost = evaluate(layer, h, blocking)
         if best is None or cost.memory_pj < best[2].memory_pj * (1 - 1e-12):
             best = (h, blocking, cost)
+    if best is None:  # every level order failed or found nothing (the given order's error is raised above)
+        raise EngineError(f"layer '{layer.name}': no blocking fits hierarchy '{hierarchy.name}'")
     return BlockingResult(layer, *best, method, True, evaluated, time.perf_counter() - start)

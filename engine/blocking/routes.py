@@ -15,6 +15,7 @@ from engine.blocking.grid import TileGrid, capacity_ok, refill_words
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import TENSORS, Layer
 
+
 def level_orders(hierarchy: Hierarchy) -> list[Hierarchy]:
     """The hierarchy, then each reordering of its on-chip levels that keeps every operand's own chain of levels
     (and which levels sit inside the PEs): levels holding disjoint operands may cut the loop nest in either order."""
@@ -97,6 +98,7 @@ def boundary_charges(layer, grid: TileGrid, routes: Routes, a, b, l: int):
         for (T, crossing), (a_pe, b_pe, a_arr, b_arr) in priced:
             cost = a_arr * per[T] - b_arr * grid.full[T]
             if a_pe:
+                assert fills_pe is not None  # computed whenever some a_pe is nonzero
                 cost = cost + a_pe * fills_pe[o][T] - b_pe * grid.full_pe[T]
             costs[T, crossing] = cost
         out.append(costs)
@@ -122,7 +124,7 @@ def passes_through(routes: Routes, l: int, state: int, T: str) -> bool:
 def level_charge(c: dict, routes: Routes, hierarchy: Hierarchy, l: int, state: int, changed=None):
     """The charges at boundary l under `state` (one array per tile), summed over operands: none for a bypassed
     operand already charged below, a passed-on tile's with the network's words, only where a tile changes."""
-    total = 0.0
+    total: float | np.ndarray = 0.0
     for T in (T for T, crossing in c if not crossing and is_clean(routes, hierarchy, l, state, T)):
         cost = c[T, passes_through(routes, l, state, T)]
         total = total + (cost if changed is None else np.where(changed[T], cost, 0.0))

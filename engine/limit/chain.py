@@ -55,9 +55,16 @@ class Stage:
         return gemm(self.rows, self.k, self.n, word_bits, batch=self.heads * self.copies)
 
 
-def unfused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int:
-    """Sum of every stage's single-Einsum bound at the buffer (each runs alone, with the whole buffer)."""
-    return sum(at(ski_slope(s.einsum(word_bits), word_bits, 1), buffer_bytes) for s in stages)
+def unfused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int | None:
+    """Sum of every stage's single-Einsum bound at the buffer (each runs alone, with the whole buffer); None
+    when some stage has no mapping that fits it."""
+    total = 0
+    for s in stages:
+        alone = at(ski_slope(s.einsum(word_bits), word_bits, 1), buffer_bytes)
+        if alone is None:
+            return None
+        total += alone
+    return total
 
 
 def fused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16, *,
@@ -89,15 +96,17 @@ def _fused(stages: tuple[Stage, ...], room: int, word_bits: int, factors: bool =
     return None if best is None else -(-best * word_bits // 8)
 
 
-def segmented_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int:
-    """Least traffic over every split of the chain into consecutive segments, each fused (one stage: alone)."""
+def segmented_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int | None:
+    """Least traffic over every split of the chain into consecutive segments, each fused (one stage: alone);
+    None when no split fits the buffer."""
     n = len(stages)
-    best = [0] + [None] * n  # best[i]: least traffic of the first i stages
+    best: list[int | None] = [0] + [None] * n  # best[i]: least traffic of the first i stages
     for j in range(1, n + 1):
         for i in range(j):
             seg = stages[i:j]
             cost = unfused_bytes(seg, buffer_bytes, word_bits) if len(seg) == 1 else fused_bytes(
                 seg, buffer_bytes, word_bits)
-            if cost is not None and best[i] is not None and (best[j] is None or best[i] + cost < best[j]):
-                best[j] = best[i] + cost
+            before, now = best[i], best[j]
+            if cost is not None and before is not None and (now is None or before + cost < now):
+                best[j] = before + cost
     return best[n]

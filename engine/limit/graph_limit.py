@@ -31,7 +31,6 @@ reloads an op's group shares with other members beyond its own.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 

@@ -19,7 +19,7 @@ from functools import lru_cache
 from engine.errors import EngineError
 from engine.fusion.cost import least_bytes
 from engine.fusion.dataflow import Throughput
-from engine.fusion.model import FusionModel, model_for
+from engine.fusion.model import FusionModel, TensorGeo, model_for
 from engine.graph import Graph, OpKind
 from engine.limit.einsum import SAME, Einsum, Rank, ski_slope
 
@@ -63,10 +63,17 @@ def _table(model: FusionModel, i: int) -> OpTable:
     params = model.own_weight_elems[i] if fuses and not model.shares_weights[i] else 0
     whole = 0
     if params:
-        out = sum(model.tgeo[j].row * model.tgeo[j].h for j in model.outs[i])
-        inp = sum(model.tgeo[j].row * model.tgeo[j].h for j in model.ins[i])
+        out = sum(_geo(model, j).row * _geo(model, j).h for j in model.outs[i])
+        inp = sum(_geo(model, j).row * _geo(model, j).h for j in model.ins[i])
         whole = min(out, inp)
     return OpTable(model.names[i], steps, compulsory, params, whole, model.covered[i])
+
+
+def _geo(model: FusionModel, j: int) -> TensorGeo:
+    """Tensor j's geometry: every tensor of an op the tile model covers has one."""
+    geo = model.tgeo[j]
+    assert geo is not None, f"tensor {j} of a covered op without a geometry"
+    return geo
 
 
 def einsum_of(model: FusionModel, i: int) -> Einsum | None:
@@ -75,7 +82,7 @@ def einsum_of(model: FusionModel, i: int) -> Einsum | None:
     if op.kind not in _EINSUM_KINDS or not model.covered[i] or len(model.ins[i]) != 1 or len(model.outs[i]) != 1:
         return None
     j_in, j_out = model.ins[i][0], model.outs[i][0]
-    g_in, g_out = model.tgeo[j_in], model.tgeo[j_out]
+    g_in, g_out = _geo(model, j_in), _geo(model, j_out)
     fin, fout, p_elems, _ = model.io(1 << i)
     pbytes = math.ceil(p_elems * model.word_bits / 8)
     if op.kind == OpKind.MATMUL:

@@ -17,8 +17,19 @@ from engine.accelerator import Accelerator
 from engine.graph import Graph, OpKind
 from engine.module_reuse.detect import Structure, detect
 from engine.module_reuse.memory import NpuModel
-from engine.module_reuse.process import (NAIVE, PROCESSING_I, PROCESSING_II, Region, Run, Step, Traffic, branch_order,
-                                          layer_traffic, naive_traffic, run)
+from engine.module_reuse.process import (
+    NAIVE,
+    PROCESSING_I,
+    PROCESSING_II,
+    Region,
+    Run,
+    Step,
+    Traffic,
+    branch_order,
+    layer_traffic,
+    naive_traffic,
+    run,
+)
 
 __all__ = ["plan_modules", "ModulePlan", "Module", "NpuModel", "Region", "Step", "Traffic", "Structure"]
 

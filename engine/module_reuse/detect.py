@@ -39,7 +39,7 @@ class Structure:
     @property
     def layers(self) -> tuple[str, ...]:
         """Every op of the module that computes (concat merges only place data), branch by branch."""
-        out = []
+        out: list[str] = []
         for branch in self.branches:
             for item in branch:
                 out.extend(item.layers if isinstance(item, Structure) else (item,))
@@ -49,7 +49,7 @@ class Structure:
 def long_skips(graph: Graph, max_layers: int) -> frozenset:
     """Edges (u, v) that bypass a path of more than `max_layers` ops (the paper's long skip connections)."""
     dag, position = graph.dag, graph.position
-    level = {}  # op -> ops on the longest path from a source to it: bounds every path between two ops
+    level: dict[str, int] = {}  # op -> ops on the longest path from a source to it: bounds every path between two ops
     for op in graph.ops:
         level[op.name] = 1 + max((level[p] for p in dag.predecessors(op.name)), default=0)
     cut = set()
@@ -132,12 +132,14 @@ def _structure(graph: Graph, dag: nx.DiGraph, merge: str, spans: dict, built: di
         return {node[s] for s in dag.successors(tail) if s in ops}
 
     heads = [node[s] for s in dag.successors(start) if s in ops]
-    branches, seen = [], set()
+    branches: list[tuple[str | Structure, ...]] = []
+    seen: set[int] = set()
     for head in sorted(dict.fromkeys(heads), key=lambda i: _first(graph, i)):
         if head == merge:
             branches.append(())
             continue
-        chain, item = [], head
+        chain: list[str | Structure] = []
+        item = head
         while item != merge:
             if id(item) in seen or len(succ(item)) != 1:
                 return None  # forks without a merge of their own: not a series of layers

@@ -40,7 +40,7 @@ class NpuModel:
                 raise EngineError(f"NpuModel.{name} must be a positive whole number, got {value!r}")
 
     @classmethod
-    def for_accelerator(cls, acc: Accelerator, **overrides) -> "NpuModel":
+    def for_accelerator(cls, acc: Accelerator, **overrides) -> NpuModel:
         """The model for `acc`: its global buffer and word width; a 'PxP-patch' dataflow sets the patch,
         the PE rows (the NPU's multiply-accumulate arrays) the OFM channels made at once."""
         match = re.match(r"(\d+)x\1-patch", acc.dataflow)

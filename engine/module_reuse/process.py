@@ -53,7 +53,7 @@ class Traffic:
     read_bytes: int = 0
     write_bytes: int = 0
 
-    def __add__(self, other: "Traffic") -> "Traffic":
+    def __add__(self, other: Traffic) -> Traffic:
         return Traffic(self.reads + other.reads, self.writes + other.writes,
                        self.read_bytes + other.read_bytes, self.write_bytes + other.write_bytes)
 

@@ -93,7 +93,7 @@ def _einsum_macs(facts: Facts, node, name: str) -> int:
     equation = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).replace(" ", "")
     lhs, _, rhs = equation.partition("->")
     terms = lhs.split(",")
-    sizes = {}
+    sizes: dict[str, int] = {}
     for term, t in zip(terms, node.input):
         shape = facts.shape(t, name)
         head, dots, tail = term.partition("...")

@@ -45,25 +45,26 @@ def _input_shape(inp, path, input_shapes: dict) -> tuple[int, ...]:
     if not inp.type.tensor_type.HasField("shape"):
         raise ShapeError(path, f"input '{inp.name}' declares no shape; pass one, e.g. "
                                f"input_shapes={{'{inp.name}': (1, 3, 224, 224)}}")
-    shape, unbound = [], []
+    found: list[int | None] = []
+    unbound: list[str] = []
     for axis, d in enumerate(dims):
         if d.HasField("dim_value") and d.dim_value > 0:
-            shape.append(int(d.dim_value))
+            found.append(int(d.dim_value))
         elif d.dim_param and d.dim_param in input_shapes:
-            shape.append(_whole_dims([input_shapes[d.dim_param]], path, f"input_shapes['{d.dim_param}']")[0])
+            found.append(_whole_dims([input_shapes[d.dim_param]], path, f"input_shapes['{d.dim_param}']")[0])
         elif axis == 0 and len(dims) > 1:
-            shape.append(1)  # a dynamic batch: 1, rescaled by `batch`
+            found.append(1)  # a dynamic batch: 1, rescaled by `batch`
         else:
-            shape.append(None)
+            found.append(None)
             unbound.append(d.dim_param or f"dim {axis}")
     if unbound:
-        shown = [s if s is not None else (d.dim_param or "?") for s, d in zip(shape, dims)]
+        shown = [s if s is not None else (d.dim_param or "?") for s, d in zip(found, dims)]
         example = ", ".join(f"'{u}': 128" for u in unbound if not u.startswith("dim "))
         raise ShapeError(path, f"input '{inp.name}' has a dynamic or missing shape {shown}: bind "
                                f"{', '.join(unbound)} with a static shape, e.g. input_shapes="
                                f"{{'{inp.name}': (1, 3, 224, 224)}}"
                                + (f" or {{{example}}}" if example else ""))
-    return tuple(shape)
+    return tuple(s for s in found if s is not None)  # every one: a None is unbound, raised above
 
 
 def _whole_dims(value, path, what: str) -> tuple[int, ...]:

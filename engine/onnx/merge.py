@@ -86,13 +86,14 @@ class _Merger:
                     pending.setdefault(src, []).append((name, op_type))
                 continue
             owner = producer.get(src)
-            single = owner is not None and self._reader_count(src) == 1
-            if op_type in ACTIVATIONS and len(acts) == 1 and single:
+            if owner is not None and self._reader_count(src) != 1:
+                owner = None  # read by others too: not folded into its producer
+            if op_type in ACTIVATIONS and len(acts) == 1 and owner is not None:
                 owner.post.append(((name, op_type), self.facts.param_inputs(node, {1})))
                 _rename_output(owner, src, node.output[0], producer)
                 continue
             if op_type in AFFINE and len(acts) == 1 and (op_type == "BatchNormalization" or len(node.input) == 2):
-                if single and (owner.kind in COMPUTE_KINDS or owner.affine):
+                if owner is not None and (owner.kind in COMPUTE_KINDS or owner.affine):
                     owner.post.append(((name, op_type), self.facts.param_inputs(node, PARAM_SLOTS[op_type])))
                     _rename_output(owner, src, node.output[0], producer)
                     continue

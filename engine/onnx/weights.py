@@ -37,7 +37,7 @@ def seed(model, path, meta: dict, nodes) -> tuple[dict, dict, frozenset]:
                 raise ModelFileError(path, f"initializer '{init.name}' does not decode "
                                            f"({err.__class__.__name__})") from None
     initialized = {i.name for i in g.initializer}
-    uses = {}
+    uses: dict[str, list[tuple[str, int]]] = {}
     for _, node in nodes:
         for slot, t in enumerate(node.input):
             uses.setdefault(t, []).append((node.op_type, slot))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from functools import cache, partial
 
 from engine.errors import EngineError, UnknownNameError
@@ -17,7 +18,7 @@ from engine.zoo import classic, convnext, llm, mobile, nas, resnet, segmentation
 from engine.zoo._builder import Net
 
 # network name -> function that writes it into a Net
-_BUILDERS = {
+_BUILDERS: dict[str, Callable[..., None]] = {
     "alexnet": classic.alexnet,
     "vgg16": partial(classic.vgg, depth="vgg16"),
     "vgg19": partial(classic.vgg, depth="vgg19"),

@@ -129,10 +129,11 @@ class Net:
             x = op.inputs[0] if len(op.inputs) == 1 else None
             lone = (op.kind is OpKind.ELTWISE and op.merged == ((op.name, op.source_type),) and not op.weights
                     and x in writer and readers[x] == 1 and x not in self.views)
-            if not lone or op.source_type not in ACTIVATIONS:
+            if x is None or not lone or op.source_type not in ACTIVATIONS:
                 continue
             j = writer.pop(x)
             owner = kept[j]
+            assert owner is not None, "a kept op's writer was folded away"  # writer[] points at kept ops only
             out = op.outputs[0]
             kept[j] = replace(owner, outputs=tuple(out if t == x else t for t in owner.outputs),
                               merged=(*owner.merged, (op.name, op.source_type)))
@@ -195,7 +196,7 @@ class Net:
         xs = self.shape(x)
         if len(xs) == 2:
             cin = xs[1]
-            out = (xs[0], cout)
+            out: tuple[int, ...] = (xs[0], cout)
             own = [(weight, (cout, cin))] + ([(bias_name, (cout,))] if bias else [])
             return self.add_op(name, OpKind.MATMUL, "Gemm", (x,), (out,), own=own,
                                post=self._post(name, cout, None, act), macs=matmul_macs(out, cin))[0]

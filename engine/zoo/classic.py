@@ -37,7 +37,7 @@ def vgg(net: Net, depth: str) -> None:
     """torchvision `vgg16` / `vgg19` (Simonyan & Zisserman configurations D and E, no BatchNorm)."""
     x = net.input((3, 224, 224))
     for i, v in enumerate(VGG_CFG[depth]):
-        if v == "M":
+        if isinstance(v, str):  # "M"
             x = net.pool(x, f"features.{_feature_index(VGG_CFG[depth], i)}", "MaxPool", 2, stride=2)
         else:
             x = net.conv(x, f"features.{_feature_index(VGG_CFG[depth], i)}", v, 3, padding=1, bias=True, act="Relu")
@@ -85,12 +85,14 @@ def googlenet(net: Net) -> None:
     x = basic_conv(net, x, "conv2", 64, 1)
     x = basic_conv(net, x, "conv3", 192, 3, padding=1)
     x = net.pool(x, "maxpool2", "MaxPool", 3, stride=2, ceil=True)
-    blocks = {"3a": (64, 96, 128, 16, 32, 32), "3b": (128, 128, 192, 32, 96, 64), "maxpool3": 3,
-              "4a": (192, 96, 208, 16, 48, 64), "4b": (160, 112, 224, 24, 64, 64), "4c": (128, 128, 256, 24, 64, 64),
-              "4d": (112, 144, 288, 32, 64, 64), "4e": (256, 160, 320, 32, 128, 128), "maxpool4": 2,
-              "5a": (256, 160, 320, 32, 128, 128), "5b": (384, 192, 384, 48, 128, 128)}
+    blocks: dict[str, int | tuple[int, ...]] = {
+        "3a": (64, 96, 128, 16, 32, 32), "3b": (128, 128, 192, 32, 96, 64), "maxpool3": 3,
+        "4a": (192, 96, 208, 16, 48, 64), "4b": (160, 112, 224, 24, 64, 64), "4c": (128, 128, 256, 24, 64, 64),
+        "4d": (112, 144, 288, 32, 64, 64), "4e": (256, 160, 320, 32, 128, 128), "maxpool4": 2,
+        "5a": (256, 160, 320, 32, 128, 128), "5b": (384, 192, 384, 48, 128, 128)
+    }
     for key, spec in blocks.items():
-        if key.startswith("maxpool"):
+        if isinstance(spec, int):  # a "maxpool" key: the kernel
             x = net.pool(x, key, "MaxPool", spec, stride=2, ceil=True)
         else:
             x = _googlenet_inception(net, x, f"inception{key}", *spec)

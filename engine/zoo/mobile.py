@@ -154,7 +154,7 @@ def efficientnet_b0(net: Net) -> None:
     """torchvision `efficientnet_b0` (Tan & Le, 2019, Table 1); SiLU is ONNX Swish."""
     x = net.input((3, 224, 224))
     x = cna(net, x, "features.0", 32, 3, stride=2, act="Swish")
-    for stage, (expand, k, stride, cin, cout, layers) in enumerate(B0_STAGES, start=1):
+    for stage, (expand, k, stride, _cin, cout, layers) in enumerate(B0_STAGES, start=1):
         for b in range(layers):
             x = _mbconv(net, x, f"features.{stage}.{b}", expand, k, stride if b == 0 else 1, cout)
     x = cna(net, x, "features.8", 1280, 1, act="Swish")

@@ -42,6 +42,11 @@ def _same_pads(kernel: int, stride: int, shifted: bool) -> tuple[int, int, int, 
 
 
 # ---- shared pieces ---------------------------------------------------------------------------------
+def _three(prefix: str) -> tuple[str, str, str]:
+    """`prefix.0`, `prefix.1`, `prefix.2`: the names of a ReLU, conv and BatchNorm in a row."""
+    return f"{prefix}.0", f"{prefix}.1", f"{prefix}.2"
+
+
 def _relu_conv_bn(net: Net, x: str, relu: str, conv: str, bn: str, cout: int, kernel=1, *, stride=1,
                   padding=0) -> str:
     """ReLU, conv without bias, BatchNorm: NASNet's conv_1x1, PNASNet's ReluConvBn, DARTS' ReLUConvBN."""
@@ -66,6 +71,7 @@ def _factorized_reduce(net: Net, x: str, name: str, cout: int, *, convs=("conv1"
     """
     x = net.activation(x, f"{name}.{relu}")
     paths = []
+    pads: int | tuple[int, int, int, int]
     for i, conv in enumerate(convs):
         y, pads = x, 0
         if i:
@@ -192,8 +198,8 @@ def _darts_cell(net: Net, name: str, s0: str, s1: str, c: int, *, reduction: boo
     if reduction_prev:
         s0 = _factorized_reduce(net, s0, f"{name}.preprocess0", c, convs=("conv_1", "conv_2"), end_pad=0)
     else:
-        s0 = _relu_conv_bn(net, s0, *(f"{name}.preprocess0.op.{i}" for i in range(3)), c)
-    states = [s0, _relu_conv_bn(net, s1, *(f"{name}.preprocess1.op.{i}" for i in range(3)), c)]
+        s0 = _relu_conv_bn(net, s0, *_three(f"{name}.preprocess0.op"), c)
+    states = [s0, _relu_conv_bn(net, s1, *_three(f"{name}.preprocess1.op"), c)]
     genotype = DARTS_REDUCE if reduction else DARTS_NORMAL
     for step in range(len(genotype) // 2):
         branches = []
@@ -248,11 +254,11 @@ def _amoeba_convs(op: str, c: int, s: int) -> tuple:
 
 def _amoeba_cell(net: Net, name: str, s1: str, s2: str, c: int, *, reduction: bool, reduction_prev: bool) -> str:
     """torchgpipe's Cell: returns the concatenated states; the caller passes the input on as the next skip."""
-    states = [_relu_conv_bn(net, s1, *(f"{name}.reduce1.{i}" for i in range(3)), c)]
+    states = [_relu_conv_bn(net, s1, *_three(f"{name}.reduce1"), c)]
     if reduction_prev:
         s2 = _factorized_reduce(net, s2, f"{name}.reduce2", c)
     elif net.shape(s2)[1] != c:
-        s2 = _relu_conv_bn(net, s2, *(f"{name}.reduce2.{i}" for i in range(3)), c)
+        s2 = _relu_conv_bn(net, s2, *_three(f"{name}.reduce2"), c)
     states.append(s2)
     genotype, concat = ((AMOEBA_REDUCTION, AMOEBA_REDUCTION_CONCAT) if reduction else
                         (AMOEBA_NORMAL, AMOEBA_NORMAL_CONCAT))
