@@ -8,13 +8,13 @@ import random
 import pytest
 
 import engine
+from engine import zoo
 from engine.errors import GraphError
 from engine.fusion import fuse, group_cost, oracle_bytes
 from engine.fusion.cost import model_of
-from engine import zoo
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
-from test_fusion_search import random_graph
 from tests.fusion_reference import Partial, extend
+from tests.test_fusion_search import random_graph
 
 ACC = engine.Accelerator.preset("optimus")
 

@@ -10,8 +10,8 @@ import engine
 from engine.fusion import fuse, oracle_bytes, sized
 from engine.fusion.cost import Capacity, dram_bytes, model_of
 from engine.fusion.floor import _cheapest_cut, _cut_weights, floor_bytes, split_plan, whole_plan
-from tests.test_fusion_search import brute_force, random_graph
 from engine.graph import Graph, Op, OpKind
+from tests.test_fusion_search import brute_force, random_graph
 from tests.test_fusion_transformer import _Block, attention_block, ffn_block
 
 
