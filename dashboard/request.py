@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 import panel as pn
 
-from dashboard.tabs.common import error_text
-
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
 PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
 PREFETCH_STEP_S = 2.5  # a Llama-3-8B prefill step takes ~0.6 s alone; a NAS cell, several seconds

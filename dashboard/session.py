@@ -10,10 +10,10 @@ import asyncio
 import itertools
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Callable
 
 import panel as pn
 import param

@@ -8,15 +8,24 @@ dashboard can show an honest partial result.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError
 from engine.graph import Graph
+
+if TYPE_CHECKING:  # the parts are imported where they run (`evaluate`), so importing this module stays light
+    from engine.allocation import Allocation
+    from engine.energy import EnergyBreakdown
+    from engine.fusion import FusionPlan
+    from engine.limit import NetworkLimit
+    from engine.module_reuse import ModulePlan
+    from engine.partition import Partition
 
 KB = 1024
 CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -35,15 +44,15 @@ class Report:
 
     graph: Graph
     acc: Accelerator
-    plans: MappingProxyType  # fusion method -> FusionPlan
-    energy: MappingProxyType  # fusion method -> EnergyBreakdown
+    plans: MappingProxyType[str, FusionPlan]  # fusion method -> its plan
+    energy: MappingProxyType[str, EnergyBreakdown]  # fusion method -> its plan's energy
     oracle_bytes: int
-    allocation: object | None = None  # Allocation
+    allocation: Allocation | None = None
     budget_bytes: int | None = None
-    partition: object | None = None
-    modules: object | None = None
-    errors: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # part -> message
-    limit: object | None = None  # engine.limit.NetworkLimit at the accelerator's buffer
+    partition: Partition | None = None
+    modules: ModulePlan | None = None
+    errors: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))  # part -> message
+    limit: NetworkLimit | None = None  # at the accelerator's buffer
 
     def groups_frame(self, method: str) -> pd.DataFrame:
         """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""

@@ -1,4 +1,14 @@
-"""Shared fixtures: small ONNX models built in code, and the onnx package's light models."""
+"""Shared fixtures: small ONNX models built in code, the onnx package's light models, and the browser tests'
+(tests/test_dashboard_e2e*.py) dashboard server and headless Chromium."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from onnx import TensorProto, checker, helper
@@ -6,6 +16,8 @@ from onnx import TensorProto, checker, helper
 from engine.loading import onnx_light_models
 
 LIGHT_MODELS = sorted(p.name for p in onnx_light_models().glob("*.onnx"))
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's: the browser tests skip without it
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -39,3 +51,91 @@ def conv_bn_relu_model(input_shape=(1, 3, 8, 8), opset=17, dynamic=False):
                               opset_imports=[helper.make_opsetid("", opset)])
     checker.check_model(model)
     return model
+
+
+# ---- the browser tests: one dashboard server and one Chromium per test module -------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(URL, process) of `panel serve dashboard` on a free loopback port."""
+    from engine.fusion.optimus import compile_ahead
+
+    compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
+    port = _free_port()
+    panel = Path(sys.executable).parent / "panel"
+    log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
+    proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
+                             "--allow-websocket-origin", f"127.0.0.1:{port}",  # default 20 MB messages: uploads come in chunks
+                             "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],  # as make serve
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
+    url = f"http://127.0.0.1:{port}/dashboard"
+    deadline = time.time() + 90
+    while time.time() < deadline:  # wait for the port only: each page request would build a new session
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        log.seek(0)
+        pytest.fail("panel serve did not listen within 90 s:\n" + log.read())
+    yield url, proc
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # a search still running in a worker thread
+        proc.kill()
+        proc.wait(10)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
+
+
+LOOPBACK = re.compile(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:|about:")
+
+
+class OfflineBrowser:
+    """Headless Chromium whose pages record every request that leaves loopback: the dashboard must work without
+    internet, so each test fails on any such request (`browser` below), on a server that has served every test's
+    sessions before it."""
+
+    def __init__(self, browser):
+        self.browser, self.outside = browser, []
+
+    def new_page(self, **options):
+        page = self.browser.new_page(**options)
+        page.on("request", lambda request: None if LOOPBACK.match(request.url) else self.outside.append(request.url))
+        return page
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Headless Chromium, launched once for the test module that asks for a `browser`."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The module's Chromium for one test: every page the test opens took everything from the dashboard's server
+    (stylesheets from cdn.holoviz.org came once a server had served a few sessions: issue 29), else it fails."""
+    offline = OfflineBrowser(chromium)
+    yield offline
+    assert not offline.outside, sorted(set(offline.outside))

@@ -33,10 +33,11 @@ from engine.fusion.model import FusionModel
 from engine.fusion.sized import dram_bytes
 
 INF = float("inf")
+LIMITS = optimus.Limits()  # `optimus.chain_search`'s default limits
 
 
 def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = False, max_size: int = 0,
-                 limits: optimus.Limits = optimus.Limits(), bound_only: bool = False, start: int = 0,
+                 limits: optimus.Limits = LIMITS, bound_only: bool = False, start: int = 0,
                  within: int | None = None) -> optimus.Chain:
     """`optimus.chain_search` in Python: the same down-sets and groups in the same order, so the same `Chain`
     (its path "python"); the arguments are `optimus.chain_search`'s."""

@@ -64,7 +64,7 @@ def test_bad_values_show_a_message_not_a_traceback(session):
     session.state.param.update(rf_bytes=4096, pe_rows=1)
     assert session.report.graph.name == "light_vgg19" and not session.status.visible
     session.state.word_bits = 4
-    with pytest.raises(Exception):
+    with pytest.raises(engine.AcceleratorError):
         engine.Accelerator.preset("optimus").with_buffer(0)
     session.state.upload_name = "missing.onnx"  # a file that is not there: the message, the old report kept
     assert session.status.visible and "is no longer on this server" in session.status.object

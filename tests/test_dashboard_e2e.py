@@ -2,107 +2,18 @@
 
 import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import CHROMIUM, ROOT
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "test-output" / "screenshots"
 
+# the server and browser fixtures (`served`, `server`, `browser`: no page may leave loopback) are tests/conftest.py's
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason="Debian's chromium is not installed (make test installs it when run as root)"),
               pytest.mark.xdist_group("browser")]  # one server for the module, on one worker
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(URL, process) of `panel serve dashboard` on a free loopback port."""
-    from engine.fusion.optimus import compile_ahead
-
-    compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
-    port = _free_port()
-    panel = Path(sys.executable).parent / "panel"
-    log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
-    proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
-                             "--allow-websocket-origin", f"127.0.0.1:{port}",  # default 20 MB messages: uploads come in chunks
-                             "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],  # as make serve
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
-    url = f"http://127.0.0.1:{port}/dashboard"
-    deadline = time.time() + 90
-    while time.time() < deadline:  # wait for the port only: each page request would build a new session
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        log.seek(0)
-        pytest.fail("panel serve did not listen within 90 s:\n" + log.read())
-    yield url, proc
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:  # a search still running in a worker thread
-        proc.kill()
-        proc.wait(10)
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def server(served):
-    return served[0]
-
-
-LOOPBACK = re.compile(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:|about:")
-
-
-class OfflineBrowser:
-    """Headless Chromium whose pages record every request that leaves loopback: the dashboard must work without
-    internet, so each test fails on any such request (`offline` below), on a server that has served every test's
-    sessions before it."""
-
-    def __init__(self, browser):
-        self.browser, self.outside = browser, []
-
-    def new_page(self, **options):
-        page = self.browser.new_page(**options)
-        page.on("request", lambda request: None if LOOPBACK.match(request.url) else self.outside.append(request.url))
-        return page
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield OfflineBrowser(b)
-        b.close()
-
-
-@pytest.fixture(autouse=True)
-def offline(browser):
-    """Every page of the test took everything from the dashboard's server (stylesheets from cdn.holoviz.org came
-    once a server had served a few sessions: issue 29)."""
-    browser.outside.clear()
-    yield
-    assert not browser.outside, sorted(set(browser.outside))
 
 
 # What a click on a DAG node does in BokehJS: select that node in the nodes' data source.
@@ -388,7 +299,7 @@ def test_cold_loads_of_a_slow_network_end_with_the_dag_drawn(server, browser):
     for kb in (45, 1448, 4096):  # sizes nothing computed yet: the one-pass methods' report comes first
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         unknown = []
-        page.on("console", lambda m: unknown.append(m.text) if "isn't known" in m.text else None)
+        page.on("console", lambda m, unknown=unknown: unknown.append(m.text) if "isn't known" in m.text else None)
         page.goto(server + f"?network=googlenet&buffer_kb={kb}", timeout=120_000)
         page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for(
             timeout=120_000)

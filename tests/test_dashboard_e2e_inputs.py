@@ -1,10 +1,16 @@
 """End to end, issue 29's "every input answered": values typed in the sidebar that the page refuses are named and the
-box shows the value in use again. Same server and browser fixtures as tests/test_dashboard_e2e.py."""
+box shows the value in use again. The server and browser fixtures are tests/conftest.py's, as for
+tests/test_dashboard_e2e.py (no page may leave loopback)."""
 
 import re
+from pathlib import Path
 
-from test_dashboard_e2e import browser, offline, pytestmark, served, server  # noqa: F401  (fixtures: no request
-# leaves loopback; the skip and the browser tests' worker)
+import pytest
+from conftest import CHROMIUM
+
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason="Debian's chromium is not installed (make test installs it when run as root)"),
+              pytest.mark.xdist_group("browser")]  # one server for the module, on the browser tests' worker
 
 
 def _open(server, browser, query: str, height: int = 1100):

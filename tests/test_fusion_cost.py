@@ -15,6 +15,7 @@ from engine.fusion import fuse, group_cost, oracle_bytes
 from engine.fusion.cost import model_of
 from engine.graph import Graph, Op, OpKind, Tensor, conv_macs
 from tests.fusion_reference import Partial, extend
+from tests.test_fusion_search import random_graph
 
 ACC = engine.Accelerator.preset("optimus")
 

@@ -6,7 +6,6 @@ tests/test_fusion_search.py is the oracle on small fans; wide fans must finish i
 
 from __future__ import annotations
 
-
 import pytest
 
 import engine

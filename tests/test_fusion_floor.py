@@ -9,13 +9,7 @@ import pytest
 import engine
 from engine.fusion import fuse, oracle_bytes, sized
 from engine.fusion.cost import Capacity, model_of
-from engine.fusion.floor import (
-    _cheapest_cut,
-    _cut_weights,
-    floor_bytes,
-    split_plan,
-    whole_plan,
-)
+from engine.fusion.floor import _cheapest_cut, _cut_weights, floor_bytes, split_plan, whole_plan
 from engine.fusion.sized import dram_bytes
 from engine.graph import Graph, Op, OpKind
 from tests.test_fusion_search import brute_force, random_graph

@@ -18,8 +18,15 @@ import engine
 from dashboard.state import KB
 from dashboard.tabs.common import error_text, render, toggles
 from dashboard.views import counted
-from dashboard.views.dag import (PART_COLOURS, SWATCH_CSS, dag_figure, legend_html, node_table, outline_table,
-                                 region_columns)
+from dashboard.views.dag import (
+    PART_COLOURS,
+    SWATCH_CSS,
+    dag_figure,
+    legend_html,
+    node_table,
+    outline_table,
+    region_columns,
+)
 from dashboard.views.energy import energy_bars, latency_bars, latency_columns, stacked_columns
 from engine.partition import ACCELERATOR
 

@@ -7,14 +7,15 @@ redraws the outlines around them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import zlib
+from dataclasses import dataclass
 from functools import lru_cache
 
 import networkx as nx
 import numpy as np
 import pandas as pd
-from grandalf.graphs import Edge, Graph as LayoutGraph, Vertex
+from grandalf.graphs import Edge, Vertex
+from grandalf.graphs import Graph as LayoutGraph
 from grandalf.layouts import SugiyamaLayout
 
 from dashboard.state import KB  # the buffer slider's: a KB is 1,024 bytes in every view (STYLE.md, Units)

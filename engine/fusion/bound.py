@@ -60,7 +60,8 @@ def lower_bound(at: sized.SizedModel, *, budget: int = BUDGET) -> LowerBound:
 def _lower_bound(model: FusionModel, cap: Capacity, budget: int) -> LowerBound:
     """`lower_bound` computed afresh."""
     cuts = windows(model, budget=budget)
-    total, evaluated = shared_weight_bytes(model), 0
+    total: float = shared_weight_bytes(model)  # plus each window's least sum of bounds (`Chain.total`)
+    evaluated = 0
     for lo, hi in cuts:
         found = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
         total += found.total
@@ -94,7 +95,8 @@ def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
 
 def _ends(model: FusionModel, lo: int, budget: int) -> list[int]:
     """Window ends lo+1.. whose window [lo, end) has at most `budget` down-sets (at least one end)."""
-    ideals, ends = [0], []
+    ideals = [0]
+    ends: list[int] = []
     for x in range(lo, model.n):
         need = model.pred[x] & ~((1 << lo) - 1)
         ideals += [d | 1 << x for d in ideals if not need & ~d]

@@ -45,14 +45,14 @@ class Capacity:
     per_band: bool = False
 
     @classmethod
-    def of(cls, acc: Accelerator, reloads: str = "tile") -> "Capacity":
+    def of(cls, acc: Accelerator, reloads: str = "tile") -> Capacity:
         """A unified buffer holds both; split buffers hold fmaps in input+output and parameters in the weight buffer."""
         if reloads not in RELOADS:
             raise UnknownNameError("parameter reload accounting", reloads, RELOADS)
         bits, band = acc.word_bits, reloads == "band"
-        if acc.split_buffers:
-            return cls((acc.input_buffer_bytes + acc.output_buffer_bytes) * 8 // bits,
-                       acc.weight_buffer_bytes * 8 // bits, False, band)
+        ib, kb, ob = acc.input_buffer_bytes, acc.weight_buffer_bytes, acc.output_buffer_bytes
+        if ib is not None and kb is not None and ob is not None:  # `split_buffers` (all three are set or none)
+            return cls((ib + ob) * 8 // bits, kb * 8 // bits, False, band)
         return cls(acc.buffer_bytes * 8 // bits, acc.buffer_bytes * 8 // bits, True, band)
 
 
@@ -286,11 +286,11 @@ class _Lone:
     ins: tuple[tuple[int, int, int, tuple[int, int, int], tuple[int, int, int]], ...]  # (H, W, bytes, row/column rule)
 
     @classmethod
-    def of(cls, model: FusionModel, i: int) -> "_Lone":
-        out_geo = [model.tgeo[j] for j in model.outs[i]]
+    def of(cls, model: FusionModel, i: int) -> _Lone:
+        out_geo = [model.geo(j) for j in model.outs[i]]
         c_out = sum(g.channels for g in out_geo)
         fin, fout, p_elems, _ = model.io(1 << i)
-        ins = tuple((model.tgeo[j].h, model.tgeo[j].w, model.tbytes[j], rh, rw)
+        ins = tuple((model.geo(j).h, model.geo(j).w, model.tbytes[j], rh, rw)
                     for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
         return cls(model.out_h[i], max(g.w for g in out_geo), c_out, max(1, c_out // model.graph.ops[i].groups),
                    model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins)
@@ -341,7 +341,10 @@ class _Lone:
 
     def schedule(self, fmap: int, images: int, t: int, tw: int, tiles: int) -> _Schedule:
         """The record of a fitting tile (`tiles`: image tiles of the batch)."""
-        footprint, passes = self._blocks(fmap, images, t, tw)
+        fit = self._blocks(fmap, images, t, tw)
+        if fit is None:
+            raise ValueError(f"a layer-wise tile of {images} images x {t} rows x {tw} columns does not fit {fmap}")
+        footprint, passes = fit
         steps, cols = -(-self.h_out // t), -(-self.w_out // tw)
         return _Schedule(self._input_bytes(passes, t, tw), self.fout, self.pbytes * steps * cols * tiles, "layerwise",
                          footprint, False, steps * cols, images, passes, t)
@@ -361,7 +364,7 @@ def runs_alone(model: FusionModel, i: int, cap: Capacity) -> bool:
 
 def smallest_buffer_bytes(model: FusionModel, i: int) -> int:
     """Fewest buffer bytes op i needs to run alone: one row, column, image and output channel."""
-    ins = sum(_need(rh, 1, model.tgeo[j].h) * _need(rw, 1, model.tgeo[j].w)
+    ins = sum(_need(rh, 1, model.geo(j).h) * _need(rw, 1, model.geo(j).w)
               for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
     return _bytes(ins + len(model.outs[i]), model.word_bits)
 
@@ -396,7 +399,11 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     for mask, row, tile, chunked in zip(masks, rows.tolist(), tiles.tolist(), isoa.tolist()):
         kind, fin, fout, par, footprint, resident, steps, images, passes, band, failed, _ = row
         if failed:  # too many open members for the compiled ISOA program
-            out.append(record(model, mask, cap, compute_schedule(model, mask, cap)))
+            fallback = record(model, mask, cap, compute_schedule(model, mask, cap))
+            if fallback is None:
+                raise EngineError(f"group {[model.names[i] for i in model.members(mask)]} of the plan cannot "
+                                  "run on this buffer")
+            out.append(fallback)
             continue
         best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
         members = model.members(mask)

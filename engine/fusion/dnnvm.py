@@ -17,7 +17,7 @@ def chains(model: FusionModel) -> list[list[int]]:
     """Maximal producer-consumer chains of non-barrier ops, and every barrier as a chain of one."""
     barrier = [model.pred[i].bit_count() > 1 or model.succ[i].bit_count() > 1 for i in range(model.n)]
     out: list[list[int]] = []
-    tail = {}  # op -> chain it ends
+    tail: dict[int, list[int]] = {}  # op -> chain it ends
     for i in range(model.n):
         p = model.pred[i]
         if not barrier[i] and p.bit_count() == 1 and not barrier[prev := p.bit_length() - 1] and prev in tail:

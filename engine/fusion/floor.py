@@ -100,14 +100,14 @@ def split_plan(at: SizedModel) -> list[int] | None:
     cheapest = min(c for c, _ in cuts)
     lone = [1 << i for i in range(model.n) if not model.covered[i]]
     target = floor_bytes(model) + cheapest
-    lone_cost = sum(at.dram_bytes(g) for g in lone)
+    lone_cost = at.plan_bytes(lone)  # an op outside the tile model runs alone at its compulsory traffic
     for c, prefix in cuts:
         halves = [prefix, covered & ~prefix]
         if c != cheapest or not all(model.is_connected(h) and model.is_convex(h) and at.fits(h)
                                     for h in halves):
             continue
-        costs = [at.dram_bytes(h) for h in halves]
-        if None in costs or lone_cost + sum(costs) != target:
+        first, second = (at.dram_bytes(h) for h in halves)
+        if first is None or second is None or lone_cost + first + second != target:
             continue
         if model.cuts.get_or_make(covered, lambda: _cheapest_cut(model, covered, weight)) != cheapest:
             return None  # some down-set that is no prefix cuts cheaper: no proof

@@ -163,6 +163,13 @@ class FusionModel:
         """The shape the tile model reads (`tensor_views`)."""
         return self.views.get(t, self.graph.tensors[t].shape)
 
+    def geo(self, j: int) -> TensorGeo:
+        """Row geometry of tensor j, one the tile model covers (every tensor of a covered op has one)."""
+        g = self.tgeo[j]
+        if g is None:
+            raise ValueError(f"tensor '{self.tnames[j]}' of shape {self.shape(self.tnames[j])} has no row geometry")
+        return g
+
     # ---- static tables ---------------------------------------------------
     def _op_tables(self, ops) -> None:
         """Per op: rows H, tile rows floor, row elements (full and under ISOA), and input row rules."""
@@ -184,11 +191,14 @@ class FusionModel:
             self.passes.append(covered and op.kind == OpKind.ELTWISE and all(
                 len(self.shape(self.tnames[j])) == 3 for j in self.ins[i] + self.outs[i]))
             if not covered:
-                self.out_h.append(1), self.floor.append(1), self.full_row.append(0), self.save_row.append(0)
+                self.out_h.append(1)
+                self.floor.append(1)
+                self.full_row.append(0)
+                self.save_row.append(0)
                 self.rules.append(())
                 self.wrules.append(())
                 continue
-            outs = [self.tgeo[j] for j in self.outs[i]]
+            outs = [self.geo(j) for j in self.outs[i]]
             h = max(g.h for g in outs)
             self.out_h.append(h)
             self.floor.append(min(t_h, h))
@@ -205,7 +215,7 @@ class FusionModel:
         # returned by the network, whole-image elements held when read from outside, elements loaded when
         # streamed), bytes of the outputs anyone reads, and the op's whole-image ofmap elements under ISOA
         self.grow_ins = tuple(tuple((j, self.producer[j], self.tbytes[j], self.consumer_mask[j],
-                                     self.is_graph_output[j], self.held[j] * self.tgeo[j].h if self.covered[i] else 0,
+                                     self.is_graph_output[j], self.held[j] * self.geo(j).h if self.covered[i] else 0,
                                      self.stream_elems[j])
                                     for j in self.ins[i]) for i in range(self.n))
         self.grow_out = tuple(sum(self.tbytes[j] for j in self.outs[i]
@@ -216,7 +226,7 @@ class FusionModel:
         self.feeds = tuple(tuple((j, stride if mode == WINDOW else int(mode == SAME),
                                   kern - stride if mode == WINDOW else (0 if mode == SAME else kern), self.producer[j],
                                   self.out_h[self.producer[j]] if self.producer[j] >= 0 else 0,
-                                  self.tgeo[j].h, self.held[j])
+                                  self.geo(j).h, self.held[j])
                                  for j, (mode, kern, stride) in zip(self.ins[i], self.rules[i]))
                            for i in range(self.n))
 
@@ -230,18 +240,18 @@ class FusionModel:
                 self.graph.tensors[self.tnames[j]].shape) == 4 for j in tensors)
         if op.kind == OpKind.MATMUL:
             if _act_matmul(op):
-                return len(self.outs[i]) == 1 and self.tgeo[self.ins[i][0]].h == self.tgeo[self.outs[i][0]].h
+                return len(self.outs[i]) == 1 and self.geo(self.ins[i][0]).h == self.geo(self.outs[i][0]).h
             return len(self.ins[i]) == 1 and bool(op.weights)
         if op.kind in _ROWWISE_KINDS:  # LayerNorm/RMSNorm of token matrices; softmax of scores or logits
             ranks = {len(self.shape(self.tnames[j])) for j in tensors}
-            return len({self.tgeo[j].h for j in tensors}) == 1 and ranks <= ({3} if op.kind == OpKind.NORM else {3, 4})
+            return len({self.geo(j).h for j in tensors}) == 1 and ranks <= ({3} if op.kind == OpKind.NORM else {3, 4})
         if op.kind == OpKind.RESHAPE:
             return _reshape_mode(self.shape(op.inputs[0]), self.shape(op.outputs[0])) is not None if (
                 len(op.inputs) == 1 and len(op.outputs) == 1) else False
         if op.kind == OpKind.CONCAT and len(self.outs[i]) == 1 and self._token_concat(op):
             return True  # appends tokens (a KV cache, a class token): reads its inputs whole
         if op.kind in _INPLACE_KINDS:  # channel concat / split: every tensor has the same rows
-            return len({self.tgeo[j].h for j in tensors}) == 1
+            return len({self.geo(j).h for j in tensors}) == 1
         return True
 
     def _token_concat(self, op) -> bool:
@@ -255,7 +265,7 @@ class FusionModel:
 
     def _rule(self, op, j: int, out_size: int, axis: int) -> tuple[int, int, int]:
         """(mode, effective kernel, stride): the rows (axis 0) or columns (axis 1) of input j that r outputs need."""
-        size_in = self.tgeo[j].h if axis == 0 else self.tgeo[j].w
+        size_in = self.geo(j).h if axis == 0 else self.geo(j).w
         if op.kind in (OpKind.CONV, OpKind.DWCONV, OpKind.POOL) and op.kernel:
             dil = op.dilation[axis] if op.dilation else 1
             return WINDOW, dil * (op.kernel[axis] - 1) + 1, op.stride[axis] if op.stride else 1
@@ -298,7 +308,7 @@ class FusionModel:
                     self.covered[av] and _act_matmul(ops[av]) and ops[av].inputs[0] == self.tnames[pr]):
                 continue
             online.append(op.name)
-            geo = self.tgeo[pr]
+            geo = self.geo(pr)
             width = min(geo.w, max(1, self.tp.t_w))  # keys per tile
             self.key_width[i] = width
             heads, part = geo.channels, min(self.tp.t_c, geo.channels)
@@ -332,7 +342,7 @@ class FusionModel:
         """Which tensors are streamed (see the module docstring): read only as the second operand of a matmul of
         two activations, or by covered reshapes whose output is streamed; `stream_elems` 0 when not (or free)."""
         stream = [False] * len(self.tnames)
-        edges = {}  # tensor -> whether every read of it is a streaming one so far
+        edges: dict[int, bool] = {}  # tensor -> whether every read of it is a streaming one so far
         for i in range(self.n - 1, -1, -1):
             op = ops[i]
             for j in self.outs[i]:
@@ -409,7 +419,9 @@ class FusionModel:
         if hit is not None:
             return hit
         fin = fout = 0
-        read, made, wset = set(), set(), set()
+        read: set[int] = set()
+        made: set[int] = set()
+        wset: set[str] = set()
         kbig = 1
         for i in self.members(mask):
             read.update(self.ins[i])
@@ -422,8 +434,9 @@ class FusionModel:
                 streamed += self.stream_elems[j]
             else:
                 fin += self.tbytes[j]
-            if self.tgeo[j] is not None:
-                kbig = max(kbig, self.tgeo[j].h)
+            geo = self.tgeo[j]
+            if geo is not None:
+                kbig = max(kbig, geo.h)
         for j in made:
             if self.is_graph_output[j] or self.consumer_mask[j] & ~mask:
                 fout += self.tbytes[j]
@@ -463,7 +476,7 @@ class FusionModel:
         for j, need in demand.items():
             p = self.producer[j]
             if p < 0 or not (mask >> p) & 1:
-                h = self.tgeo[j].h
+                h = self.geo(j).h
                 in_rows[j] = min(h, max(need, -(-h // k) if k else 1))
         if not k:
             self._finest.put(mask, (op_rows, in_rows))
@@ -550,8 +563,9 @@ class FusionModel:
             made |= sum(1 << j for j in self.outs[i])
             full += self.full_row[i] * self.out_h[i]
         for j in {j for i in after for j in self.ins[i]}:
-            if not (made >> j) & 1 and self.tgeo[j] is not None:
-                full += self.held[j] * self.tgeo[j].h
+            geo = self.tgeo[j]
+            if not (made >> j) & 1 and geo is not None:
+                full += self.held[j] * geo.h
         gain = {i: self.save_row[i] * self.out_h[i] for i in after
                 if not self.inplace[i] and self.save_row[i] > 0}
         hit = full - self._most_saving(gain, after)
@@ -656,8 +670,8 @@ class FusionModel:
                 merged: dict[int, tuple[int, tuple[int, int]]] = {}
                 for st, cand in nxt:
                     key = sum(1 << n for n, pm in enumerate(pending) if st & pm)
-                    old = merged.get(key)
-                    if old is None or cand[0] > old[1][0]:
+                    kept = merged.get(key)
+                    if kept is None or cand[0] > kept[1][0]:
                         merged[key] = (st & open_ops, cand)
                 states = dict(merged.values())
             elif not closed:  # every key is a subset of the open ops already

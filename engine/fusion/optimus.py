@@ -156,7 +156,8 @@ def _known_plan(model: FusionModel, cap: Capacity) -> float:
     all when it is connected and fits with its parameters on chip (inf when neither runs)."""
     everything = (1 << model.n) - 1
     lone = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
-    plans = [INF if None in lone else sum(lone)]
+    runs = [c for c in lone if c is not None]
+    plans = [sum(runs) if len(runs) == len(lone) else INF]
     if model.is_connected(everything) and fits(model, everything, cap) and params_stay(model, everything, cap):
         plans.append(least_bytes(model, everything))
     return min(plans)
@@ -209,7 +210,7 @@ def search(at: SizedModel) -> tuple[list[int], int, bool]:
     if exact:
         return groups, evaluated, True
     options = [groups] + [baseline.search(at)[0] for baseline in (efficient_s, dnnvm)]
-    return min(options, key=lambda gs: sum(at.dram_bytes(g) for g in gs)), evaluated, False
+    return min(options, key=at.plan_bytes), evaluated, False
 
 
 def compile_ahead() -> None:

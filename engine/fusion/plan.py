@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.errors import EngineError
 from engine.fusion.cost import GroupCost, runs_alone, smallest_buffer_bytes

@@ -48,14 +48,14 @@ def improve(at: SizedModel, groups: list[int], *, budget: int = BUDGET,
     """
     order = list(groups)
     evaluated = 0
-    solved = set()  # (down-set before, window's ops) already re-solved: their groups are that window's optimum
+    solved: set[tuple[int, int]] = set()  # (down-set before, window's ops) already re-solved: their groups are that window's optimum
     for rank in ORDERS:
         order = execution_order(at.model, order, rank=rank)
         order, evaluated = _sweep(at, order, solved, evaluated, budget=budget, passes=passes, work=work)
     return order, evaluated
 
 
-def _sweep(at: SizedModel, order: list[int], solved: set, evaluated: int, *, budget: int,
+def _sweep(at: SizedModel, order: list[int], solved: set[tuple[int, int]], evaluated: int, *, budget: int,
            passes: int, work: int) -> tuple[list[int], int]:
     """`improve` over one execution order: windows slid by half their length, pass after pass while one improves."""
     model = at.model
@@ -71,7 +71,7 @@ def _sweep(at: SizedModel, order: list[int], solved: set, evaluated: int, *, bud
                 limits = replace(EXACT, total=rest, groups=max(1, rest // states), narrow_states=1, narrow_groups=0)
                 found = optimus.chain_search(model, at.cap, start=key[0], within=key[1], limits=limits)
                 evaluated += found.evaluated
-                if found.total < sum(at.dram_bytes(g) for g in order[a:b]):
+                if found.total < at.plan_bytes(order[a:b]):
                     chain = list(found.groups)
                     order[a:b] = chain
                     better = True

@@ -14,8 +14,10 @@ cap)` goes through it. It builds on `engine.fusion.cost`'s schedules, which neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from engine.errors import EngineError
 from engine.fusion import cost
 from engine.fusion.memo import Memo
 from engine.fusion.model import MEMO_SIZE, FusionModel
@@ -46,6 +48,17 @@ class SizedModel:
             return cost.least_bytes(model, mask)  # Eq. 3 with parameters loaded once
         best = self.schedule(mask)
         return None if best is None else best.dram
+
+    def plan_bytes(self, masks: Iterable[int]) -> int:
+        """DRAM bytes of groups that each run (a plan's groups, lone ops), added up; EngineError when one cannot."""
+        total = 0
+        for mask in masks:
+            nbytes = self.dram_bytes(mask)
+            if nbytes is None:
+                raise EngineError(f"group {[self.model.names[i] for i in self.model.members(mask)]} cannot run "
+                                  "on this buffer")
+            total += nbytes
+        return total
 
     def fits(self, mask: int) -> bool:
         """Whether the finest tiles of the group fit (monotone as a group grows upward)."""

@@ -13,9 +13,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from engine.fusion.core.tables import (CHOSEN, INPLACE, IN_GROUP, LAST_USE, PASSES, PATH, POS, PRED_IDX, PRED_PTR,
-    ROWS, SAVE_ROW, SLOT, SUCC_IDX, SUCC_PTR, _grown1)
-
+from engine.fusion.core.tables import (
+    CHOSEN,
+    IN_GROUP,
+    INPLACE,
+    LAST_USE,
+    PASSES,
+    PATH,
+    POS,
+    PRED_IDX,
+    PRED_PTR,
+    ROWS,
+    SAVE_ROW,
+    SLOT,
+    SUCC_IDX,
+    SUCC_PTR,
+    _grown1,
+)
 
 _MERGE_AT = 16  # as `model._MERGE_AT`
 # rows of `_isoa`'s array: the states (key: chunked open members, saving, trace node of the chosen members),

@@ -13,9 +13,44 @@ from numba import njit
 
 from engine.fusion.core.grow import _add
 from engine.fusion.core.isoa import _isoa
-from engine.fusion.core.tables import (CHANNELWISE, CHOSEN, COVERED, C_OUT, FIN, FLOOR, FOUT, FULL, FULL_ROW, F_A,
-    F_C, F_H, F_J, F_P, F_PTR, F_ROW, IN_BYTES, IN_GROUP, IN_H, IN_PTR, IN_RULE, IN_STREAM, IN_W, IN_WRULE, K_ROWS,
-    OP_NEED, OUT_H, PARAMS, PATH, PER_GROUP, SAVE_ROW, TENSOR_NEED, W_OUT, _has, _roomy, _undo)
+from engine.fusion.core.tables import (
+    C_OUT,
+    CHANNELWISE,
+    CHOSEN,
+    COVERED,
+    F_A,
+    F_C,
+    F_H,
+    F_J,
+    F_P,
+    F_PTR,
+    F_ROW,
+    FIN,
+    FLOOR,
+    FOUT,
+    FULL,
+    FULL_ROW,
+    IN_BYTES,
+    IN_GROUP,
+    IN_H,
+    IN_PTR,
+    IN_RULE,
+    IN_STREAM,
+    IN_W,
+    IN_WRULE,
+    K_ROWS,
+    OP_NEED,
+    OUT_H,
+    PARAMS,
+    PATH,
+    PER_GROUP,
+    SAVE_ROW,
+    TENSOR_NEED,
+    W_OUT,
+    _has,
+    _roomy,
+    _undo,
+)
 
 
 @njit(cache=True, nogil=True)

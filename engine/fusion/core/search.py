@@ -13,9 +13,28 @@ from numba import njit
 
 from engine.fusion.core.grow import _grow
 from engine.fusion.core.schedule import group_dram
-from engine.fusion.core.tables import (COVERED, IN_PTR, IN_T, OUT_H, OUT_IDX, OUT_PTR, OWN_WBYTES, PRED_IDX,
-    PRED_PTR, RD_IDX, RD_PTR, SHARES_W, SUCC_IDX, SUCC_PTR, T_BYTES, T_PRODUCER, T_RETURNED, _grown1, _grown2, _has)
-
+from engine.fusion.core.tables import (
+    COVERED,
+    IN_PTR,
+    IN_T,
+    OUT_H,
+    OUT_IDX,
+    OUT_PTR,
+    OWN_WBYTES,
+    PRED_IDX,
+    PRED_PTR,
+    RD_IDX,
+    RD_PTR,
+    SHARES_W,
+    SUCC_IDX,
+    SUCC_PTR,
+    T_BYTES,
+    T_PRODUCER,
+    T_RETURNED,
+    _grown1,
+    _grown2,
+    _has,
+)
 
 # ---- the down-set search (`optimus.chain_search`) ----------------------------------------------------------
 # The functions Python calls release the GIL (`nogil=True`): a search can run for seconds, and the dashboard's

@@ -89,8 +89,8 @@ def layout(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns["own_wbytes"], columns["shares_w"] = model.own_weight_bytes, [int(v) for v in model.shares_weights]
     # the layer-wise schedule of a lone op (`cost._Lone`): output width and channels, channels per convolution
     # group, and per input its rows, columns and rules as 3 items each (mode, kernel, stride)
-    outs = [[model.tgeo[j] for j in model.outs[i]] for i in range(n)]
     covered = model.covered
+    outs = [[model.geo(j) for j in model.outs[i]] if covered[i] else [] for i in range(n)]
     columns["w_out"] = [max(g.w for g in o) if covered[i] else 0 for i, o in enumerate(outs)]
     columns["c_out"] = [sum(g.channels for g in o) if covered[i] else 0 for i, o in enumerate(outs)]
     columns["per_group"] = [max(1, c // op.groups) for c, op in zip(columns["c_out"], model.graph.ops)]
