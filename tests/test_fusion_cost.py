@@ -6,7 +6,6 @@ import itertools
 import random
 
 import pytest
-from test_fusion_search import random_graph
 
 import engine
 from engine import zoo
