@@ -66,15 +66,39 @@ class _Route:
         self.points = tuple(points)
 
 
+class _Vertex(Vertex):
+    """grandalf's vertex, hashed by its op's position: grandalf gathers vertices and edges in sets, and hashed by
+    their memory addresses (the default) they came out in another order in every process, and so did the layout."""
+
+    def __init__(self, data: str, key: int):
+        super().__init__(data)
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.key
+
+
+class _Edge(Edge):
+    """grandalf's edge, hashed by its position among the graph's edges (see `_Vertex`)."""
+
+    def __init__(self, x: _Vertex, y: _Vertex, key: int):
+        super().__init__(x, y)
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.key
+
+
 @lru_cache(maxsize=32)
 def dag_layout(graph: Graph) -> DagLayout:
-    """Sugiyama layout of the ops (grandalf), top to bottom; weakly connected pieces side by side."""
-    vertices = {op.name: Vertex(op.name) for op in graph.ops}
+    """Sugiyama layout of the ops (grandalf), top to bottom; weakly connected pieces side by side; the same in every
+    process."""
+    vertices = {op.name: _Vertex(op.name, i) for i, op in enumerate(graph.ops)}
     for v in vertices.values():
         v.view = _Box()
     edges = {}
-    for u, w in graph.dag.edges():
-        edges[u, w] = Edge(vertices[u], vertices[w])
+    for k, (u, w) in enumerate(graph.dag.edges()):
+        edges[u, w] = _Edge(vertices[u], vertices[w], k)
         edges[u, w].view = _Route()
     layout_graph = LayoutGraph(list(vertices.values()), list(edges.values()))
     offset = 0.0
@@ -177,8 +201,8 @@ BRIDGE = 5.0  # half the width of the band that joins two ops of a tight outline
 def tight_outline(graph: Graph, ops) -> np.ndarray:
     """Each op's box with its margin, and a band along every edge between two of `ops` from one margin to the other,
     as one shape whose pieces (each convex, counter-clockwise) are separated by NaN rows (Bokeh draws them as one
-    patch). The bands run through the gaps between layers and the slots of long edges, so the shape covers no other
-    op's box."""
+    patch). The bands run through the gaps between layers and the slots of long edges; a band that would still
+    cross another op's box (a long edge's slot close beside it) is left out, so the shape covers no other op's box."""
     lay, pos, inside = dag_layout(graph), layered_layout(graph), set(ops)
     w, h = BOX_W / 2 + PAD, BOX_H / 2 + PAD
     pieces = [[(x - w, y - h), (x + w, y - h), (x + w, y + h), (x - w, y + h)] for x, y in (pos[op] for op in ops)]
@@ -188,8 +212,9 @@ def tight_outline(graph: Graph, ops) -> np.ndarray:
         points = [tuple(p) for p in path]
         points[0] = _leaving(points[0], points[1], -h)  # from u's margin (below it) ...
         points[-1] = _leaving(points[-1], points[-2], h)  # ... to v's (above it)
-        pieces += [[(x1 - BRIDGE, y1), (x1 + BRIDGE, y1), (x0 + BRIDGE, y0), (x0 - BRIDGE, y0)]  # (counter-clockwise:
-                   for (x0, y0), (x1, y1) in zip(points, points[1:])]                          # paths run down)
+        bands = (np.array([(x1 - BRIDGE, y1), (x1 + BRIDGE, y1), (x0 + BRIDGE, y0), (x0 - BRIDGE, y0)])  # (counter-
+                 for (x0, y0), (x1, y1) in zip(points, points[1:]))                                 # clockwise: paths
+        pieces += [band.tolist() for band in bands if not covers(band, _other_boxes(graph, ops, band))]  # run down)
     rows = [row for piece in pieces for row in (*piece, (NAN, NAN))][:-1]
     return np.array(rows)
 
