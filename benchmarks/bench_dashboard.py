@@ -9,6 +9,7 @@ Run: `.venv/bin/python -m benchmarks.run dashboard`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -115,6 +116,29 @@ def wait_for_port(port: int, seconds: float = 90) -> None:
             time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def served_dashboard(*apps: str, env: dict | None = None):
+    """(port, process) of `panel serve` on `apps` (the dashboard by default) with `make serve`'s session options, on
+    a free loopback port, running this checkout's code; stopped on exit (killed if a search outlives 10 s)."""
+    port = _free_port()
+    panel = Path(sys.executable).parent / "panel"
+    server = subprocess.Popen([str(panel), "serve", *(apps or ("dashboard",)), "--port", str(port), "--address",
+                               "127.0.0.1", "--allow-websocket-origin", f"127.0.0.1:{port}",
+                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
+    try:
+        wait_for_port(port)
+        yield port, server
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:  # a search still running in a worker thread
+            server.kill()
+            server.wait(10)
+
+
 def browser_side(networks, prefetch: bool) -> dict[str, list[dict]]:
     """Per network, ten moves' ms from the slider move to the new report's message arriving, applied and drawn.
 
@@ -123,39 +147,24 @@ def browser_side(networks, prefetch: bool) -> dict[str, list[dict]]:
     """
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
-    panel = Path(sys.executable).parent / "panel"
-    env = {**os.environ, "DASHBOARD_PREFETCH": "1" if prefetch else "0"}
-    env["PYTHONPATH"] = str(ROOT)  # this checkout's code, whatever is installed
-    server = subprocess.Popen([str(panel), "serve", "dashboard", "benchmarks/floor_app.py", "--port", str(port),
-                               "--address", "127.0.0.1"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        wait_for_port(port)
+    with served_dashboard("dashboard", "benchmarks/floor_app.py",
+                          env={"DASHBOARD_PREFETCH": "1" if prefetch else "0"}) as (port, _), sync_playwright() as p:
         results = {}
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                        args=["--no-sandbox", "--disable-gpu"])
-            for net in networks:
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                page.add_init_script(TIMING_SCRIPT)
-                path = "floor_app" if net == FLOOR else f"dashboard?network={net}&buffer_kb=8"
-                page.goto(f"http://127.0.0.1:{port}/{path}", timeout=120_000)
-                page.get_by_text(re.compile(r"best plan \(")).first.wait_for(timeout=120_000)  # the headline's
-                page.wait_for_timeout(5000)
-                step = page.locator(".noUi-target").first.bounding_box()["width"] / (len(BUFFER_STEPS_KB) - 1)
-                move = _one_drag_step if prefetch else _one_move
-                results[net] = [move(page, step) for _ in range(MOVES)]  # 8 KB up, a new size each time
-                page.close()
-            browser.close()
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        for net in networks:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.add_init_script(TIMING_SCRIPT)
+            path = "floor_app" if net == FLOOR else f"dashboard?network={net}&buffer_kb=8"
+            page.goto(f"http://127.0.0.1:{port}/{path}", timeout=120_000)
+            page.get_by_text(re.compile(r"best plan \(")).first.wait_for(timeout=120_000)  # the headline's
+            page.wait_for_timeout(5000)
+            step = page.locator(".noUi-target").first.bounding_box()["width"] / (len(BUFFER_STEPS_KB) - 1)
+            move = _one_drag_step if prefetch else _one_move
+            results[net] = [move(page, step) for _ in range(MOVES)]  # 8 KB up, a new size each time
+            page.close()
+        browser.close()
         return results
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:  # a search still running in a worker thread
-            server.kill()
-            server.wait(10)
 
 
 def _one_move(page, dx: float) -> dict:

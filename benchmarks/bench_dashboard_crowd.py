@@ -14,14 +14,11 @@ from __future__ import annotations
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
-from benchmarks.bench_dashboard import ROOT, _free_port, wait_for_port
+from benchmarks.bench_dashboard import served_dashboard
 from benchmarks.bench_dashboard_memory import resident_mb
 
 CROWDS = (1, 10, 20)
@@ -87,39 +84,24 @@ def crowd(size: int) -> dict:
     """Page X's moves, the static waits and the server's memory while `size` other pages load."""
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
-    panel = Path(sys.executable).parent / "panel"
-    server = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
-                               "--allow-websocket-origin", f"127.0.0.1:{port}",
-                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port)
+    with served_dashboard() as (port, server), sync_playwright() as p:
         url = f"http://127.0.0.1:{port}/dashboard"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            x = browser.new_page(viewport={"width": 1500, "height": 1100})
-            x.goto(url + "?network=squeezenet1_0&buffer_kb=64", timeout=300_000)
-            x.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB")).first.wait_for(timeout=300_000)
-            idle = resident_mb(server.pid)
-            with Sampler(port, server.pid) as sampled:
-                start = time.perf_counter()
-                pages = [browser.new_page(viewport={"width": 1500, "height": 1100}) for _ in range(size)]
-                for page, network in zip(pages, NETWORKS, strict=False):
-                    page.goto(f"{url}?network={network}", wait_until="commit", timeout=300_000)
-                moves = _moves(x, MOVES)
-                for page, network in zip(pages, NETWORKS, strict=False):
-                    page.get_by_text(re.compile(f"{network} \\(batch 1\\) on optimus")).first.wait_for(
-                        timeout=600_000)
-                loaded = time.perf_counter() - start
-            browser.close()
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        x = browser.new_page(viewport={"width": 1500, "height": 1100})
+        x.goto(url + "?network=squeezenet1_0&buffer_kb=64", timeout=300_000)
+        x.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB")).first.wait_for(timeout=300_000)
+        idle = resident_mb(server.pid)
+        with Sampler(port, server.pid) as sampled:
+            start = time.perf_counter()
+            pages = [browser.new_page(viewport={"width": 1500, "height": 1100}) for _ in range(size)]
+            for page, network in zip(pages, NETWORKS, strict=False):
+                page.goto(f"{url}?network={network}", wait_until="commit", timeout=300_000)
+            moves = _moves(x, MOVES)
+            for page, network in zip(pages, NETWORKS, strict=False):
+                page.get_by_text(re.compile(f"{network} \\(batch 1\\) on optimus")).first.wait_for(timeout=600_000)
+            loaded = time.perf_counter() - start
+        browser.close()
     waits = sorted(sampled.waits)
     return {"size": size, "loaded_s": loaded, "moves": sorted(moves), "static_median": statistics.median(waits),
             "static_p99": waits[int(0.99 * (len(waits) - 1))], "static_max": waits[-1],

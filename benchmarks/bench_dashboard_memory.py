@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_dashboard import ROOT, _free_port, wait_for_port
+from benchmarks.bench_dashboard import served_dashboard
 
 NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "mobilenet_v2", "vgg16")
 LOADS = 100
@@ -32,34 +30,20 @@ def memory_over_loads() -> list[tuple[int, float, float]]:
     """(page loads so far, seconds, server MB) after each count in READ_AT."""
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
-    panel = Path(sys.executable).parent / "panel"
-    server = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
-                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows, start = [], time.time()
-    try:
-        wait_for_port(port)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                        args=["--no-sandbox", "--disable-gpu"])
-            for load in range(1, LOADS + 1):
-                network = NETWORKS[(load - 1) % len(NETWORKS)]
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                page.goto(f"http://127.0.0.1:{port}/dashboard?network={network}", timeout=120_000)
-                page.get_by_text(re.compile(f"{network} \\(batch 1\\) on optimus")).first.wait_for(timeout=120_000)
-                page.close()
-                if load in READ_AT:
-                    time.sleep(SESSION_END_S)
-                    rows.append((load, time.time() - start, resident_mb(server.pid)))
-            browser.close()
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+    with served_dashboard() as (port, server), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        for load in range(1, LOADS + 1):
+            network = NETWORKS[(load - 1) % len(NETWORKS)]
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.goto(f"http://127.0.0.1:{port}/dashboard?network={network}", timeout=120_000)
+            page.get_by_text(re.compile(f"{network} \\(batch 1\\) on optimus")).first.wait_for(timeout=120_000)
+            page.close()
+            if load in READ_AT:
+                time.sleep(SESSION_END_S)
+                rows.append((load, time.time() - start, resident_mb(server.pid)))
+        browser.close()
     return rows
 
 
