@@ -125,8 +125,9 @@ def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits
         raise UnknownNameError("solver", solver, SOLVERS)
     if not (isinstance(time_limit_s, (int, float)) and 0 < time_limit_s < math.inf):
         raise EngineError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
-    if not isinstance(word_bits, int) or word_bits <= 0:
-        raise EngineError(f"word_bits must be a positive whole number, got {word_bits!r}")
+    if isinstance(word_bits, bool) or not isinstance(word_bits, int) or not 1 <= word_bits <= 64:
+        raise EngineError(f"word_bits must be a whole number between 1 and 64 (as for an Accelerator), "
+                          f"got {word_bits!r}")
     if isinstance(schedule, str):
         if schedule not in SCHEDULES:
             raise UnknownNameError("schedule", schedule, SCHEDULES + ("a list of op names",))

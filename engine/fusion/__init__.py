@@ -44,8 +44,11 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     worse; 0-8 % less traffic on NASNet for 0.1-2.6 s more); False keeps the beam's plan.
     Exact plans are left as they are.
     """
-    if method not in METHODS:
-        raise UnknownNameError("fusion method", method, METHODS)
+    if not isinstance(graph, Graph) or not isinstance(acc, Accelerator):
+        raise EngineError(f"fuse needs an engine.Graph and an engine.Accelerator, got {type(graph).__name__} and "
+                          f"{type(acc).__name__} (load one with engine.load_network and engine.Accelerator.preset)")
+    if not isinstance(method, str) or method not in METHODS:
+        raise UnknownNameError("fusion method", str(method), METHODS)
     search, status = METHODS[method]
     start = time.perf_counter()
     at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once

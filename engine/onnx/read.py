@@ -133,11 +133,12 @@ def _check_location(tensor, owner: str, path: Path, folder: Path) -> None:
     try:
         target = (folder / location).resolve()
         outside = not location or "\0" in location or Path(location).is_absolute() or folder not in target.parents
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         outside = True
     if outside:
-        raise ModelFileError(path, f"external data '{location}' of {owner} lies outside the model's folder; "
-                                   f"refusing to follow it")
+        shown = repr(location)[1:-1]  # a NUL or a control character escaped, not printed raw
+        raise ModelFileError(path, f"external data '{shown}' of {owner} lies outside the model's folder or cannot "
+                                   f"be resolved (a symlink loop); refusing to follow it")
 
 
 def _convert_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
