@@ -274,3 +274,25 @@ def test_constants_that_overflow_fold_without_numpy_warnings(tmp_path):
         g = engine.load_network(_save(tmp_path, _model(nodes, [x], [y], consts)))
     assert [str(w.message) for w in caught] == []
     assert [op.name for op in g.ops] == ["add"]
+
+
+def test_a_huge_or_garbage_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    def never(self):
+        raise AssertionError(f"{self} was read whole")
+
+    huge, garbage = tmp_path / "huge.onnx", tmp_path / "garbage.onnx"
+    with huge.open("wb") as f:  # sparse: no disk is spent
+        f.truncate(engine.onnx.read.MAX_FILE_BYTES + 1)
+    with garbage.open("wb") as f:
+        f.write(bytes([0x08, 0x07, 0x3A, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]))  # ir_version 7, then a 4 GB graph field
+        f.truncate(engine.onnx.read.MAX_FILE_BYTES - 1)
+    monkeypatch.setattr(type(huge), "read_bytes", never)
+    with pytest.raises(engine.ModelFileError, match="2,147,483,649 bytes, larger than the 2 GB"):
+        engine.load_network(huge)
+    with pytest.raises(engine.ModelFileError, match=r"not an ONNX model \(field 7 of 4,294,967,295 bytes running "
+                                                    r"past the end at byte 8\)"):
+        engine.load_network(garbage)
+    for text in (b"\x00garbage", b"\x08\x07", b"\x12\x02hi"):  # field 0; no graph; a name and no graph
+        garbage.write_bytes(text)
+        with pytest.raises(engine.ModelFileError, match="not an ONNX model"):
+            engine.load_network(garbage)
