@@ -29,7 +29,11 @@ METHODS = {
     "online": (online.search, "restricted"),
 }
 
-__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
+# The most ops a graph may have to be fused: the compiled search keeps ops x ops words of candidates (512 MB
+# here) and every group is a bitmask over all ops, so past it memory, not the buffer, decides (BENCHMARKS.md, "Size")
+MAX_OPS = 8192
+
+__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "MAX_OPS", "RELOADS"]
 
 
 def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile",
@@ -47,6 +51,10 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     if not isinstance(graph, Graph) or not isinstance(acc, Accelerator):
         raise EngineError(f"fuse needs an engine.Graph and an engine.Accelerator, got {type(graph).__name__} and "
                           f"{type(acc).__name__} (load one with engine.load_network and engine.Accelerator.preset)")
+    if len(graph.ops) > MAX_OPS:
+        raise EngineError(f"graph '{graph.name}' has {len(graph.ops):,} ops; fusion takes at most {MAX_OPS:,} (the "
+                          f"search's candidate table is ops x ops words: {8 * len(graph.ops) ** 2 / 2**30:.1f} GB "
+                          f"here); fuse the network in parts of at most {MAX_OPS:,} ops")
     if not isinstance(method, str) or method not in METHODS:
         raise UnknownNameError("fusion method", str(method), METHODS)
     search, status = METHODS[method]

@@ -399,7 +399,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     scheduled by `schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
-    rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
+    rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model, search=False),
                                        np.array([core.bitset(m, model.n) for m in masks]), cap.fmap, cap.param,
                                        cap.shared, cap.per_band, model.batch, model.word_bits)
     out = []

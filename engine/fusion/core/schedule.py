@@ -318,8 +318,15 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
     rows at the chosen row steps and whether it holds its ofmap T_c channels deep (fused groups)."""
     n = at[OUT_H + 1] - at[OUT_H]
     out = np.zeros((len(groups), 12), np.int64)
-    tiles = np.zeros((len(groups), n), np.int64)
-    isoa = np.zeros((len(groups), n), np.int64)
+    width = 1  # the largest group's size: per-member rows take groups x width words, not groups x ops
+    for g in range(len(groups)):
+        size = 0
+        for i in range(n):
+            if _has(groups[g], i):
+                size += 1
+        width = max(width, size)
+    tiles = np.zeros((len(groups), width), np.int64)
+    isoa = np.zeros((len(groups), width), np.int64)
     for g in range(len(groups)):
         dep[:, 0] = 0
         log = _roomy(log, top, n)
