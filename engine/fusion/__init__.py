@@ -9,6 +9,7 @@ costed by the same `group_cost`, so `plan.dram_bytes` equals the sum over its gr
 
 from __future__ import annotations
 
+import math
 import time
 
 from engine.accelerator import Accelerator
@@ -32,8 +33,23 @@ METHODS = {
 # The most ops a graph may have to be fused: the compiled search keeps ops x ops words of candidates (512 MB
 # here) and every group is a bitmask over all ops, so past it memory, not the buffer, decides (BENCHMARKS.md, "Size")
 MAX_OPS = 8192
+MAX_COUNT = 1 << 60  # bytes x positions of a tensor the compiled cost model multiplies (int64, with 8x to spare)
 
 __all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "MAX_OPS", "RELOADS"]
+
+
+def _check_in_range(graph: Graph, acc: Accelerator) -> None:
+    """Refuse a tensor whose bytes times its positions pass MAX_COUNT: the compiled cost model multiplies them
+    (halo re-reads: bytes x rows x columns read) in 64-bit integers, and past that its plan would be silently
+    wrong (an input 4 x 6 x 2^31 read 9 MB instead of 103 GB), not slow."""
+    for t in graph.tensor_list:
+        if t.is_weight:
+            continue
+        positions = math.prod(t.shape[2:]) if len(t.shape) > 2 else t.shape[-1] if t.shape else 1
+        if t.nbytes(acc.word_bits) * positions > MAX_COUNT:
+            raise EngineError(f"graph '{graph.name}': tensor '{t.name}' of shape {list(t.shape)} is too large to "
+                              f"cost exactly ({t.nbytes(acc.word_bits):,} bytes over {positions:,} positions; "
+                              f"fusion counts up to 2^60 of their product)")
 
 
 def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile",
@@ -55,6 +71,7 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
         raise EngineError(f"graph '{graph.name}' has {len(graph.ops):,} ops; fusion takes at most {MAX_OPS:,} (the "
                           f"search's candidate table is ops x ops words: {8 * len(graph.ops) ** 2 / 2**30:.1f} GB "
                           f"here); fuse the network in parts of at most {MAX_OPS:,} ops")
+    _check_in_range(graph, acc)
     if not isinstance(method, str) or method not in METHODS:
         raise UnknownNameError("fusion method", str(method), METHODS)
     search, status = METHODS[method]

@@ -229,6 +229,17 @@ def _fewest_steps(model: FusionModel, mask: int, room: int, kbig: int) -> int:
     return hi
 
 
+def ceil_quotients(n: int, first: int) -> list[int]:
+    """The distinct values of ceil(n / j) for j = first..n, largest first, in 2 sqrt(n) steps (a band count per
+    value, not per j: an output 2^31 columns wide has 92,680 widths, not 2^31)."""
+    values, j = [], first
+    while j <= n:
+        v = -(-n // j)
+        values.append(v)
+        j = n + 1 if v == 1 else max(j + 1, -(-n // (v - 1)))
+    return values
+
+
 def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _Schedule | None:
     """One op with output channels in blocks: its input re-read per block, weights per row band and image tile.
 
@@ -243,10 +254,10 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
     """
     lone = _Lone.of(model, i)
     h_out, w_out = lone.h_out, lone.w_out
-    heights = sorted({-(-h_out // j) for j in range(1, h_out + 1)}, reverse=True)
+    heights = ceil_quotients(h_out, 1)
     least = lone.fin + lone.fout
     best = None  # (bytes, images, rows, columns)
-    for widths in ([w_out], sorted({-(-w_out // j) for j in range(2, w_out + 1)}, reverse=True)):
+    for widths in ([w_out], ceil_quotients(w_out, 2)):
         if not widths:
             break  # one column: no column cuts
         lo = 0  # no band taller than one that did not open for fewer images opens for more
