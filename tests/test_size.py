@@ -72,3 +72,12 @@ def test_band_sizes_are_the_distinct_ceiling_quotients_without_visiting_every_co
         for first in (1, 2):
             assert ceil_quotients(n, first) == sorted({-(-n // j) for j in range(first, n + 1)}, reverse=True)
     assert len(ceil_quotients(2**31, 2)) < 2 * 2**16  # 2 sqrt(n) values, found one per value
+
+
+def test_a_search_that_runs_out_of_memory_is_an_engine_error(monkeypatch):
+    def exhausted(at):
+        raise MemoryError
+
+    monkeypatch.setitem(engine.fusion.METHODS, "dnnvm", (exhausted, "restricted"))
+    with pytest.raises(engine.EngineError, match="graph 'chain_20' \\(20 ops\\) needs more memory .* method 'dnnvm'"):
+        engine.fuse(chain(20), ACC, method="dnnvm")

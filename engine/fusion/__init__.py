@@ -74,6 +74,16 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     _check_in_range(graph, acc)
     if not isinstance(method, str) or method not in METHODS:
         raise UnknownNameError("fusion method", str(method), METHODS)
+    try:
+        return _fuse(graph, acc, method, reloads, bound, polish)
+    except MemoryError:  # a table past what the process may allocate: refused before it was filled
+        raise EngineError(f"graph '{graph.name}' ({len(graph.ops):,} ops) needs more memory than this process may "
+                          f"use for method '{method}' on '{acc.name}'; try method 'dnnvm', a smaller buffer (smaller "
+                          f"groups), or fuse the network in parts") from None
+
+
+def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool) -> FusionPlan:
+    """`fuse` once its arguments are checked: the model, the method's search, its polish and bound, the plan."""
     search, status = METHODS[method]
     start = time.perf_counter()
     at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once
