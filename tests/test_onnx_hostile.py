@@ -296,3 +296,11 @@ def test_a_huge_or_garbage_file_is_refused_before_it_is_read(tmp_path, monkeypat
         garbage.write_bytes(text)
         with pytest.raises(engine.ModelFileError, match="not an ONNX model"):
             engine.load_network(garbage)
+
+
+def test_the_272_byte_depthwise_conv_2_to_the_31_wide_is_refused_by_fuse_not_costed_wrong(tmp_path):
+    path = _conv(tmp_path, (1, 4, 6, 2**31), (4, 1, 3, 3), group=4, strides=[2, 2])
+    g = engine.load_network(path)
+    assert g.tensors["y"].shape == (1, 4, 2, 2**30 - 1)
+    with pytest.raises(engine.EngineError, match="tensor 'x' of shape \\[1, 4, 6, 2147483648\\] is too large to cost"):
+        engine.fuse(g, engine.Accelerator.preset("optimus"))
