@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from engine.accelerator import Accelerator
-from engine.errors import EngineError
-from engine.graph import Graph
+from engine.errors import EngineError, UnknownNameError
+from engine.graph import Graph, OpKind
 
 if TYPE_CHECKING:  # the parts are imported where they run (`evaluate`), so importing this module stays light
     from engine.allocation import Allocation
@@ -121,6 +121,10 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
 
     if access_model not in ACCESS_MODELS:
         raise EngineError(f"access_model must be one of {', '.join(ACCESS_MODELS)}, got '{access_model}'")
+    methods, cpu_kinds = _names(methods, "methods"), _names(cpu_kinds, "cpu_kinds")
+    for kind in cpu_kinds:
+        if kind not in {k.value for k in OpKind}:
+            raise UnknownNameError("op kind in cpu_kinds", kind, [k.value for k in OpKind])
     price = blocked_energy if access_model == "blocking" else energy_breakdown
     def check(part: str) -> None:
         if should_stop is not None and should_stop():
@@ -143,7 +147,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         try:
             from engine.partition import partition
 
-            part = partition(graph, lambda op: op.kind.value not in set(cpu_kinds))
+            part = partition(graph, lambda op: op.kind.value not in cpu_kinds)
         except EngineError as err:
             errors["partition"] = str(err)
     if modules:
@@ -163,6 +167,20 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         errors["limit"] = str(err)
     return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
                   alloc, budget_bytes, part, mods, MappingProxyType(errors), limit)
+
+
+def _names(value, what: str) -> tuple[str, ...]:
+    """`value` as a tuple of names: one bare string is one name (not its letters); anything else must hold strings."""
+    if isinstance(value, str):
+        return (value,)
+    try:
+        names = tuple(value)
+    except TypeError:
+        raise EngineError(f"{what} must be a name or a list of names, got {value!r}") from None
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise EngineError(f"{what} must hold names (strings), got {bad[0]!r}")
+    return names
 
 
 def blocked_energy(graph: Graph, plan, acc: Accelerator):

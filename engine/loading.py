@@ -25,7 +25,7 @@ def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict |
             shapes = tuple(sorted((str(k), v if isinstance(v, int) else tuple(v))
                                   for k, v in dict(input_shapes or {}).items()))
             hash(shapes)
-            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+            digest = _digest(path) if path.is_file() else ""
         except (OSError, ValueError, TypeError):  # an unreadable name, or shapes that cannot key a cache
             digest = ""
         if not digest:
@@ -44,6 +44,15 @@ def _load_file(path: str, digest: str, batch: int | None, shapes: tuple) -> Grap
     from engine.onnx import load_onnx
 
     return load_onnx(Path(path), batch=batch, input_shapes=dict(shapes))
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of the file at `path`, streamed, after its size and framing pass (garbage is never hashed whole)."""
+    from engine.onnx.read import check_file
+
+    check_file(path)
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def onnx_light_models() -> Path:

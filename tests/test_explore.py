@@ -75,3 +75,25 @@ def test_a_named_budget_is_found_within_the_allocations_time_limit(resnet18, mon
     alloc, nbytes = allocate_for_budget(resnet18, acc, "cosma", "M_P", time_limit_s=7.0)
     assert limits == [7.0]  # M_P's MPMF order no longer gets its own 60 s beside the allocation's limit
     assert nbytes == real(resnet18, word_bits=acc.word_bits)[2] and alloc.offchip_bytes == 0
+
+
+def test_a_bare_string_is_one_method_or_kind_and_an_unknown_kind_is_refused(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    rep = evaluate(resnet18, acc, methods="optimus", cpu_kinds="pool")
+    assert tuple(rep.plans) == ("optimus",)
+    assert {p.device for p in rep.partition.parts} == {"cpu", "accelerator"}  # "pool" is a kind, not four letters
+    with pytest.raises(engine.UnknownNameError, match="unknown op kind in cpu_kinds 'pools'.*conv"):
+        evaluate(resnet18, acc, methods="optimus", cpu_kinds=("pools",))
+    with pytest.raises(engine.EngineError, match="methods must hold names"):
+        evaluate(resnet18, acc, methods=(None,))
+
+
+def test_fuse_modules_and_allocate_refuse_bad_arguments(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    with pytest.raises(engine.EngineError, match="fuse needs an engine.Graph and an engine.Accelerator, got NoneType"):
+        engine.fuse(None, acc)
+    with pytest.raises(engine.EngineError, match="max_module_layers must be .* at least 1, got -1"):
+        engine.plan_modules(resnet18, acc, max_module_layers=-1)
+    for bits in (100_000, 0, 65, True):
+        with pytest.raises(engine.EngineError, match="word_bits must be a whole number between 1 and 64"):
+            engine.allocate(resnet18, 10**9, word_bits=bits)

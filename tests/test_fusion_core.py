@@ -115,7 +115,7 @@ def test_groups_too_wide_for_the_compiled_isoa_program_are_costed_in_python(monk
     cap = Capacity.of(acc)
     model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
     everything = (1 << model.n) - 1
-    assert core.group_dram(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+    assert core.group_dram(*core.tables(model), *core.workspace(model, search=False), core.bitset(everything, model.n),
                             cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits) == -1
     assert cost.records(model, [everything], cap) == [record(model, everything, cap, compute_schedule(model, everything, cap))]
     assert cost.records(model, [everything], cap)[0].path == "python"  # named, not silent
@@ -139,7 +139,7 @@ def test_compiled_lone_op_costs_match_the_cost_model(name):
             cap = Capacity.of(acc, reloads)
             model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
             everything = (1 << model.n) - 1
-            compiled = core.lone_costs(*core.tables(model), *core.workspace(model)[:5], core.bitset(everything, model.n),
+            compiled = core.lone_costs(*core.tables(model), *core.workspace(model, search=False), core.bitset(everything, model.n),
                                        cap.fmap, cap.param, cap.shared, cap.per_band, model.batch, model.word_bits)
             expected = [dram_bytes(model, 1 << i, cap) for i in range(model.n)]
             assert compiled.tolist() == [-1 if c is None else c for c in expected], f"{kb} KB batch {batch}"
@@ -153,7 +153,7 @@ def test_compiled_window_limit_matches_python(name):
         acc = Accelerator.preset("optimus").with_buffer(kb * 1024)
         cap = Capacity.of(acc)
         model = FusionModel(graph, model_of(graph, acc).tp, acc.word_bits)
-        compiled = core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, online.QUARTER)
+        compiled = core.window_limit(*core.tables(model), *core.workspace(model, search=False), cap.fmap, online.QUARTER)
         python = fusion_reference.window_limit(model, cap)
         assert compiled == python, f"{kb} KB"
         assert online.size_limit(model, cap) == python

@@ -3,6 +3,7 @@
 import os
 import resource
 import time
+import warnings
 
 import numpy as np
 import onnx
@@ -107,22 +108,26 @@ def test_external_data_is_never_read_and_never_leaves_the_folder(tmp_path):
     for location, allowed in (("weights.bin", True), ("../secret.bin", False), (str(tmp_path / "secret.bin"), False),
                               ("link.bin", False), ("sub/../../secret.bin", False)):
         for on_constant in (False, True):
-            tensor = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "c")
-            tensor.ClearField("raw_data")
-            tensor.data_location = TensorProto.EXTERNAL
-            tensor.external_data.add(key="location", value=location)
-            x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-            y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-            nodes = [helper.make_node("MatMul", ["x", "c"], ["y"], name="mm")]
-            if on_constant:
-                nodes.insert(0, helper.make_node("Constant", [], ["c"], name="const", value=tensor))
-            model = _model(nodes, [x], [y], [] if on_constant else [tensor])
-            path = _save(folder, model)
+            path = _save(folder, _external_matmul(location, on_constant))
             if allowed:  # the file does not even exist: shapes come from the model, the data is never read
                 assert engine.load_network(path).macs == 16
             else:
                 with pytest.raises(engine.ModelFileError, match="outside the model's folder"):
                     engine.load_network(path)
+
+
+def _external_matmul(location: str, on_constant: bool) -> onnx.ModelProto:
+    """x @ c, with c's data said to lie in the external file `location` (an initializer or a Constant's value)."""
+    tensor = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "c")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value=location)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["x", "c"], ["y"], name="mm")]
+    if on_constant:
+        nodes.insert(0, helper.make_node("Constant", [], ["c"], name="const", value=tensor))
+    return _model(nodes, [x], [y], [] if on_constant else [tensor])
 
 
 def _short_initializer():
@@ -212,3 +217,90 @@ def test_a_name_that_is_not_utf8_is_refused(tmp_path):
     path.write_bytes(data)
     with pytest.raises(engine.ModelFileError, match="not UTF-8 text"):
         engine.load_network(path)
+
+
+def test_a_symlink_loop_or_a_nul_as_external_data_location_is_refused_and_shown_escaped(tmp_path):
+    os.symlink(tmp_path / "loop.bin", tmp_path / "loop.bin")
+    for location, shown in (("loop.bin", "'loop.bin'"), ("w\0.bin", "'w\\\\x00.bin'")):
+        path = _save(tmp_path, _external_matmul(location, on_constant=False))
+        with pytest.raises(engine.ModelFileError, match=f"external data {shown} of initializer 'c'") as err:
+            engine.load_network(path)
+        assert "\0" not in str(err.value)
+
+
+def test_einsum_of_three_operands_counts_each_pairwise_contraction(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    b = numpy_helper.from_array(np.ones((3, 4), np.float32), "b")
+    c = numpy_helper.from_array(np.ones((4, 5), np.float32), "c")
+    node = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="ij,jk,kl->il")
+    g = engine.load_network(_save(tmp_path, _model([node], [x], [y], [b, c])))
+    assert g.macs == 2 * 3 * 4 + 2 * 4 * 5  # (x b) then (xb c), the order onnxruntime uses
+    batched = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="...j,jk,kl->...l")
+    path = _save(tmp_path, _model([batched], [x], [y], [b, c]), "b.onnx")
+    assert engine.load_network(path).macs == 2 * 3 * 4 + 2 * 4 * 5
+    wrong = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="ij,jk->ik")
+    with pytest.raises(engine.ModelFileError, match="Einsum.*does not match the operands") as err:
+        engine.load_network(_save(tmp_path, _model([wrong], [x], [y], [b, c]), "w.onnx"))
+    assert err.value.node == "ein"
+
+
+def test_batch_never_rewrites_a_fixed_first_dimension_other_than_one(tmp_path):
+    path = _conv(tmp_path, (8, 4, 8, 8), (8, 4, 3, 3))
+    assert engine.load_network(path).tensors["x"].shape == (8, 4, 8, 8)
+    assert engine.load_network(path, batch=8).tensors["x"].shape == (8, 4, 8, 8)
+    with pytest.raises(engine.ShapeError, match="input 'x' has a fixed first dimension 8, and batch=1"):
+        engine.load_network(path, batch=1)
+    one = _conv(tmp_path, (1, 4, 8, 8), (8, 4, 3, 3))  # a first dimension of 1 is the batch, as in the zoo's files
+    assert engine.load_network(one, batch=2).tensors["x"].shape == (2, 4, 8, 8)
+
+
+def test_a_zero_dimension_is_reported_as_zero(tmp_path):
+    with pytest.raises(engine.ShapeError, match="declares dimension 2 as 0.*at least 1"):
+        engine.load_network(_conv(tmp_path, (1, 4, 0, 8), (8, 4, 3, 3)))
+
+
+def test_constants_that_overflow_fold_without_numpy_warnings(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    consts = [numpy_helper.from_array(np.full(4, v, np.float32), n) for n, v in (("one", 1), ("zero", 0), ("big", 3e38))]
+    nodes = [helper.make_node("Div", ["one", "zero"], ["inf"], name="div"),
+             helper.make_node("Mul", ["big", "big"], ["huge"], name="mul"),
+             helper.make_node("Cast", ["huge"], ["i"], name="cast", to=TensorProto.INT32),
+             helper.make_node("Cast", ["i"], ["f"], name="back", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["inf", "f"], ["c"], name="sum"), helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = engine.load_network(_save(tmp_path, _model(nodes, [x], [y], consts)))
+    assert [str(w.message) for w in caught] == []
+    assert [op.name for op in g.ops] == ["add"]
+
+
+def test_a_huge_or_garbage_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    def never(self):
+        raise AssertionError(f"{self} was read whole")
+
+    huge, garbage = tmp_path / "huge.onnx", tmp_path / "garbage.onnx"
+    with huge.open("wb") as f:  # sparse: no disk is spent
+        f.truncate(engine.onnx.read.MAX_FILE_BYTES + 1)
+    with garbage.open("wb") as f:
+        f.write(bytes([0x08, 0x07, 0x3A, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]))  # ir_version 7, then a 4 GB graph field
+        f.truncate(engine.onnx.read.MAX_FILE_BYTES - 1)
+    monkeypatch.setattr(type(huge), "read_bytes", never)
+    with pytest.raises(engine.ModelFileError, match="2,147,483,649 bytes, larger than the 2 GB"):
+        engine.load_network(huge)
+    with pytest.raises(engine.ModelFileError, match=r"not an ONNX model \(field 7 of 4,294,967,295 bytes running "
+                                                    r"past the end at byte 8\)"):
+        engine.load_network(garbage)
+    for text in (b"\x00garbage", b"\x08\x07", b"\x12\x02hi"):  # field 0; no graph; a name and no graph
+        garbage.write_bytes(text)
+        with pytest.raises(engine.ModelFileError, match="not an ONNX model"):
+            engine.load_network(garbage)
+
+
+def test_the_272_byte_depthwise_conv_2_to_the_31_wide_is_refused_by_fuse_not_costed_wrong(tmp_path):
+    path = _conv(tmp_path, (1, 4, 6, 2**31), (4, 1, 3, 3), group=4, strides=[2, 2])
+    g = engine.load_network(path)
+    assert g.tensors["y"].shape == (1, 4, 2, 2**30 - 1)
+    with pytest.raises(engine.EngineError, match="tensor 'x' of shape \\[1, 4, 6, 2147483648\\] is too large to cost"):
+        engine.fuse(g, engine.Accelerator.preset("optimus"))

@@ -63,14 +63,12 @@ def ancestors(problem: Problem) -> dict[str, int]:
 def _op_windows(problem: Problem, anc: dict[str, int]) -> dict[str, tuple[int, int]]:
     if problem.order is not None:
         return {op: (t, t) for t, op in enumerate(problem.order)}
-    n, desc = len(problem.ops), {op: 0 for op in problem.ops}
-    for op in problem.ops:
-        bits = anc[op]
-        while bits:  # every ancestor gains one descendant
-            low = bits & -bits
-            desc[problem.ops[low.bit_length() - 1]] += 1
-            bits ^= low
-    return {op: (anc[op].bit_count(), n - 1 - desc[op]) for op in problem.ops}
+    n, index = len(problem.ops), {op: i for i, op in enumerate(problem.ops)}
+    desc = {op: 0 for op in problem.ops}  # op -> bitset of its strict descendants, built from the sinks back
+    for op in reversed(problem.ops):
+        for p in problem.preds[op]:
+            desc[p] |= desc[op] | (1 << index[op])
+    return {op: (anc[op].bit_count(), n - 1 - desc[op].bit_count()) for op in problem.ops}
 
 
 def _tensor_windows(problem: Problem, ops: dict[str, tuple[int, int]]) -> dict[str, Window]:

@@ -89,19 +89,24 @@ def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, dea
             start = p + 1
     bounds.append((start, len(order)))
     carry = Carry.start(graph, include_params)
+    last_read: dict[str, int] = {}  # tensor -> position of the last op that reads it
+    for p, op in enumerate(order):
+        for a in needs(graph, op, include_params)[0]:
+            last_read[a] = p
+    loose = _loose_budget(graph, word_bits)
     result: list[str] = []
     status = "optimal"
-    for lo, hi in bounds:
+    for lo, hi in bounds:  # each segment costs its own size: a graph of thousands of segments stays linear
         ops = order[lo:hi]
-        later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
-        prob = make_problem(graph, ops, _loose_budget(graph, word_bits), carry,
-                            include_params=include_params, word_bits=word_bits, later=later)
+        touched = _touched(graph, ops, include_params)
+        later = frozenset(a for a in touched | set(carry.resident) if last_read.get(a, -1) >= hi)
+        prob = make_problem(graph, ops, loose, carry, include_params=include_params, word_bits=word_bits, later=later)
         picked = _downset_dp(prob, deadline=deadline) if len(ops) > 1 else ops
         if picked is None:
             picked, optimal = _ilp_order(prob, solver=solver, deadline=deadline)
             status = status if optimal else "time_limit"
         result.extend(picked)
-        carry = _carry_after(graph, order[:hi], later, carry, include_params)
+        carry = Carry(MappingProxyType({a: 0 for a in later}), carry.host, carry.fresh - touched)
     peak = footprint(graph, result, include_params=include_params, word_bits=word_bits)
     return Footprint(tuple(result), peak, status, time.perf_counter() - began)
 
@@ -238,14 +243,13 @@ def _loose_budget(graph: Graph, word_bits: int) -> int:
     return sum(t.nbytes(word_bits) for t in graph.tensor_list)
 
 
-def _carry_after(graph: Graph, done, later, carry: Carry, include_params: bool) -> Carry:
-    """State after running `done` without spills: everything read later and already made or loaded is on chip."""
+def _touched(graph: Graph, ops, include_params: bool) -> set[str]:
+    """Tensors `ops` read or write (their weights too with `include_params`)."""
     touched: set[str] = set()
-    for op in done:
+    for op in ops:
         o = graph.op(op)
         touched.update(o.inputs + o.outputs + (o.weights if include_params else ()))
-    resident = {a: 0 for a in touched & later}
-    return Carry(MappingProxyType(resident), carry.host, carry.fresh - touched)
+    return touched
 
 
 def budgets(graph: Graph, word_bits: int = 16, *, include_params: bool = False, time_limit_s: float = 60.0,

@@ -62,16 +62,23 @@ def greedy(stays, room: int, *, pinned: dict | None = None) -> list[int] | None:
 def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
     """Each stay of `ranked` in turn at the lowest address free over its steps; None past `room`."""
     at = dict(pinned)
+    steps = 1 + max((s.last for s in stays), default=0)
+    placed: list[list[int]] = [[] for _ in range(steps)]  # step -> stays placed that are live at it
+    for j in pinned:
+        for t in range(stays[j].first, stays[j].last + 1):
+            placed[t].append(j)
     for i in ranked:
         s = stays[i]
         address = 0
-        for j in sorted((j for j in at if stays[j].first <= s.last and s.first <= stays[j].last), key=at.__getitem__):
+        for j in sorted({j for t in range(s.first, s.last + 1) for j in placed[t]}, key=at.__getitem__):
             if address + s.size <= at[j]:
                 break
             address = max(address, at[j] + stays[j].size)
         if address + s.size > room:
             return None
         at[i] = address
+        for t in range(s.first, s.last + 1):
+            placed[t].append(i)
     return [at[i] for i in range(len(stays))]
 
 

@@ -9,6 +9,7 @@ costed by the same `group_cost`, so `plan.dram_bytes` equals the sum over its gr
 
 from __future__ import annotations
 
+import math
 import time
 
 from engine.accelerator import Accelerator
@@ -29,7 +30,26 @@ METHODS = {
     "online": (online.search, "restricted"),
 }
 
-__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
+# The most ops a graph may have to be fused: the compiled search keeps ops x ops words of candidates (512 MB
+# here) and every group is a bitmask over all ops, so past it memory, not the buffer, decides (BENCHMARKS.md, "Size")
+MAX_OPS = 8192
+MAX_COUNT = 1 << 60  # bytes x positions of a tensor the compiled cost model multiplies (int64, with 8x to spare)
+
+__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "MAX_OPS", "RELOADS"]
+
+
+def _check_in_range(graph: Graph, acc: Accelerator) -> None:
+    """Refuse a tensor whose bytes times its positions pass MAX_COUNT: the compiled cost model multiplies them
+    (halo re-reads: bytes x rows x columns read) in 64-bit integers, and past that its plan would be silently
+    wrong (an input 4 x 6 x 2^31 read 9 MB instead of 103 GB), not slow."""
+    for t in graph.tensor_list:
+        if t.is_weight:
+            continue
+        positions = math.prod(t.shape[2:]) if len(t.shape) > 2 else t.shape[-1] if t.shape else 1
+        if t.nbytes(acc.word_bits) * positions > MAX_COUNT:
+            raise EngineError(f"graph '{graph.name}': tensor '{t.name}' of shape {list(t.shape)} is too large to "
+                              f"cost exactly ({t.nbytes(acc.word_bits):,} bytes over {positions:,} positions; "
+                              f"fusion counts up to 2^60 of their product)")
 
 
 def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: str = "tile",
@@ -44,8 +64,26 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     worse; 0-8 % less traffic on NASNet for 0.1-2.6 s more); False keeps the beam's plan.
     Exact plans are left as they are.
     """
-    if method not in METHODS:
-        raise UnknownNameError("fusion method", method, METHODS)
+    if not isinstance(graph, Graph) or not isinstance(acc, Accelerator):
+        raise EngineError(f"fuse needs an engine.Graph and an engine.Accelerator, got {type(graph).__name__} and "
+                          f"{type(acc).__name__} (load one with engine.load_network and engine.Accelerator.preset)")
+    if len(graph.ops) > MAX_OPS:
+        raise EngineError(f"graph '{graph.name}' has {len(graph.ops):,} ops; fusion takes at most {MAX_OPS:,} (the "
+                          f"search's candidate table is ops x ops words: {8 * len(graph.ops) ** 2 / 2**30:.1f} GB "
+                          f"here); fuse the network in parts of at most {MAX_OPS:,} ops")
+    _check_in_range(graph, acc)
+    if not isinstance(method, str) or method not in METHODS:
+        raise UnknownNameError("fusion method", str(method), METHODS)
+    try:
+        return _fuse(graph, acc, method, reloads, bound, polish)
+    except MemoryError:  # a table past what the process may allocate: refused before it was filled
+        raise EngineError(f"graph '{graph.name}' ({len(graph.ops):,} ops) needs more memory than this process may "
+                          f"use for method '{method}' on '{acc.name}'; try method 'dnnvm', a smaller buffer (smaller "
+                          f"groups), or fuse the network in parts") from None
+
+
+def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool) -> FusionPlan:
+    """`fuse` once its arguments are checked: the model, the method's search, its polish and bound, the plan."""
     search, status = METHODS[method]
     start = time.perf_counter()
     at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once

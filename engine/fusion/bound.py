@@ -39,6 +39,8 @@ from engine.fusion.optimus import Limits, chain_search
 from engine.graph import Graph
 
 EXACT = Limits(states=1 << 62, groups=1 << 62, total=1 << 62)  # the windows' searches never turn into a beam
+PLACE_DP_OPS = 700  # graphs up to this many ops (the NAS cells: 636) get their windows by the shortest path,
+# larger ones greedily (the path costs a window's down-sets per op: 20 s on a chain of 1,000)
 BUDGET = 1000  # down-sets per window: ~2 s on NASNet-A Mobile for 67.1 MB of the beam's 119.0 MB (batch 4, 128 KB)
 INF = float("inf")
 
@@ -76,9 +78,16 @@ def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]
 
 
 def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
-    """`windows`, computed: a shortest path over cut positions."""
+    """`windows`, computed: a shortest path over cut positions (up to PLACE_DP_OPS ops; past it, each window as
+    long as the budget allows, which costs one window's down-sets per window instead of per op)."""
     n = model.n
-    cross = [crossing(model, c) for c in range(n + 1)]
+    if n > PLACE_DP_OPS:
+        cuts, lo = [], 0
+        while lo < n:
+            cuts.append((lo, _ends(model, lo, budget)[-1]))
+            lo = cuts[-1][1]
+        return tuple(cuts)
+    cross = _crossings(model)
     best = [(0, 0)] + [(INF, 0)] * n  # cut position -> (bytes given away up to it, windows)
     back = [0] * (n + 1)
     for lo in range(n):
@@ -106,11 +115,20 @@ def _ends(model: FusionModel, lo: int, budget: int) -> list[int]:
     return ends
 
 
-def crossing(model: FusionModel, cut: int) -> int:
-    """Bytes of the tensors made before op `cut` and read from it on (what a window boundary there gives away)."""
-    later = ~((1 << cut) - 1)
-    return sum(model.tbytes[j] for j, p in enumerate(model.producer)
-               if 0 <= p < cut and model.consumer_mask[j] & later)
+def _crossings(model: FusionModel) -> list[int]:
+    """Bytes crossing each cut 0..n (tensors made before op `cut` and read from it on: what a window boundary
+    there gives away), in one pass: a tensor crosses the cuts after its producer up to its last reader."""
+    diff = [0] * (model.n + 2)
+    for j, p in enumerate(model.producer):
+        readers = model.consumer_mask[j]
+        if p >= 0 and readers.bit_length() - 1 > p:
+            diff[p + 1] += model.tbytes[j]
+            diff[readers.bit_length()] -= model.tbytes[j]
+    cross, running = [], 0
+    for c in range(model.n + 1):
+        running += diff[c]
+        cross.append(running)
+    return cross
 
 
 def shared_weight_bytes(model: FusionModel) -> int:

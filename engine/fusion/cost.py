@@ -219,6 +219,17 @@ def _fewest_steps(model: FusionModel, mask: int, room: int, kbig: int) -> int:
     return hi
 
 
+def ceil_quotients(n: int, first: int) -> list[int]:
+    """The distinct values of ceil(n / j) for j = first..n, largest first, in 2 sqrt(n) steps (a band count per
+    value, not per j: an output 2^31 columns wide has 92,680 widths, not 2^31)."""
+    values, j = [], first
+    while j <= n:
+        v = -(-n // j)
+        values.append(v)
+        j = n + 1 if v == 1 else max(j + 1, -(-n // (v - 1)))
+    return values
+
+
 def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _Schedule | None:
     """One op with output channels in blocks: its input re-read per block, weights per row band and image tile.
 
@@ -233,10 +244,10 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
     """
     lone = _Lone.of(model, i)
     h_out, w_out = lone.h_out, lone.w_out
-    heights = sorted({-(-h_out // j) for j in range(1, h_out + 1)}, reverse=True)
+    heights = ceil_quotients(h_out, 1)
     least = lone.fin + lone.fout
     best = None  # (bytes, images, rows, columns)
-    for widths in ([w_out], sorted({-(-w_out // j) for j in range(2, w_out + 1)}, reverse=True)):
+    for widths in ([w_out], ceil_quotients(w_out, 2)):
         if not widths:
             break  # one column: no column cuts
         lo = 0  # no band taller than one that did not open for fewer images opens for more
@@ -392,7 +403,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     scheduled by `compute_schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
-    rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model)[:5],
+    rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model, search=False),
                                        np.array([core.bitset(m, model.n) for m in masks]), cap.fmap, cap.param,
                                        cap.shared, cap.per_band, model.batch, model.word_bits)
     out = []

@@ -21,6 +21,9 @@ from engine.fusion.model import FusionModel
 from engine.fusion.plan import execution_order
 from engine.fusion.sized import SizedModel
 
+SPLIT_TRIES = 8  # cheapest cuts tried, largest fitting prefix first (the rest half is then smallest): each try
+# costs the component's size, so a chain of thousands of equally cheap cuts is settled in a few, or left to the search
+
 
 def floor_bytes(model: FusionModel) -> int:
     """A lower bound on the DRAM bytes of every valid partition (see the module docstring)."""
@@ -76,8 +79,9 @@ def split_plan(at: SizedModel) -> list[int] | None:
     component; each tensor D makes that an op of the component outside D reads is written once more and read
     once more than `floor_bytes` counts, so the partition pays at least the floor plus the cheapest such cut
     (`_cheapest_cut`, a minimum closure by max-flow, cached with the model: it does not depend on the buffer).
-    Candidates are the prefixes of the topological order whose cut costs least among prefixes; the max-flow
-    runs only once one of them reaches the floor plus its cut.
+    Candidates are the prefixes of the topological order whose cut costs least among prefixes and that fit (a
+    leading run, found by bisection), the largest first, at most SPLIT_TRIES of them; the max-flow runs only
+    once one of them reaches the floor plus its cut. Missing a candidate only leaves the graph to the search.
     """
     model = at.model
     covered = sum(1 << i for i in range(model.n) if model.covered[i])
@@ -101,10 +105,10 @@ def split_plan(at: SizedModel) -> list[int] | None:
     lone = [1 << i for i in range(model.n) if not model.covered[i]]
     target = floor_bytes(model) + cheapest
     lone_cost = at.plan_bytes(lone)  # an op outside the tile model runs alone at its compulsory traffic
-    for c, prefix in cuts:
+    fitting = _prefixes_that_fit(at, cuts)
+    for _, prefix in [cut for cut in cuts[:fitting] if cut[0] == cheapest][::-1][:SPLIT_TRIES]:
         halves = [prefix, covered & ~prefix]
-        if c != cheapest or not all(model.is_connected(h) and model.is_convex(h) and at.fits(h)
-                                    for h in halves):
+        if not all(model.is_connected(h) and model.is_convex(h) and at.fits(h) for h in halves):
             continue
         first, second = (at.dram_bytes(h) for h in halves)
         if first is None or second is None or lone_cost + first + second != target:
@@ -119,6 +123,19 @@ def split_plan(at: SizedModel) -> list[int] | None:
         except EngineError:
             continue
     return None
+
+
+def _prefixes_that_fit(at: SizedModel, cuts: list[tuple[int, int]]) -> int:
+    """How many of the prefixes in `cuts` (each the one before it plus ops after it) fit, by bisection: fit is
+    monotone as a group grows upward, so they are a leading run (each test costs the group's size)."""
+    lo, hi = 0, len(cuts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at.fits(cuts[mid][1]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _cut_weights(model: FusionModel, covered: int) -> dict[int, int]:

@@ -30,7 +30,8 @@ def size_limit(model: FusionModel, cap: Capacity) -> int:
     so a window stops growing at its first misfit).
     """
     return sized.of(model, cap).results.get_or_make(
-        "size limit", lambda: core.window_limit(*core.tables(model), *core.workspace(model)[:5], cap.fmap, QUARTER))
+        "size limit",
+        lambda: core.window_limit(*core.tables(model), *core.workspace(model, search=False), cap.fmap, QUARTER))
 
 
 def search(at: SizedModel) -> tuple[list[int], int, bool]:

@@ -31,6 +31,7 @@ from engine.fusion.sized import SizedModel, dram_bytes
 from engine.graph import OpKind
 
 INF = float("inf")
+WIDE_OPS = 2048  # graphs larger than this (no zoo network: ResNet-1202 has 1,807 ops) get a narrower beam
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,16 @@ class Limits:
     total: int = 400_000
     narrow_states: int = 4
     narrow_groups: int = 250
+
+    @classmethod
+    def for_ops(cls, n: int) -> Limits:
+        """The limits for a graph of `n` ops: past WIDE_OPS the groups per down-set, the groups before the beam
+        narrows and the narrow beam's groups shrink in proportion, so that the work (down-set sizes x groups x
+        their growth, each over all ops) stays near a graph of WIDE_OPS's."""
+        if n <= WIDE_OPS:
+            return cls()
+        return cls(groups=max(250, cls.groups * WIDE_OPS // n), total=cls.total * WIDE_OPS // n,
+                   narrow_groups=max(8, cls.narrow_groups * WIDE_OPS // n))
 
 
 @dataclass(frozen=True)
@@ -206,7 +217,7 @@ def search(at: SizedModel) -> tuple[list[int], int, bool]:
     proven = whole_plan(at) or split_plan(at)
     if proven is not None:
         return proven, len(proven), True
-    groups, evaluated, exact = ideal_chain(at.model, at.cap)
+    groups, evaluated, exact = ideal_chain(at.model, at.cap, limits=Limits.for_ops(at.model.n))
     if exact:
         return groups, evaluated, True
     options = [groups] + [baseline.search(at)[0] for baseline in (efficient_s, dnnvm)]

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
+from engine.errors import EngineError
 from engine.graph import Graph, OpKind
 from engine.module_reuse.detect import Structure, detect
 from engine.module_reuse.memory import NpuModel
@@ -109,6 +110,8 @@ def plan_modules(graph: Graph, acc: Accelerator, *, npu: NpuModel | None = None,
     Modules with more than `max_module_layers` layers, and skip connections that
     bypass more layers than that, are left out as the paper does.
     """
+    if isinstance(max_module_layers, bool) or not isinstance(max_module_layers, int) or max_module_layers < 1:
+        raise EngineError(f"max_module_layers must be a whole number of layers, at least 1, got {max_module_layers!r}")
     npu = npu or NpuModel.for_accelerator(acc)
     structures, cut = detect(graph, max_layers=max_module_layers)
     left_off: dict[str, int] = {}  # merge op -> bytes of its output written off chip

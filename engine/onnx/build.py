@@ -26,6 +26,11 @@ def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | No
     if not recorded.isdigit() or not 1 <= int(recorded) <= MAX_BATCH:
         raise ModelFileError(path, f"metadata 'engine.batch' must be a whole number in 1..{MAX_BATCH}, "
                                    f"got {recorded[:40]!r}")
+    if batch is not None and batch != native and native != 1 and "engine.batch" not in meta:
+        raise ShapeError(path, f"input '{net_inputs[0]}' has a fixed first dimension {native}, and batch={batch} "
+                               f"would rewrite it; a file's batch can be changed only when its first dimension is "
+                               f"symbolic or 1 (or the file was saved by engine.save_onnx); leave batch unset to "
+                               f"load it at {native}")
     batch = batch or int(recorded)
 
     def act_shape(t: str, node: str | None) -> tuple[int, ...]:
@@ -78,7 +83,7 @@ def _macs(facts: Facts, d: Draft, node, tensors: dict[str, Tensor]) -> int:
             return round(math.prod(x) * rescale) * w[1] * math.prod(w[2:])
         per_group = facts.shape(node.input[1], d.name)[1]  # C_in / groups, whatever reshapes came before
         return conv_macs(out, per_group * d.attrs["groups"], d.attrs["kernel"], d.attrs["groups"])
-    if d.kind is OpKind.MATMUL and d.main_type == "Einsum":
+    if d.main_type == "Einsum" and len(node.input) >= 2:
         return round(_einsum_macs(facts, node, d.name) * rescale)
     if d.kind is OpKind.MATMUL:
         a_shape = facts.shape(node.input[0], d.name)
@@ -88,19 +93,39 @@ def _macs(facts: Facts, d: Draft, node, tensors: dict[str, Tensor]) -> int:
 
 
 def _einsum_macs(facts: Facts, node, name: str) -> int:
-    """Multiply-accumulates of a two-operand Einsum: every output element sums over the contracted letters."""
+    """Multiply-accumulates of an Einsum of two or more operands, contracted pairwise from the left.
+
+    Each step multiplies the running result by the next operand and sums the letters no later operand nor the
+    output needs; it costs one MAC per combination of the letters the two share or keep (for two operands: every
+    output element times the contracted letters). Three or more operands are counted in the equation's order,
+    as onnxruntime evaluates them, not in the cheapest order.
+    """
     raw = attr(node, "equation", b"")
     equation = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).replace(" ", "")
-    lhs, _, rhs = equation.partition("->")
+    lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
     sizes: dict[str, int] = {}
+    letters: list[list[str]] = []  # letter -> size; letters of each term, '...' as '.1', '.2' ... from the right
     for term, t in zip(terms, node.input):
         shape = facts.shape(t, name)
         head, dots, tail = term.partition("...")
         if len(head) + len(tail) > len(shape) or (not dots and len(head) != len(shape)):
             raise ModelFileError(facts.path, f"Einsum term '{term}' does not fit input {list(shape)}", node=name)
-        for letter, size in [*zip(head, shape), *zip(tail, shape[len(shape) - len(tail):])]:
+        broadcast = len(shape) - len(head) - len(tail) if dots else 0
+        middle = [f".{broadcast - k}" for k in range(broadcast)]  # right-aligned, as numpy broadcasts
+        named = [*head, *middle, *tail]
+        for letter, size in zip(named, shape):
             sizes[letter] = max(sizes.get(letter, 1), size)
-    kept = set(rhs) if "->" in equation else {c for c in sizes if lhs.count(c) == 1}
-    contracted = math.prod(size for letter, size in sizes.items() if letter not in kept)
-    return math.prod(facts.shape(node.output[0], name)) * contracted
+        letters.append(named)
+    if arrow:
+        head, dots, tail = rhs.partition("...")
+        out = {*head, *tail, *(c for n in letters for c in n if c.startswith("."))} if dots else {*head, *tail}
+    else:
+        out = {c for c in sizes if c.startswith(".") or sum(n.count(c) for n in letters) == 1}
+    macs, running = 0, set(letters[0])
+    for k in range(1, len(letters)):
+        joined = running | set(letters[k])
+        macs += math.prod(sizes[c] for c in joined)
+        later = {c for n in letters[k + 1:] for c in n}
+        running = {c for c in joined if c in out or c in later}
+    return macs

@@ -48,7 +48,10 @@ def _input_shape(inp, path, input_shapes: dict) -> tuple[int, ...]:
     found: list[int | None] = []
     unbound: list[str] = []
     for axis, d in enumerate(dims):
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value") and d.dim_value <= 0:
+            raise ShapeError(path, f"input '{inp.name}' declares dimension {axis} as {d.dim_value}: an empty tensor "
+                                   f"has nothing to run; every dimension must be at least 1")
+        if d.HasField("dim_value"):
             found.append(int(d.dim_value))
         elif d.dim_param and d.dim_param in input_shapes:
             found.append(_whole_dims([input_shapes[d.dim_param]], path, f"input_shapes['{d.dim_param}']")[0])

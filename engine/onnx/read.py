@@ -15,7 +15,12 @@ from google.protobuf.message import DecodeError
 from engine.errors import ModelFileError
 
 MIN_OPSET = 9  # older files are converted up to it with onnx.version_converter
+# The largest file read: protobuf's own ceiling for one message (weights past it live in external data, which the
+# engine never reads). A larger file is refused from its size alone; a smaller one only after its top-level
+# framing (`_check_framing`) walks cleanly, so a file of garbage is refused without being read whole.
 MAX_FILE_BYTES = 2 * 1024**3
+MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}  # ModelProto: field -> wire type
+MAX_TOP_FIELDS = 1 << 16  # top-level fields walked before a file is called garbage (a model has a few dozen)
 MAX_TENSOR_ELEMENTS = 1 << 40  # a tensor declared larger than this (a TB of bytes) is not a real network's
 MAX_SUBGRAPH_DEPTH = 16  # nesting of If/Loop bodies read before a file is called hostile
 FIELD_OF_TYPE = {  # data_type -> the typed TensorProto field that may hold its values instead of raw_data
@@ -30,17 +35,8 @@ SUB_BYTE = {getattr(onnx.TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 
 
 def read_model(path: Path) -> onnx.ModelProto:
     """The parsed model at `path`, with every tensor checked and the default-domain opset at least MIN_OPSET."""
-    try:
-        if not path.is_file():
-            raise ModelFileError(path, "no such file")
-        size = path.stat().st_size
-    except (OSError, ValueError) as err:  # a NUL or an over-long name
-        raise ModelFileError(path, f"cannot open the file ({err.__class__.__name__})") from None
-    if size > MAX_FILE_BYTES:
-        raise ModelFileError(path, f"file is larger than {MAX_FILE_BYTES // 1024**3} GB")
+    check_file(path)
     data = path.read_bytes()
-    if not data:
-        raise ModelFileError(path, "file is empty")
     try:
         model = onnx.load_model_from_string(data)
     except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as err:
@@ -52,6 +48,71 @@ def read_model(path: Path) -> onnx.ModelProto:
     for owner, tensor in _tensors(model.graph, path, 0):
         check_tensor(tensor, owner, path, folder)
     return _convert_opset(model, path)
+
+
+def check_file(path: Path) -> None:
+    """Refuse a missing, empty or oversized file from its size, and garbage from its framing, before reading it."""
+    try:
+        if not path.is_file():
+            raise ModelFileError(path, "no such file")
+        size = path.stat().st_size
+    except (OSError, ValueError) as err:  # a NUL or an over-long name
+        raise ModelFileError(path, f"cannot open the file ({err.__class__.__name__})") from None
+    if size == 0:
+        raise ModelFileError(path, "file is empty")
+    if size > MAX_FILE_BYTES:
+        raise ModelFileError(path, f"file is {size:,} bytes, larger than the {MAX_FILE_BYTES // 1024**3} GB the "
+                                   f"engine reads (protobuf's limit; keep weights in external data)")
+    _check_framing(path, size)
+
+
+def _check_framing(path: Path, size: int) -> None:
+    """Refuse a file whose top-level protobuf fields are not a ModelProto's, reading only their tags and lengths.
+
+    Each field is a tag (field number, wire type) and a payload; payloads (the graph: nearly all of the file)
+    are skipped by seeking, so a gigabyte of garbage is refused after a few bytes and a real model costs a
+    handful of reads. Known fields must have their wire type; unknown ones (a newer onnx) any valid one.
+    """
+    def bad(why: str):
+        return ModelFileError(path, f"not an ONNX model ({why} at byte {at:,})")
+
+    with path.open("rb") as f:
+        at, fields, graph = 0, 0, False
+        while at < size:
+            fields += 1
+            if fields > MAX_TOP_FIELDS:
+                raise bad(f"more than {MAX_TOP_FIELDS:,} top-level fields")
+            tag, at = _varint(f, at, size, bad)
+            number, wire = tag >> 3, tag & 7
+            if number == 0 or wire not in (0, 1, 2, 5) or MODEL_FIELDS.get(number, wire) != wire:
+                raise bad(f"field {number} with wire type {wire}")
+            graph |= number == 7
+            if wire == 0:
+                _, at = _varint(f, at, size, bad)
+                continue
+            length = {1: 8, 5: 4}.get(wire)
+            if length is None:
+                length, at = _varint(f, at, size, bad)
+            if at + length > size:
+                raise bad(f"field {number} of {length:,} bytes running past the end")
+            at += length
+            f.seek(at)
+    if not graph:
+        raise ModelFileError(path, "not an ONNX model: the file holds no graph")
+
+
+def _varint(f, at: int, size: int, bad) -> tuple[int, int]:
+    """The protobuf varint at byte `at` of `f` (positioned there), and the byte after it."""
+    value = shift = 0
+    for _ in range(10):
+        byte = f.read(1)
+        if not byte:
+            raise bad("a number cut off by the end")
+        value |= (byte[0] & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte[0] < 0x80:
+            return value, at
+    raise bad("a number longer than 10 bytes")
 
 
 def _check_names(model: onnx.ModelProto, path: Path) -> None:
@@ -133,11 +194,12 @@ def _check_location(tensor, owner: str, path: Path, folder: Path) -> None:
     try:
         target = (folder / location).resolve()
         outside = not location or "\0" in location or Path(location).is_absolute() or folder not in target.parents
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         outside = True
     if outside:
-        raise ModelFileError(path, f"external data '{location}' of {owner} lies outside the model's folder; "
-                                   f"refusing to follow it")
+        shown = repr(location)[1:-1]  # a NUL or a control character escaped, not printed raw
+        raise ModelFileError(path, f"external data '{shown}' of {owner} lies outside the model's folder or cannot "
+                                   f"be resolved (a symlink loop); refusing to follow it")
 
 
 def _convert_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:

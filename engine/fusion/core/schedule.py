@@ -291,16 +291,20 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
     `beat` (any when -1); bytes -1 when there is none."""
     h_out, w_out = t[at[OUT_H] + i], t[at[W_OUT] + i]
     heights = [h_out]  # distinct ceil(h_out / j), tallest first
-    for j in range(2, h_out + 1):
+    j = 2
+    while j <= h_out:  # from each value straight to the first j of the next: 2 sqrt(h_out) steps, not h_out
         v = -(-h_out // j)
         if v != heights[-1]:
             heights.append(v)
+        j = h_out + 1 if v == 1 else max(j + 1, -(-h_out // (v - 1)))
     cuts = [0]  # distinct ceil(w_out / j) for j >= 2, widest first
     cuts.pop()
-    for j in range(2, w_out + 1):
+    j = 2
+    while j <= w_out:
         v = -(-w_out // j)
         if not len(cuts) or v != cuts[-1]:
             cuts.append(v)
+        j = w_out + 1 if v == 1 else max(j + 1, -(-w_out // (v - 1)))
     least = fin + fout
     best, best_images, best_rows, best_cols = -1, 0, 0, 0
     for attempt in range(2):
@@ -353,11 +357,16 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
     rows at the chosen row steps and whether it holds its ofmap T_c channels deep (fused groups)."""
     n = at[OUT_H + 1] - at[OUT_H]
     out = np.zeros((len(groups), 12), np.int64)
-    tiles = np.zeros((len(groups), n), np.int64)
-    isoa = np.zeros((len(groups), n), np.int64)
+    sizes = np.zeros(len(groups), np.int64)  # per-member rows take groups x the largest group, not groups x ops
+    for g in range(len(groups)):
+        for i in range(n):
+            if _has(groups[g], i):
+                sizes[g] += 1
+    tiles = np.zeros((len(groups), max(1, sizes.max())), np.int64)
+    isoa = np.zeros((len(groups), max(1, sizes.max())), np.int64)
     for g in range(len(groups)):
         dep[:, 0] = 0
-        log = _roomy(log, top, n)
+        log = _roomy(log, top, sizes[g])  # room for this group's members joining, not for every op
         d = 0
         for i in range(n):
             if _has(groups[g], i):

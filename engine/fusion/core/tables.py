@@ -113,18 +113,21 @@ def bitset(mask: int, n: int) -> np.ndarray:
     return np.frombuffer(mask.to_bytes(8 * ((n + 63) // 64), "little"), np.uint64).copy()
 
 
-def workspace(model: FusionModel) -> tuple[np.ndarray, ...]:
-    """The arrays the compiled functions grow groups in (st, dep, log, top, work, cand); they leave them as found.
+def workspace(model: FusionModel, *, search: bool = True) -> tuple[np.ndarray, ...]:
+    """The arrays the compiled functions grow groups in (st, dep, log, top, work, and for the search cand); they
+    leave them as found.
 
-    top[1] bounds the log entries one op's joining writes (`_roomy` keeps that much room).
+    top[1] bounds the log entries one op's joining writes (`_roomy` keeps that much room). `cand` (the search's
+    candidates per depth) is ops x ops words, so the functions that cost given groups go without it.
     """
     n = model.n
     st = np.zeros((15, max(n, len(model.tnames), len(model.weight_elems))), np.int64)
     st[MATE, :] = -1
     feeds = sum(len(f) for f in model.feeds)
     per_add = max(len(i) for i in model.ins) + max(len(w) for w in model.weights) + 3 * n + 2 * feeds + 8
-    return (st, np.zeros((18, n + 2), np.int64), np.empty((64 * per_add, 3), np.int64),
-            np.array([0, per_add], np.int64), np.empty((feeds + 2, 2), np.int64), np.empty((n + 2, n), np.int64))
+    grow = (st, np.zeros((18, n + 2), np.int64), np.empty((64 * per_add, 3), np.int64),
+            np.array([0, per_add], np.int64), np.empty((feeds + 2, 2), np.int64))
+    return (*grow, np.empty((n + 2, n), np.int64)) if search else grow
 
 
 # Growth state. Every array a helper takes costs two atomic reference-count updates per call, so the state

@@ -1,0 +1,150 @@
+"""Size: time and peak memory of fuse (optimus) and evaluate against the graph's size, each call fenced.
+
+Every case runs in its own subprocess under a wall-clock timeout (TIMEOUT_S) and an address-space cap
+(MEMORY_CAP_BYTES, `resource.setrlimit(RLIMIT_AS)`), so a runaway case is reported as "timeout" or
+"MemoryError", never hangs the run. Peak memory is the child's `ru_maxrss` (the interpreter, numpy, numba and
+the compiled fusion kernel included: about 200 MB before any graph). The solver-limit cases time
+`allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given.
+
+Run: .venv/bin/python -m benchmarks.bench_size [CASE ...]   (prints the markdown section of BENCHMARKS.md)
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+
+from engine.graph import Graph, OpKind
+from engine.zoo._builder import Net
+
+TIMEOUT_S = 60
+MEMORY_CAP_BYTES = 3 * 1024**3  # address space: numba's LLVM alone reserves ~1 GB of it; resident peaks stay under 2 GB
+
+
+def chain(ops: int) -> Graph:
+    """`ops` / 2 x (Conv 3x3 + Add of the block's input) on a 1x4x8x8 input: a residual chain of `ops` ops."""
+    net = Net(f"chain_{ops}", 1)
+    x = net.input((4, 8, 8), "x")
+    for k in range(ops // 2):
+        y = net.conv(x, f"conv{k}", 4, 3, padding=1)
+        x = net.eltwise((x, y), f"add{k}")
+    return net.graph()
+
+
+def fan_out(readers: int) -> Graph:
+    """A Conv whose output `readers` Relus read, summed by one Sum: readers + 2 ops."""
+    net = Net(f"fan_out_{readers}", 1)
+    x = net.conv(net.input((4, 8, 8), "x"), "conv", 4, 3, padding=1)
+    outs = [net.add_op(f"relu{k}", OpKind.ELTWISE, "Relu", (x,), ((1, 4, 8, 8),))[0] for k in range(readers)]
+    net.eltwise(outs, "sum", "Sum")
+    return net.graph()
+
+
+def concat(inputs: int) -> Graph:
+    """`inputs` network inputs of 1x1x4x4, each through a Relu, joined by one Concat: `inputs` + 1 ops."""
+    net = Net(f"concat_{inputs}", 1)
+    relus = [net.add_op(f"relu{k}", OpKind.ELTWISE, "Relu", (net.input((1, 4, 4), f"x{k}"),), ((1, 1, 4, 4),))[0]
+             for k in range(inputs)]
+    net.concat(relus, "concat")
+    return net.graph()
+
+
+def wide_depthwise(width: int) -> Graph:
+    """One depthwise Conv 3x3, stride 2, on x[1, 4, 6, width] (the 272-byte ONNX file of issue 28)."""
+    net = Net(f"depthwise_{width}", 1)
+    net.conv(net.input((4, 6, width), "x"), "dw", 4, 3, stride=2, groups=4)
+    return net.graph()
+
+
+CASES = {  # name -> (builder, argument)
+    "chain_1k": (chain, 1_000), "chain_2k": (chain, 2_000), "chain_10k": (chain, 10_000),
+    "chain_100k": (chain, 100_000),
+    "fan_out_400": (fan_out, 400), "fan_out_1k": (fan_out, 1_000), "fan_out_5k": (fan_out, 5_000),
+    "concat_20k": (concat, 20_000),
+    "depthwise_2^24": (wide_depthwise, 2**24), "depthwise_2^31": (wide_depthwise, 2**31),
+}
+CALLS = ("fuse", "evaluate")
+LIMITS = {  # name -> (network, what is timed, time limit given in seconds or None)
+    "allocate_resnet1202_M_R_0.01s": ("resnet1202", "allocate", 0.01),
+    "allocate_resnet1202_M_R_1s": ("resnet1202", "allocate", 1.0),
+    "budgets_llama3_8b_prefill": ("llama3_8b_prefill", "budgets", None),
+    "budgets_resnet1202": ("resnet1202", "budgets", None),
+}
+
+
+def child(name: str, call: str) -> dict:
+    """Run one case in this process (the parent fenced it) and return what happened."""
+    import engine
+    from engine.allocation import budgets
+
+    if name in LIMITS:
+        net, call, limit = LIMITS[name]
+        g = engine.load_network(net)
+        start = time.perf_counter()
+        if call == "budgets":
+            got = budgets(g)
+            return {"seconds": time.perf_counter() - start, "status": "M_R, M_H, M_P = " + ", ".join(map(str, got))}
+        m_r = budgets(g)[0]
+        start = time.perf_counter()
+        got = engine.allocate(g, m_r, time_limit_s=limit)
+        return {"seconds": time.perf_counter() - start, "status": got.status, "limit": limit}
+    build, arg = CASES[name]
+    g = build(arg)
+    acc = engine.Accelerator.preset("optimus")
+    start = time.perf_counter()
+    try:
+        if call == "fuse":
+            plan = engine.fuse(g, acc)
+            status = f"{plan.status}, {len(plan.groups)} groups" + (
+                f", gap <= {plan.dram_bytes - plan.lower_bound_bytes:,} B" if plan.lower_bound_bytes else "")
+        else:
+            report = engine.evaluate(g, acc)
+            status = ", ".join(f"{m} {p.status}" for m, p in report.plans.items())
+    except engine.EngineError as err:
+        status = f"EngineError: {str(err)[:90]}"
+    except MemoryError:
+        status = f"MemoryError (over {MEMORY_CAP_BYTES // 1024**3} GB of address space)"
+    return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "status": status}
+
+
+def fenced(name: str, call: str) -> dict:
+    """`child(name, call)` in a subprocess under TIMEOUT_S and MEMORY_CAP_BYTES, with the child's resident peak."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_size", "--child", name, call],
+                              capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=cap)
+    except subprocess.TimeoutExpired:
+        return {"seconds": time.perf_counter() - start, "status": f"timeout ({TIMEOUT_S} s)"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return {"seconds": time.perf_counter() - start, "status": f"crashed: {last[:90]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(names: list[str]) -> None:
+    print("## Size: fuse and evaluate against the graph's size (`benchmarks/bench_size.py`)\n")
+    print(f"Each call in its own subprocess, {TIMEOUT_S} s and {MEMORY_CAP_BYTES // 1024**3} GB of address space; "
+          "peak = the subprocess's resident peak (`ru_maxrss`; about 200 MB of it is the interpreter, numpy and the "
+          "compiled kernel). `optimus` preset.\n")
+    print("| case | ops | call | seconds | peak MB | result |\n|---|---:|---|---:|---:|---|")
+    for name in names or [*CASES, *LIMITS]:
+        for call in (CALLS if name in CASES else ("",)):
+            got = fenced(name, call)
+            peak = got.get("peak_mb")
+            print(f"| {name} | {got.get('ops', '')} | {call or LIMITS[name][1]} | {got['seconds']:.2f} | "
+                  f"{peak if peak is not None else '-'} | {got['status']} |", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        got = child(sys.argv[2], sys.argv[3])
+        got["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KB on Linux
+        print(json.dumps(got))
+    else:
+        main(sys.argv[1:])
