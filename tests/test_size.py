@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from benchmarks.bench_size import chain, concat, fan_out, wide_depthwise
-from engine.fusion import bound, efficient_s
+from engine.fusion import bound
 from engine.fusion.cost import model_of
 
 ACC = engine.Accelerator.preset("optimus")
@@ -43,14 +43,6 @@ def test_a_graph_over_the_fusion_limit_is_an_engine_error_before_any_table_is_bu
         engine.fuse(chain(102), ACC)
     with pytest.raises(engine.EngineError, match="at most 100"):
         engine.evaluate(chain(102), ACC)
-
-
-def test_efficient_s_past_its_time_limit_says_beam_and_its_plan_still_adds_up(monkeypatch):
-    graph = chain(40)
-    assert engine.fuse(graph, ACC, method="efficient_s").status == "restricted"
-    monkeypatch.setattr(efficient_s, "TIME_LIMIT_S", 0.0)
-    plan = engine.fuse(graph, ACC, method="efficient_s", bound=False)
-    assert plan.status == "beam" and _costs_add_up(graph, plan)
 
 
 def test_window_crossings_match_their_definition_and_long_graphs_get_windows_greedily(monkeypatch):

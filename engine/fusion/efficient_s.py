@@ -10,8 +10,6 @@ groups of the fusion space. Single ops are always allowed.
 
 from __future__ import annotations
 
-import time
-
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
 from engine.fusion.sized import SizedModel
@@ -19,9 +17,6 @@ from engine.fusion.sized import SizedModel
 # Ops visited over all segments before longer segments stop being tried: 2.7x the most any zoo network needs
 # (AmoebaNet-D at 64 MB, 3.0 M); one tensor read by 1,000 small ops would need 170 M (hours).
 WORK_LIMIT = 8_000_000
-# Seconds of segment growth before longer segments stop being tried, whatever the work count: each op visited
-# costs the segment's size in Python (10-25 us an op on a chain of 2,000), so WORK_LIMIT alone took minutes.
-TIME_LIMIT_S = 10.0
 
 
 def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
@@ -35,11 +30,8 @@ def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
 
 def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]:
     """Least-traffic cut of `sequence` into contiguous groups, the number of segments evaluated, and whether the
-    cut is exact (False: past `WORK_LIMIT` ops visited or `TIME_LIMIT_S`, the remaining starts tried single ops
-    only)."""
+    cut is exact (False: past `WORK_LIMIT` ops visited, the remaining starts tried single ops only)."""
     model, cap = at.model, at.cap
-    deadline = time.perf_counter() + TIME_LIMIT_S
-    late = False
     inf = float("inf")
     best = [0] + [inf] * len(sequence)
     cut = [0] * (len(sequence) + 1)
@@ -52,8 +44,7 @@ def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]
             mask |= 1 << sequence[j]
             evaluated += 1
             work += j - i + 1
-            late = late or (j > i and evaluated & 255 == 0 and time.perf_counter() > deadline)
-            if j > i and (work > WORK_LIMIT or late or not prior_fits(model, mask, cap)):
+            if j > i and (work > WORK_LIMIT or not prior_fits(model, mask, cap)):
                 break  # the prior footprint only grows as the segment grows
             if j > i and not model.is_connected(mask):
                 continue
@@ -65,7 +56,7 @@ def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]
         i = cut[j]
         groups.append(sum(1 << sequence[t] for t in range(i, j)))
         j = i
-    return groups[::-1], evaluated, work <= WORK_LIMIT and not late
+    return groups[::-1], evaluated, work <= WORK_LIMIT
 
 
 def search(at: SizedModel) -> tuple[list[int], int, bool]:
