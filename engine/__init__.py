@@ -36,6 +36,8 @@ _LAZY = {
     "plan_modules": "engine.module_reuse",
     "evaluate": "engine.explore",
     "Report": "engine.explore",
+    "map_plan": "engine.mapping",
+    "MappedPlan": "engine.mapping",
 }
 
 __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "EngineError",
@@ -43,13 +45,13 @@ __all__ = ["Accelerator", "MemoryLevel", "Graph", "Op", "OpKind", "Tensor", "Eng
            "sweep",
            # the lazy names, spelled out so that static tools (and `from engine import *` readers) see strings
            "load_network", "save_onnx", "fuse", "FusionPlan", "block", "allocate", "Allocation", "plan_modules",
-           "evaluate", "Report"]
+           "evaluate", "Report", "map_plan", "MappedPlan"]
 assert set(_LAZY) <= set(__all__), "a lazy name missing from __all__"
 
 
 # subpackages reachable as attributes (`engine.fusion.group_cost`), imported on first access
 _SUBMODULES = {"fusion", "allocation", "blocking", "zoo", "module_reuse", "dataflow", "energy", "explore", "onnx",
-               "loading", "limit",
+               "loading", "limit", "mapping",
                "modules", "onnx_import", "onnx_export"}  # old names of module_reuse and of parts of onnx
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the parts are imported where they run (`evaluate`), so impo
     from engine.energy import EnergyBreakdown
     from engine.fusion import FusionPlan
     from engine.limit import NetworkLimit
+    from engine.mapping import MappedPlan
     from engine.module_reuse import ModulePlan
     from engine.partition import Partition
 
@@ -53,6 +54,7 @@ class Report:
     modules: ModulePlan | None = None
     errors: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))  # part -> message
     limit: NetworkLimit | None = None  # at the accelerator's buffer
+    mappings: MappingProxyType[str, MappedPlan] | None = None  # method -> its plan mapped to the MACs ("mapping")
 
     def groups_frame(self, method: str) -> pd.DataFrame:
         """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""
@@ -102,7 +104,7 @@ class Report:
         return json.dumps(out, indent=1, default=str)
 
 
-ACCESS_MODELS = ("dataflow", "blocking")
+ACCESS_MODELS = ("dataflow", "blocking", "mapping")
 
 
 def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s", "optimus"),
@@ -111,8 +113,9 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
              should_stop: Callable[[], bool] | None = None) -> Report:
     """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules.
 
-    `access_model` counts buffer and RF accesses from the PE array's dataflow blocks
-    ("dataflow", fast) or from each layer's best loop blocking (Yang et al.; "blocking").
+    `access_model` prices each plan by one mapping of it from DRAM to the MACs ("mapping": each fused group's
+    tile loop with every op's nest below it, `engine.mapping`), by each layer's best loop blocking on its own
+    (Yang et al.; "blocking", the plan's DRAM bytes), or by the PE array's dataflow blocks ("dataflow", fast).
     `should_stop` is asked before each part (each method's search, the energy, the limit); once it
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
@@ -125,7 +128,6 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     for kind in cpu_kinds:
         if kind not in {k.value for k in OpKind}:
             raise UnknownNameError("op kind in cpu_kinds", kind, [k.value for k in OpKind])
-    price = blocked_energy if access_model == "blocking" else energy_breakdown
     def check(part: str) -> None:
         if should_stop is not None and should_stop():
             raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
@@ -135,7 +137,15 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         check(f"the '{m}' search")
         plans[m] = fuse(graph, acc, method=m)
     check("the energy")
-    energy = {m: price(graph, plans[m], acc) for m in methods}
+    mapped = None
+    if access_model == "mapping":
+        from engine.mapping import map_plan
+
+        mapped = {m: map_plan(graph, plans[m], acc) for m in methods}
+        energy = {m: mapped[m].energy for m in methods}
+    else:
+        price = blocked_energy if access_model == "blocking" else energy_breakdown
+        energy = {m: price(graph, plans[m], acc) for m in methods}
     errors: dict[str, str] = {}
     alloc = budget_bytes = part = mods = None
     if allocation:
@@ -166,7 +176,8 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     except EngineError as err:
         errors["limit"] = str(err)
     return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
-                  alloc, budget_bytes, part, mods, MappingProxyType(errors), limit)
+                  alloc, budget_bytes, part, mods, MappingProxyType(errors), limit,
+                  None if mapped is None else MappingProxyType(mapped))
 
 
 def _names(value, what: str) -> tuple[str, ...]:

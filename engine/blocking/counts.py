@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.blocking.layer import DIMS, Layer
+from engine.blocking.layer import DIMS, TENSORS, Layer
 from engine.blocking.model import Blocking
 from engine.blocking.optimizer import block
 from engine.errors import GraphError
@@ -29,6 +29,8 @@ class LevelCount:
     writes: int
     energy_pj: float
     kind: str = "buffer"
+    stored_words: int = 0  # the tiles it keeps at once, all tensors (per PE inside the array)
+    capacity_words: int | None = None  # None: unbounded (DRAM) or not a memory (the array)
 
 
 @dataclass(frozen=True)
@@ -75,15 +77,19 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
         layer = Layer.from_op(graph, op)
     except GraphError:
         return None
+    return hierarchy_counts(layer, Hierarchy.from_accelerator(acc), op.name)
+
+
+def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "") -> OpAccessCounts:
+    """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy)."""
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
                   groups=layer.groups, has_weights=layer.has_weights)
-    counts = _counts(shape, Hierarchy.from_accelerator(acc))
-    return OpAccessCounts(op.name, layer, *counts)
+    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy))
 
 
 @lru_cache(maxsize=4096)
 def _counts(layer: Layer, hierarchy: Hierarchy):
-    rf_skipped = not _fits_one(layer, hierarchy)
+    rf_skipped = not fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
     best = block(layer, hierarchy)
@@ -91,9 +97,11 @@ def _counts(layer: Layer, hierarchy: Hierarchy):
     rows = []
     for l, mem in enumerate(hierarchy.levels):
         mine = [a for a in cost.accesses if a.level == mem.name]
-        kind = "dram" if l == len(hierarchy.on_chip) else "rf" if hierarchy.inside(l) else "buffer"
+        top = l == len(hierarchy.on_chip)
+        kind = "dram" if top else "rf" if hierarchy.inside(l) else "buffer"
         rows.append(LevelCount(mem.name, sum(a.reads for a in mine), sum(a.writes for a in mine),
-                               sum(a.energy_pj for a in mine), kind))
+                               sum(a.energy_pj for a in mine), kind, sum(a.stored_words for a in mine),
+                               None if top else _capacity(hierarchy, l)))
     if hierarchy.array is not None:
         mine = [a for a in cost.accesses if a.level == hierarchy.array.name]
         rows.append(LevelCount(hierarchy.array.name, sum(a.reads for a in mine), 0,
@@ -104,7 +112,15 @@ def _counts(layer: Layer, hierarchy: Hierarchy):
     return best.blocking, tuple(rows), cost.macs, cost.mac_pj, rf_skipped, nest, cost.utilisation, cost.cycles
 
 
-def _fits_one(layer: Layer, hierarchy: Hierarchy) -> bool:
+def _capacity(hierarchy: Hierarchy, level: int) -> int:
+    """Words an on-chip level holds in all (its IB, KB and OB together when split)."""
+    mem = hierarchy.levels[level]
+    if mem.split_bytes:
+        return sum(hierarchy.capacity_words(level, T) for T in TENSORS)
+    return hierarchy.capacity_words(level)
+
+
+def fits_one(layer: Layer, hierarchy: Hierarchy) -> bool:
     """Whether the innermost level holds a one-element tile of every operand it holds."""
     one = (1,) * len(DIMS)
     mem = hierarchy.levels[0]

@@ -1,0 +1,177 @@
+"""One op's loop nest in a mapped plan: blocked alone on the whole hierarchy, or for one tile of its fused group
+below the level that holds the group's tiles.
+
+A fused group keeps its tiles (inputs, intermediates, outputs of one row band of a batch tile) in the outermost
+on-chip level, the *fusion level*, for as long as the band runs; fusion sized the band so that they fit
+(`GroupCost.footprint_bytes`). Inside a band each op runs its own loops over its share of the tile, blocked exactly
+(Yang et al.'s dynamic program, `engine.blocking.block`) on the levels below the fusion level and the PE array,
+with the fusion level as the store it reads operands from and writes results to. An op alone in its group is
+blocked on the whole hierarchy, DRAM included, which is the per-layer blocking of `layer_access_counts`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.accelerator import Accelerator
+from engine.blocking.counts import BLOCKABLE, LevelCount, fits_one, hierarchy_counts
+from engine.blocking.hierarchy import Hierarchy, Memory
+from engine.blocking.layer import TENSORS, Layer
+from engine.energy import op_accesses
+from engine.errors import GraphError
+from engine.graph import Graph, Op, OpKind
+
+
+@dataclass(frozen=True)
+class OpNest:
+    """One op's loops and their traffic per level, summed over every tile its group runs.
+
+    `layer` holds the loop bounds of one tile (the whole layer for an op blocked alone), `tiles` how many
+    such tiles run (fractional where the last band or image tile is smaller), `macs` the MACs (or vector
+    operations) executed, `useful_macs` those of the op itself (more only where a mapping recomputes).
+    `lines` is the nest as text, outermost first; `levels` each level's words and energy.
+    """
+
+    op: str
+    layer: Layer | None  # None: no loop nest (element-wise, softmax, norm, ...): one pass over the buffer
+    tiles: float
+    levels: tuple[LevelCount, ...]
+    macs: int
+    useful_macs: int
+    mac_pj: float
+    cycles: int
+    lines: tuple[str, ...]
+
+    @property
+    def recomputed_macs(self) -> int:
+        return max(0, self.macs - self.useful_macs)
+
+    def level(self, name: str) -> LevelCount | None:
+        return next((c for c in self.levels if c.level == name), None)
+
+
+def fusion_level(hierarchy: Hierarchy) -> Memory:
+    """The level that keeps a fused group's tiles: the outermost on-chip one."""
+    return hierarchy.on_chip[-1]
+
+
+def below_fusion_level(hierarchy: Hierarchy) -> Hierarchy | None:
+    """`hierarchy` cut at the fusion level, which becomes its unbounded top (None when no level lies below it).
+
+    An operand the fusion level bypasses (the weights of a TPU-like SRAM) still comes from DRAM, so the top
+    charges DRAM's energy for it.
+    """
+    on_chip = hierarchy.on_chip
+    if len(on_chip) < 2:
+        return None
+    top, dram = on_chip[-1], hierarchy.levels[-1]
+    def pick(energy):
+        return tuple(energy(top, T) if top.keeps(T) else energy(dram, T) for T in TENSORS)
+    writes = pick(Memory.write_energy) if (top.write_pj or dram.write_pj) else None
+    store = Memory(top.name, energy_pj=pick(Memory.energy), write_pj=writes)
+    return Hierarchy((*on_chip[:-1], store), hierarchy.word_bits, hierarchy.mac_pj, f"{hierarchy.name} below {top.name}",
+                     hierarchy.array, min(hierarchy.array_level, len(on_chip) - 1), hierarchy.stationary)
+
+
+def op_layer(graph: Graph, op: Op) -> Layer | None:
+    """The op's loop nest, or None for an op without one (element-wise, concat, softmax, ...)."""
+    if op.kind not in BLOCKABLE and not (op.kind is OpKind.NORM and op.source_type == "LRN"):
+        return None
+    try:
+        return Layer.from_op(graph, op)
+    except GraphError:
+        return None
+
+
+def lone_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
+    """An op alone in its group: blocked on the whole hierarchy (its DRAM traffic is its blocking's)."""
+    layer = op_layer(graph, op)
+    if layer is None:
+        return _vector_nest(graph, op, acc)
+    c = hierarchy_counts(layer, Hierarchy.from_accelerator(acc), op.name)
+    return OpNest(op.name, layer, 1.0, c.levels, c.macs, c.macs, c.mac_pj, c.cycles, c.loop_nest)
+
+
+def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int, images: int) -> OpNest:
+    """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
+
+    The group holds `rows` rows of the op's output (its band plus the halo its consumers' windows need) and
+    `images` images; it runs `row_steps` bands. Halos are kept, not recomputed (the line buffer of Optimus
+    Sec. 5.2, whose footprint fusion sized the band by): each band computes ceil(H / row_steps) new rows of every
+    op, reading the kept halo rows of its input again from the fusion level.
+    """
+    layer = op_layer(graph, op)
+    out = graph.tensors[op.outputs[0]].shape
+    height, batch = _height(out), (out[0] if out else 1)
+    images = min(images, batch)
+    new_rows = -(-height // row_steps)
+    tiles = height / new_rows * batch / images
+    if layer is None:
+        return _vector_nest(graph, op, acc)
+    inner = below_fusion_level(Hierarchy.from_accelerator(acc))
+    tile = _tile_layer(layer, op.kind, new_rows, height, images, batch)
+    if tile is None:  # the op's loops do not follow the group's rows: it runs whole once per group
+        tile, tiles = layer, 1.0
+    if inner is None or not fits_one(tile, inner):
+        return _from_store(op.name, tile, tiles, inner or Hierarchy.from_accelerator(acc))
+    c = hierarchy_counts(tile, inner, op.name)
+    levels = tuple(replace(lv, kind="buffer" if lv.kind == "dram" else lv.kind, reads=round(lv.reads * tiles),
+                           writes=round(lv.writes * tiles), energy_pj=lv.energy_pj * tiles) for lv in c.levels)
+    lines = (f"# {tiles:g} runs of this nest: {new_rows} new of {height} rows ({min(rows, height)} held), "
+             f"{images} of {batch} images", *c.loop_nest)
+    return OpNest(op.name, tile, tiles, levels, round(c.macs * tiles), layer.macs, c.mac_pj * tiles,
+                  round(c.cycles * tiles), lines)
+
+
+def _height(shape: tuple[int, ...]) -> int:
+    """Rows of a tensor as fusion tiles it: H of (N, C, H, W) and of attention's (N, heads, L, d), L of (N, L, D)."""
+    if len(shape) == 4:
+        return shape[2]
+    if len(shape) == 3:
+        return shape[1]
+    return 1
+
+
+def _tile_layer(layer: Layer, kind: OpKind, rows: int, height: int, images: int, batch: int) -> Layer | None:
+    """`layer` cut to `rows` of its `height` output rows and `images` of its `batch`; None where its loops do
+    not carry the rows as fusion counts them."""
+    change: dict[str, Any] = {}
+    if rows < height:
+        axis = "X" if kind is OpKind.MATMUL else "Y"
+        bound = getattr(layer, axis)
+        if bound % height:
+            return None
+        change[axis] = bound // height * rows
+    if images < batch:
+        if layer.N % batch == 0:
+            change["N"] = layer.N // batch * images
+        elif layer.groups % batch == 0:
+            change["groups"] = layer.groups // batch * images
+        else:
+            return None
+    return replace(layer, **change) if change else layer
+
+
+def _from_store(name: str, tile: Layer, tiles: float, hierarchy: Hierarchy) -> OpNest:
+    """A tile whose innermost level cannot hold one element of each operand: the MACs read both operands from the
+    fusion level and update the output there (two reads and a read-and-write per MAC)."""
+    store = fusion_level(hierarchy)
+    macs = round(tile.macs * tiles)
+    e_in = store.energy("I") + (store.energy("W") if tile.has_weights else 0.0)
+    energy = macs * (e_in + store.energy("O") + store.write_energy("O"))
+    level = LevelCount(store.name, macs * (3 if tile.has_weights else 2), macs, energy, "buffer")
+    pes = hierarchy.array.pes if hierarchy.array else 1
+    return OpNest(name, tile, tiles, (level,), macs, tile.macs, macs * hierarchy.mac_pj, math.ceil(macs / pes),
+                  ("# the MACs read and update the fusion level directly (no inner level holds one element)",))
+
+
+def _vector_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
+    """An op without a loop nest: one pass over its inputs and outputs in the buffer (the dataflow model)."""
+    a = op_accesses(graph, op, acc)
+    levels = (LevelCount("buffer", a.buffer, 0, a.buffer * acc.energy_pj("buffer"), "buffer"),
+              LevelCount("array", a.array, 0, a.array * acc.energy_pj("array"), "array"),
+              LevelCount("RF", a.rf, 0, a.rf * acc.energy_pj("rf"), "rf"))
+    return OpNest(op.name, None, 1.0, levels, a.mac, a.mac, a.mac * acc.energy_pj("mac"), a.cycles,
+                  (f"# {op.kind.value}: one pass over its tensors in the buffer",))

@@ -1,0 +1,158 @@
+"""`map_plan`: one mapping of a whole fusion plan from DRAM to the MACs, with its energy per component and latency.
+
+Each group of the plan becomes a `GroupMapping`: a fused group's tile loop at the fusion level (fusion's row
+bands and batch tiles, which fix its DRAM traffic) with each op's nest below it (`nest.tile_nest`), or a lone op
+blocked on the whole hierarchy (`nest.lone_nest`). Energy is each level's reads and writes at that level's
+per-word energies, as the blocking model charges them (a level pays for the words it serves to the level below
+and for those written into it from below); latency per group is the larger of its compute time and its DRAM time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.accelerator import Accelerator
+from engine.blocking.hierarchy import Hierarchy
+from engine.energy import COMPONENTS, EnergyBreakdown
+from engine.fusion.cost import GroupCost
+from engine.fusion.plan import FusionPlan
+from engine.graph import Graph
+from engine.mapping.nest import OpNest, fusion_level, lone_nest, tile_nest
+
+
+@dataclass(frozen=True)
+class GroupMapping:
+    """One group's mapping: its tile loop at the fusion level, each op's nest, its traffic, time and energy.
+
+    `schedule` is "fused" (the group runs in `row_steps` bands of `image_tiles` batch tiles, its tiles held in
+    the fusion level: `footprint_bytes` of `capacity_bytes`) or "alone" (one op blocked on the whole
+    hierarchy). `bottleneck` names what bounds its latency: "compute" or "DRAM".
+    """
+
+    ops: tuple[str, ...]
+    schedule: str
+    row_steps: int
+    image_tiles: int
+    nests: tuple[OpNest, ...]
+    dram_bytes: int
+    footprint_bytes: int
+    capacity_bytes: int
+    energy_pj: tuple[tuple[str, float], ...]  # (component, pJ) in COMPONENTS order
+    compute_s: float
+    memory_s: float
+
+    @property
+    def latency_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bottleneck(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "DRAM"
+
+    @property
+    def total_pj(self) -> float:
+        return sum(pj for _, pj in self.energy_pj)
+
+    def nest(self, op: str) -> OpNest:
+        return next(n for n in self.nests if n.op == op)
+
+    def tile_loop(self) -> tuple[str, ...]:
+        """The group's loops at the fusion level, as text."""
+        if self.schedule == "alone":
+            return (f"# {self.ops[0]} alone: blocked on the whole hierarchy",)
+        return (f"for image_tile in range({self.image_tiles}):", f"  for band in range({self.row_steps}):",
+                f"    # the fusion level holds {self.footprint_bytes:,} of {self.capacity_bytes:,} bytes: "
+                "the band's inputs, intermediates and outputs",
+                *(f"    run {n.op}" for n in self.nests))
+
+
+@dataclass(frozen=True)
+class MappedPlan:
+    """A fusion plan mapped down to the MACs: its groups' mappings and the energy and latency they add up to."""
+
+    method: str
+    groups: tuple[GroupMapping, ...]
+    energy: EnergyBreakdown
+
+    @property
+    def dram_bytes(self) -> int:
+        return sum(g.dram_bytes for g in self.groups)
+
+    @property
+    def macs(self) -> int:
+        return sum(n.macs for g in self.groups for n in g.nests)
+
+    @property
+    def recomputed_macs(self) -> int:
+        return sum(n.recomputed_macs for g in self.groups for n in g.nests)
+
+    def group_of(self, op: str) -> GroupMapping:
+        return next(g for g in self.groups if op in g.ops)
+
+
+def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator) -> MappedPlan:
+    """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency."""
+    hierarchy = Hierarchy.from_accelerator(acc)
+    groups = tuple(map_group(graph, cost, acc, hierarchy) for cost in plan.costs)
+    return MappedPlan(plan.method, groups, _breakdown(groups, acc))
+
+
+def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> GroupMapping:
+    """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile."""
+    capacity = fusion_level(hierarchy).bounded_bytes
+    if len(cost.ops) == 1:
+        nest = lone_nest(graph, graph.op(cost.ops[0]), acc)
+        dram = next((c for c in nest.levels if c.kind == "dram"), None)
+        dram_bytes = cost.dram_bytes if dram is None else round((dram.reads + dram.writes) * acc.word_bits / 8)
+        dram_pj = _boundary_pj(cost, hierarchy, acc) if dram is None else 0.0
+        return _group(cost, "alone", 1, 1, (nest,), dram_bytes, cost.footprint_bytes, capacity, dram_pj, acc)
+    rows = dict(cost.tile_rows)
+    image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
+    nests = tuple(tile_nest(graph, graph.op(name), acc, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile)
+                  for name in cost.ops)
+    return _group(cost, "fused", cost.row_steps, image_tiles, nests, cost.dram_bytes, cost.footprint_bytes, capacity,
+                  _boundary_pj(cost, hierarchy, acc), acc)
+
+
+def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator) -> float:
+    """Energy of a group's DRAM traffic as fusion counts it: feature maps and parameters read, results written."""
+    dram, word = hierarchy.levels[-1], acc.word_bits / 8
+    return (cost.fmap_in_bytes / word * dram.energy("I") + cost.param_bytes / word * dram.energy("W")
+            + cost.fmap_out_bytes / word * dram.write_energy("O"))
+
+
+def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: tuple[OpNest, ...], dram_bytes: int,
+           footprint: int, capacity: int, dram_pj: float, acc: Accelerator) -> GroupMapping:
+    energy = dict.fromkeys(COMPONENTS, 0.0)
+    energy["dram"] = dram_pj
+    for n in nests:
+        for c in n.levels:
+            energy[c.kind] += c.energy_pj
+        energy["mac"] += n.mac_pj
+    cycles = sum(n.cycles for n in nests)
+    return GroupMapping(cost.ops, schedule, steps, image_tiles, nests, dram_bytes, footprint, capacity,
+                        tuple(energy.items()), cycles / acc.clock_hz, dram_bytes / acc.dram_bandwidth)
+
+
+def _breakdown(groups: tuple[GroupMapping, ...], acc: Accelerator) -> EnergyBreakdown:
+    """The groups' energies and times added up, in the shape every energy model reports."""
+    pj = dict.fromkeys(COMPONENTS, 0.0)
+    words = dict.fromkeys(COMPONENTS, 0)
+    mac_cycles = useful = 0
+    for g in groups:
+        for c, e in g.energy_pj:
+            pj[c] += e
+        for n in g.nests:
+            for lv in n.levels:
+                words[lv.kind] += lv.reads + lv.writes
+            words["mac"] += n.macs
+            if n.layer is not None:
+                mac_cycles += n.cycles
+                useful += n.useful_macs
+        if not any(lv.kind == "dram" for n in g.nests for lv in n.levels):
+            words["dram"] += round(g.dram_bytes / (acc.word_bits / 8))
+    return EnergyBreakdown(pj["dram"], pj["buffer"], pj["array"], pj["rf"], pj["mac"],
+                           sum(g.latency_s for g in groups), sum(g.compute_s for g in groups),
+                           sum(g.memory_s for g in groups),
+                           useful / (mac_cycles * acc.pes) if mac_cycles else 0.0,
+                           tuple(words.items()), tuple(g.latency_s for g in groups))

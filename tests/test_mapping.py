@@ -1,0 +1,146 @@
+"""One mapping from DRAM to the MACs (engine.mapping): lone ops are today's per-layer blocking, fused ops are blocked
+exactly below the fusion level, and the mapping's counts keep every capacity and every MAC."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import engine
+from engine.blocking import block, layer_access_counts
+from engine.blocking.counts import hierarchy_counts
+from engine.blocking.hierarchy import Hierarchy, Memory
+from engine.blocking.layer import Layer
+from engine.energy import COMPONENTS
+from engine.mapping import below_fusion_level, map_plan
+from engine.zoo._builder import Net
+
+TINY = engine.Accelerator(name="tiny", buffer_bytes=352, pe_rows=2, pe_cols=2, rf_bytes=16, dataflow="Ow|Cout")
+
+
+def two_convs(channels: int = 2, size: int = 6):
+    """input -> 3x3 conv -> 3x3 conv: a chain fusion tiles in row bands."""
+    net = Net("two_convs", 1)
+    x = net.input((channels, size, size))
+    x = net.conv(x, "conv1", channels, 3, padding=1)
+    net.conv(x, "conv2", channels, 3, padding=1)
+    return net.graph()
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return engine.load_network("resnet18")
+
+
+@pytest.fixture(scope="module")
+def fused_pair():
+    g = two_convs()
+    plan = engine.fuse(g, TINY, method="optimus")
+    assert plan.groups == (("conv1", "conv2"),) and plan.costs[0].row_steps > 1  # fused, in several bands
+    return g, plan, map_plan(g, plan, TINY)
+
+
+def test_a_lone_op_is_todays_per_layer_blocking(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    plan = engine.fuse(resnet18, acc, method="none")
+    mapped = map_plan(resnet18, plan, acc)
+    blocked = 0
+    for group in mapped.groups:
+        (nest,) = group.nests
+        counts = layer_access_counts(resnet18, nest.op, acc)
+        if counts is None:
+            continue
+        blocked += 1
+        assert group.schedule == "alone"
+        assert nest.levels == counts.levels and nest.macs == counts.macs and nest.cycles == counts.cycles
+    assert blocked == 23  # 20 convs (3 of them 1x1 shortcuts), two pools and the classifier
+
+
+def test_the_none_plans_on_chip_energy_is_the_sum_of_the_layers_blockings(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    plan = engine.fuse(resnet18, acc, method="none")
+    mapped = map_plan(resnet18, plan, acc)
+    expect = dict.fromkeys(("buffer", "array", "rf"), 0.0)
+    for op in resnet18.ops:
+        counts = layer_access_counts(resnet18, op, acc)
+        if counts is None:
+            a = engine.energy.op_accesses(resnet18, op, acc)
+            for kind in expect:
+                expect[kind] += getattr(a, kind) * acc.energy_pj(kind)
+            continue
+        for level in counts.levels:
+            if level.kind in expect:
+                expect[level.kind] += level.energy_pj
+    got = mapped.energy.as_dict()
+    for kind, pj in expect.items():
+        assert got[kind] == pytest.approx(pj, rel=1e-12)
+
+
+def test_fused_ops_read_their_inputs_on_chip_and_are_blocked_exactly_below_the_buffer(fused_pair):
+    g, plan, mapped = fused_pair
+    (group,) = mapped.groups
+    assert group.schedule == "fused" and group.dram_bytes == plan.dram_bytes
+    inner = below_fusion_level(Hierarchy.from_accelerator(TINY))
+    for nest in group.nests:
+        assert all(level.kind != "dram" for level in nest.levels)
+        # the dynamic program's nest is the least energy of every blocking of the band (brute force)
+        oracle = block(nest.layer, inner, method="exhaustive")
+        assert sum(level.energy_pj for level in nest.levels) == pytest.approx(oracle.energy_pj * nest.tiles, rel=1e-9)
+
+
+def test_halos_are_kept_not_recomputed_and_every_mac_runs_once(fused_pair):
+    g, _, mapped = fused_pair
+    assert mapped.macs == sum(op.macs for op in g.ops) and mapped.recomputed_macs == 0
+    (group,) = mapped.groups
+    for nest in group.nests:
+        assert nest.layer.Y == math.ceil(6 / group.row_steps)  # each band computes its share of new rows
+
+
+def test_every_level_holds_what_the_mapping_keeps_there(fused_pair, resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    for mapped in (fused_pair[2], map_plan(resnet18, engine.fuse(resnet18, acc, method="optimus"), acc)):
+        for group in mapped.groups:
+            assert group.footprint_bytes <= group.capacity_bytes
+            for nest in group.nests:
+                for level in nest.levels:
+                    if level.capacity_words is not None:
+                        assert level.stored_words <= level.capacity_words, (nest.op, level)
+
+
+def test_a_fused_plans_on_chip_energy_belongs_to_its_own_mapping(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    none, fused = (map_plan(resnet18, engine.fuse(resnet18, acc, method=m), acc) for m in ("none", "optimus"))
+    assert any(len(g.ops) > 1 for g in fused.groups)
+    # the bands are smaller layers: the array's multicast reuses less, so the on-chip energies differ
+    assert fused.energy.array_pj != none.energy.array_pj
+    assert fused.energy.dram_pj < none.energy.dram_pj
+
+
+def test_group_energies_add_up_to_the_plans(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    mapped = map_plan(resnet18, engine.fuse(resnet18, acc, method="optimus"), acc)
+    totals = mapped.energy.as_dict()
+    for i, component in enumerate(COMPONENTS):
+        assert sum(g.energy_pj[i][1] for g in mapped.groups) == pytest.approx(totals[component], rel=1e-12)
+    assert mapped.energy.latency_s == pytest.approx(sum(g.latency_s for g in mapped.groups))
+    assert {g.bottleneck for g in mapped.groups} <= {"compute", "DRAM"}
+
+
+def test_below_the_fusion_level_of_three_levels_a_band_is_blocked_exactly():
+    three = Hierarchy((Memory.sram("RF", 8), Memory.sram("local", 64), Memory.sram("global", 4096), Memory.dram()),
+                      16, name="three")
+    inner = below_fusion_level(three)
+    assert [m.name for m in inner.levels] == ["RF", "local", "global"] and not inner.levels[-1].bounded
+    layer = Layer(X=4, Y=2, C=2, K=2, Fw=3)  # a band of a 1x3 conv, small enough to enumerate
+    oracle = block(layer, inner, method="exhaustive")
+    levels = hierarchy_counts(layer, inner).levels
+    assert sum(lv.energy_pj for lv in levels) == pytest.approx(oracle.energy_pj)
+
+
+def test_evaluate_prices_every_method_by_its_mapping(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    report = engine.evaluate(resnet18, acc, methods=("none", "optimus"), access_model="mapping")
+    for method in ("none", "optimus"):
+        assert report.energy[method] is report.mappings[method].energy
+    assert engine.evaluate(resnet18, acc, methods=("none",)).mappings is None
