@@ -63,9 +63,11 @@ class ExplorerState(param.Parameterized):
     dram_gbps = param.Number(default=6.4, label="DRAM bandwidth (GB/s)", bounds=(0.1, 1000.0), doc="DRAM bandwidth (GB/s)")
     methods = Chosen(default=["dnnvm", "efficient_s", "optimus"], objects=list(FUSION_METHODS),
                      doc="Fusion methods to compare (one at least)")
-    access_model = param.Selector(default="dataflow", objects=["dataflow", "blocking"],
-                                  label="Buffer/RF accesses from",
-                                  doc="The PE array's dataflow blocks (fast), or each layer's best loop blocking")
+    access_model = param.Selector(default="mapping", objects=["mapping", "blocking", "dataflow"],
+                                  label="Energy and latency from",
+                                  doc="One mapping of the plan down to the MACs (each fused group's bands, each op's "
+                                      "nest below the buffer), each layer's best blocking alone, or the PE array's "
+                                      "dataflow blocks (fast)")
     alloc_method = param.Selector(default="cosma", label="Allocation method", objects=list(ALLOCATION_METHODS),
                                   doc="COSMA's ILP, or a baseline: (default | MPMF) order, (Belady | greedy) eviction")
     budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")

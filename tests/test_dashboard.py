@@ -199,7 +199,9 @@ def test_clicking_an_op_shows_its_loop_nest():
     text = tab.detail.head.object + tab.detail.nest.object
     assert "for " in text and "MACs" in text
     levels = tab.detail.levels.value
-    assert tab.detail.levels.visible and list(levels["level"]) == ["RF", "buffer", "DRAM", "PE array"]
+    fused = s.report.mappings["optimus"].group_of(first).schedule == "fused"  # a fused op reads no DRAM itself
+    assert tab.detail.levels.visible and list(levels["level"]) == ["RF", "buffer", *([] if fused else ["DRAM"]),
+                                                                   "PE array"]
     assert "PEs busy" in text and "utilisation" in text  # the spatial unrolling and its utilisation
     assert (levels["reads"] > 0).all()
 
@@ -406,7 +408,7 @@ def test_tables_offer_groups_ops_modules_and_parts_as_csv():
 def test_rf_bytes_change_the_energy_only_under_blocking_and_the_sidebar_says_so():
     from dashboard.app import RF_HINT
 
-    s = Session(ExplorerState(network="squeezenet1_0"))
+    s = Session(ExplorerState(network="squeezenet1_0", access_model="dataflow"))
     on_chip = lambda: (s.report.energy["optimus"].rf_pj, s.report.energy["optimus"].buffer_pj)  # noqa: E731
     before = on_chip()
     s.state.rf_bytes = 512
@@ -420,6 +422,7 @@ def test_rf_bytes_change_the_energy_only_under_blocking_and_the_sidebar_says_so(
 
 
 def test_access_model_switch_reprices_buffer_and_rf_only(session):
+    session.state.access_model = "dataflow"
     flow = session.report.energy["optimus"]
     session.state.access_model = "blocking"
     blocked = session.report.energy["optimus"]
@@ -1183,3 +1186,20 @@ def test_the_dag_layout_is_the_same_in_every_process():
     runs = {subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONPATH": str(root)}).stdout for _ in range(3)}
     assert len(runs) == 1
+
+
+def test_a_clicked_op_shows_its_nest_inside_its_groups_tile_loop_with_each_levels_occupancy():
+    s = Session(ExplorerState(network="resnet18", buffer_kb=128))
+    tab = FusionTab(s)
+    mapped = s.report.mappings["optimus"]
+    fused = next(g for g in mapped.groups if g.schedule == "fused" and g.nests[0].layer is not None)
+    s.state.selected_op = fused.ops[0]
+    head, nest = tab.detail.head.object, tab.detail.nest.object
+    assert f"{fused.row_steps} bands" in head and f"{fused.footprint_bytes:,} of {fused.capacity_bytes:,}" in head
+    assert f"for band in range({fused.row_steps}):" in nest and "# block over" in nest
+    levels = tab.detail.levels.value
+    held = levels.dropna()
+    assert len(held) and (held.held_bytes <= held.capacity_bytes).all()
+    alone = next(g for g in mapped.groups if g.schedule == "alone" and g.nests[0].layer is not None)
+    s.state.selected_op = alone.ops[0]
+    assert "Alone in its group" in tab.detail.head.object and "for band" not in tab.detail.nest.object

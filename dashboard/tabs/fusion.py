@@ -219,30 +219,53 @@ def summary_html(summary: pd.DataFrame) -> str:
 
 
 @lru_cache(maxsize=512)
-def layer_counts(graph, op: str, acc):
-    from engine.blocking import layer_access_counts
+def layer_detail_parts(rep, op_name: str) -> tuple[str, str, pd.DataFrame | None]:
+    """(heading, loop nest, per-level accesses, energy and occupancy) of one op as the shown plan maps it.
 
-    return layer_access_counts(graph, op, acc)
-
-
-def layer_detail_parts(graph, acc, op_name: str) -> tuple[str, str, pd.DataFrame | None]:
-    """(heading, loop nest, per-level accesses and energy) of one op's best blocking on `acc`.
-
+    With a mapped report the nest sits inside its group's tile loop; otherwise it is the op's best blocking alone.
     The nest is empty and the table None for ops without a convolution-like loop nest.
     """
-    counts = layer_counts(graph, op_name, acc)
-    op = graph.op(op_name)
+    from engine.blocking import layer_access_counts
+
+    graph, op = rep.graph, rep.graph.op(op_name)
     # node names as code: Markdown would turn a name like "block.bn" into a link
     head = (f"### {op.name} ({op.kind.value}, {op.macs:,} MACs)\n"
             f"Folded ONNX nodes: {', '.join(f'`{n}` ({t})' for n, t in op.merged)}")
+    mapped = rep.mappings.get(shown_plan(rep).method) if rep.mappings else None
+    if mapped is not None:
+        return _mapped_detail(head, mapped, op_name, rep.acc.word_bits / 8)
+    counts = layer_access_counts(graph, op_name, rep.acc)
     if counts is None:
         return (head + "\n\nThis op has no convolution-like loop nest to block "
                        "(element-wise, concat, reshape or other): it streams its inputs once."), "", None
     if counts.rf_skipped:
         head += "\n\nThe RF cannot hold one element of every tensor: MACs read the buffer."
-    levels = pd.DataFrame([{"level": c.level, "reads": c.reads, "writes": c.writes,
-                            "energy_uJ": round(c.energy_pj / 1e6, 3)} for c in counts.levels])
-    return head, "```\n" + "\n".join(counts.loop_nest) + "\n```", levels
+    return head, "```\n" + "\n".join(counts.loop_nest) + "\n```", _levels_frame(counts.levels, rep.acc.word_bits / 8)
+
+
+def _mapped_detail(head: str, mapped, op_name: str, word_bytes: float) -> tuple[str, str, pd.DataFrame | None]:
+    """The op's nest inside its group's tile loop, and each level's words, energy and occupancy."""
+    group = mapped.group_of(op_name)
+    nest = group.nest(op_name)
+    if group.schedule == "fused":
+        head += (f"\n\nFused by {mapped.method} with {len(group.ops) - 1} other ops: {group.row_steps} bands x "
+                 f"{group.image_tiles} image tiles, the buffer holding {group.footprint_bytes:,} of "
+                 f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
+    else:
+        head += f"\n\nAlone in its group ({mapped.method}): {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}."
+    if nest.layer is None:
+        return head + "\n\nNo convolution-like loop nest: it streams its tensors through the buffer once.", "", None
+    lines = (*group.tile_loop(), *("    " + line for line in nest.lines)) if group.schedule == "fused" else nest.lines
+    return head, "```\n" + "\n".join(lines) + "\n```", _levels_frame(nest.levels, word_bytes)
+
+
+def _levels_frame(levels, word_bytes: float) -> pd.DataFrame:
+    """One row per level: words read and written, energy, and the bytes its tiles hold against its capacity."""
+    return pd.DataFrame([{"level": c.level, "reads": c.reads, "writes": c.writes,
+                          "energy_uJ": round(c.energy_pj / 1e6, 3),
+                          "held_bytes": round(c.stored_words * word_bytes) if c.capacity_words else None,
+                          "capacity_bytes": round(c.capacity_words * word_bytes) if c.capacity_words else None}
+                         for c in levels])
 
 
 class DagPlot:
@@ -322,7 +345,7 @@ class LayerDetail:
             self.head.object, self.nest.visible, self.levels.visible = CLICK_HINT, False, False
             return
         try:
-            head, nest, levels = layer_detail_parts(rep.graph, rep.acc, op_name)
+            head, nest, levels = layer_detail_parts(rep, op_name)
         except Exception as err:  # the engine's words in the page, never a traceback
             self.head.object, self.nest.visible, self.levels.visible = f"**{error_text(err)}**", False, False
             return
