@@ -26,12 +26,15 @@ from engine import zoo
 
 UPLOAD_CHUNK_BYTES = 4 * 2**20  # an upload's chunk: one websocket message each, well under Bokeh's 20 MB limit
 URL_PARAMS = ("network", "upload_name", "input_shapes", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-              "methods", "access_model", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
+              "methods", "access_model", "objective", "alloc_method", "budget", "budget_kb", "cpu_kinds", "colour_by", "selected_op")
 
 
 # why the RF box changes nothing under the default access model (defect 10)
-RF_HINT = ("*dataflow*: the PE array's fixed dataflow blocks; RF bytes per PE are not used. *blocking*: each layer's "
-           "best loop blocking for this RF and buffer (Yang et al.), so RF bytes change the energy.")
+RF_HINT = ("*mapping*: one mapping of each plan down to the MACs (each fused group's row bands, each op's loop nest "
+           "below the buffer). *blocking*: each layer's best loop blocking alone for this RF and buffer (Yang et al.). "
+           "*dataflow*: the PE array's fixed dataflow blocks; RF bytes per PE are not used. *Plans minimise*: DRAM "
+           "bytes (the searches' optimum), or the energy, latency or energy-delay product of their mapping "
+           "(mapping only).")
 
 
 def checked(widget: pn.widgets.Widget, session: Session, name: str, shown=None) -> pn.widgets.Widget:
@@ -190,8 +193,10 @@ def sidebar(session: Session) -> list:
         pn.widgets.Select.from_param(s.param.word_bits),
         number_box(session, "dram_gbps", pn.widgets.FloatInput),
         pn.pane.Markdown("#### Methods"), methods_box(session),
-        pn.pane.Markdown("Buffer and RF accesses counted from"),
+        pn.pane.Markdown("Energy and latency from"),
         toggles(s.param.access_model),
+        pn.pane.Markdown("Plans minimise"),
+        toggles(s.param.objective),
         pn.pane.Markdown(RF_HINT, styles={"font-size": "12px"}),
         pn.pane.Markdown("#### Scratchpad allocation"),
         pn.widgets.Select.from_param(s.param.alloc_method),

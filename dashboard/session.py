@@ -31,7 +31,7 @@ SEARCHES = ("optimus", "online")  # the methods that search; the others are one 
 FUSION_METHOD_ORDER = ("none", "dnnvm", "efficient_s", "optimus", "online")
 # the choices the fusion report depends on
 REPORT_PARAMS = ("network", "batch", "preset", "buffer_kb", "pe_rows", "pe_cols", "rf_bytes", "word_bits", "dram_gbps",
-                 "methods", "access_model", "upload_name", "input_shapes")
+                 "methods", "access_model", "objective", "upload_name", "input_shapes")
 
 
 _SESSION_IDS = itertools.count(1)
@@ -81,9 +81,9 @@ NEVER_STOP = StopCheck(lambda: False)
 
 @lru_cache(maxsize=256)
 def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str,
-                  stop: StopCheck = NEVER_STOP):
+                  stop: StopCheck = NEVER_STOP, objective: str = "dram_bytes"):
     """The report (cached); `stop` ends the computation between its parts (a closed page's work)."""
-    return evaluate(graph, acc, methods=methods, access_model=access_model, should_stop=stop)
+    return evaluate(graph, acc, methods=methods, access_model=access_model, objective=objective, should_stop=stop)
 
 
 class Session(param.Parameterized):
@@ -144,8 +144,9 @@ class Session(param.Parameterized):
     def compute_report(self, buffer_kb: int | None = None, *, quick: bool = False):
         """The fusion report for the current state, or at another buffer step, or without the searches (cached)."""
         s = self.state
+        objective = s.objective if s.access_model == "mapping" else "dram_bytes"  # the others price no mapping
         return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model,
-                             self.stop)
+                             self.stop, objective)
 
     def prepared(self, buffer_kb: int | None = None, *, quick: bool = False):
         """The report, with every view's data derived from it ready in the caches (run in a worker thread)."""

@@ -68,6 +68,11 @@ class ExplorerState(param.Parameterized):
                                   doc="One mapping of the plan down to the MACs (each fused group's bands, each op's "
                                       "nest below the buffer), each layer's best blocking alone, or the PE array's "
                                       "dataflow blocks (fast)")
+    objective = param.Selector(default="dram_bytes", objects={"DRAM bytes": "dram_bytes", "energy": "energy",
+                                                              "latency": "latency", "EDP": "edp"},
+                               label="Plans minimise",
+                               doc="What each method's plan minimises: DRAM bytes (the searches' own optimum), or the "
+                                   "energy, latency or energy-delay product of its mapping (mapping only)")
     alloc_method = param.Selector(default="cosma", label="Allocation method", objects=list(ALLOCATION_METHODS),
                                   doc="COSMA's ILP, or a baseline: (default | MPMF) order, (Belady | greedy) eviction")
     budget = param.Selector(default="M_H", label="Allocation budget", objects=list(BUDGET_CHOICES), doc="Scratchpad budget for allocation")

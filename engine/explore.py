@@ -55,6 +55,7 @@ class Report:
     errors: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))  # part -> message
     limit: NetworkLimit | None = None  # at the accelerator's buffer
     mappings: MappingProxyType[str, MappedPlan] | None = None  # method -> its plan mapped to the MACs ("mapping")
+    objective: str = "dram_bytes"  # what the plans minimise (engine.mapping.objective.OBJECTIVES)
 
     def groups_frame(self, method: str) -> pd.DataFrame:
         """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""
@@ -109,21 +110,27 @@ ACCESS_MODELS = ("dataflow", "blocking", "mapping")
 
 def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s", "optimus"),
              allocation: str | None = None, budget="M_H", time_limit_s: float = 10.0,
-             cpu_kinds=(), modules: bool = False, access_model: str = "dataflow",
+             cpu_kinds=(), modules: bool = False, access_model: str = "mapping", objective: str = "dram_bytes",
              should_stop: Callable[[], bool] | None = None) -> Report:
     """Fuse with each method, price the energy, and (optionally) allocate, partition and plan modules.
 
     `access_model` prices each plan by one mapping of it from DRAM to the MACs ("mapping": each fused group's
     tile loop with every op's nest below it, `engine.mapping`), by each layer's best loop blocking on its own
     (Yang et al.; "blocking", the plan's DRAM bytes), or by the PE array's dataflow blocks ("dataflow", fast).
+    `objective` is what each method's plan minimises: "dram_bytes" (the searches' own answers), or "energy",
+    "latency" or "edp" of the plan's mapping (`engine.mapping.refine`, from the method's plan; "mapping" only).
     `should_stop` is asked before each part (each method's search, the energy, the limit); once it
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
     from engine.energy import energy_breakdown
     from engine.fusion import fuse, oracle_bytes
+    from engine.mapping.objective import check_objective, refine
 
     if access_model not in ACCESS_MODELS:
         raise EngineError(f"access_model must be one of {', '.join(ACCESS_MODELS)}, got '{access_model}'")
+    if check_objective(objective) != "dram_bytes" and access_model != "mapping":
+        raise EngineError(f"objective '{objective}' is the plan's mapping's: give access_model='mapping' "
+                          f"(got '{access_model}')")
     methods, cpu_kinds = _names(methods, "methods"), _names(cpu_kinds, "cpu_kinds")
     for kind in cpu_kinds:
         if kind not in {k.value for k in OpKind}:
@@ -135,7 +142,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     plans = {}
     for m in methods:
         check(f"the '{m}' search")
-        plans[m] = fuse(graph, acc, method=m)
+        plans[m] = refine(graph, fuse(graph, acc, method=m), acc, objective)
     check("the energy")
     mapped = None
     if access_model == "mapping":
@@ -177,7 +184,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         errors["limit"] = str(err)
     return Report(graph, acc, MappingProxyType(plans), MappingProxyType(energy), oracle_bytes(graph, acc),
                   alloc, budget_bytes, part, mods, MappingProxyType(errors), limit,
-                  None if mapped is None else MappingProxyType(mapped))
+                  None if mapped is None else MappingProxyType(mapped), objective)
 
 
 def _names(value, what: str) -> tuple[str, ...]:

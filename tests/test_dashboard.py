@@ -1203,3 +1203,22 @@ def test_a_clicked_op_shows_its_nest_inside_its_groups_tile_loop_with_each_level
     alone = next(g for g in mapped.groups if g.schedule == "alone" and g.nests[0].layer is not None)
     s.state.selected_op = alone.ops[0]
     assert "Alone in its group" in tab.detail.head.object and "for band" not in tab.detail.nest.object
+
+
+def test_the_objective_refines_the_plans_and_travels_in_the_url():
+    from panel.io.location import Location
+
+    from dashboard import url
+    from dashboard.app import URL_PARAMS
+
+    link = Location(search="?network=resnet18&objective=edp")
+    state = ExplorerState()
+    assert url.restore(state, link, URL_PARAMS) == [] and state.objective == "edp"
+    problems = url.restore(ExplorerState(), Location(search="?objective=power"), URL_PARAMS)
+    assert problems == ["objective=power is not allowed (one of dram_bytes, energy, latency, edp); using 'dram_bytes'"]
+    s = Session(ExplorerState(network="resnet18"))
+    assert s.report.plans["optimus"].status == "optimal"
+    s.state.objective = "latency"
+    assert s.report.objective == "latency" and s.report.plans["optimus"].status == "refined"
+    s.state.access_model = "blocking"  # priced by no mapping: the plans are the searches' own again
+    assert s.report.objective == "dram_bytes"

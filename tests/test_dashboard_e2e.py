@@ -208,7 +208,7 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     assert after < before  # a bigger buffer never needs more DRAM traffic
     page.screenshot(path=str(SHOTS / "after-slider.png"), full_page=True)
 
-    _assert_toggles_stand_out(page, {"mapping", "fused group"})
+    _assert_toggles_stand_out(page, {"mapping", "DRAM bytes", "fused group"})
     # a click on a node selects it in the browser, which tells the server; the layer detail follows; the other ops
     # keep their group's colour (Bokeh fades unselected glyphs by default)
     dag = _largest_canvas(page)
@@ -247,7 +247,7 @@ def test_slow_tabs_compute_when_opened(server, browser):
     page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
     page.get_by_text("parts: accelerator blue, CPU orange").first.wait_for(timeout=30_000)
     assert page.evaluate(REGIONS)[:3] == ["accelerator part 0", "CPU part 1", "accelerator part 2"]
-    _assert_toggles_stand_out(page, {"mapping", "CPU/accelerator part"})
+    _assert_toggles_stand_out(page, {"mapping", "DRAM bytes", "CPU/accelerator part"})
     legend = page.get_by_text("parts: accelerator blue, CPU orange").first
     assert _luminance(legend.evaluate("el => getComputedStyle(el).color")) > 0.6  # light text on the dark page
     page.screenshot(path=str(SHOTS / "fusion-dark-parts.png"), full_page=True)

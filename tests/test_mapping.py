@@ -143,4 +143,58 @@ def test_evaluate_prices_every_method_by_its_mapping(resnet18):
     report = engine.evaluate(resnet18, acc, methods=("none", "optimus"), access_model="mapping")
     for method in ("none", "optimus"):
         assert report.energy[method] is report.mappings[method].energy
-    assert engine.evaluate(resnet18, acc, methods=("none",)).mappings is None
+    assert engine.evaluate(resnet18, acc, methods=("none",), access_model="dataflow").mappings is None
+
+
+def chain_of_convs(n: int = 4):
+    net = Net("conv_chain", 1)
+    x = net.input((2, 6, 6))
+    for i in range(n):
+        x = net.conv(x, f"conv{i}", 2, 3, padding=1)
+    return net.graph()
+
+
+def _score(mapped, objective):
+    e, t = mapped.energy.total_pj, mapped.energy.latency_s
+    return {"energy": e, "latency": t, "edp": e * t}[objective]
+
+
+@pytest.mark.parametrize("objective", ["energy", "latency", "edp"])
+def test_refine_reaches_the_best_partition_of_a_small_chain(objective):
+    g = chain_of_convs()
+    acc = TINY.with_buffer(512)
+    ops = [op.name for op in g.ops]
+    best = math.inf
+    for cuts in range(1 << (len(ops) - 1)):  # every partition of the chain into consecutive groups
+        groups, current = [], [ops[0]]
+        for i, name in enumerate(ops[1:]):
+            if cuts >> i & 1:
+                groups.append(tuple(current))
+                current = []
+            current.append(name)
+        groups.append(tuple(current))
+        costs = [engine.fusion.group_cost(g, grp, acc) for grp in groups]
+        if all(c is not None for c in costs):
+            plan = engine.fuse(g, acc, method="none")
+            plan = type(plan)("brute", tuple(groups), tuple(costs), sum(c.dram_bytes for c in costs), 0, 0, 0,
+                              acc.buffer_bytes, 0, 0.0, "restricted")
+            best = min(best, _score(map_plan(g, plan, acc), objective))
+    start = engine.fuse(g, acc, method="optimus")
+    refined = engine.mapping.refine(g, start, acc, objective)
+    assert refined.status == "refined" and refined.dram_bytes == sum(c.dram_bytes for c in refined.costs)
+    assert _score(map_plan(g, refined, acc), objective) == pytest.approx(best, rel=1e-9)
+    assert _score(map_plan(g, refined, acc), objective) <= _score(map_plan(g, start, acc), objective)
+
+
+def test_an_objective_refines_each_methods_plan_and_dram_bytes_leaves_it_alone(resnet18):
+    acc = engine.Accelerator.preset("optimus")
+    plain = engine.evaluate(resnet18, acc, methods=("optimus",))
+    assert plain.objective == "dram_bytes" and plain.plans["optimus"].status == "optimal"
+    fast = engine.evaluate(resnet18, acc, methods=("optimus",), objective="latency")
+    assert fast.plans["optimus"].status == "refined"
+    assert fast.energy["optimus"].latency_s < plain.energy["optimus"].latency_s
+    assert fast.plans["optimus"].dram_bytes >= plain.plans["optimus"].dram_bytes  # the optimum in bytes stays one
+    with pytest.raises(engine.EngineError, match="objective 'energy' is the plan's mapping's"):
+        engine.evaluate(resnet18, acc, methods=("optimus",), access_model="blocking", objective="energy")
+    with pytest.raises(engine.UnknownNameError, match="dram_bytes, edp, energy, latency"):
+        engine.evaluate(resnet18, acc, methods=("optimus",), objective="power")

@@ -38,7 +38,8 @@ SUMMARY_HEADINGS = {"dram_bytes": "DRAM bytes", "energy_uJ": "energy (µJ)", "la
 SUMMARY_NOTE = ("*× Oracle*: the plan's DRAM traffic over the Oracle's (every tensor and weight crossing once, "
                 "a floor no plan reaches below). *status*: `optimal` is a proven optimum, `restricted` the best "
                 "plan the method's own rules allow (one pass, or the on-line variant's pruning), `unfused` every op "
-                "alone, `beam` a search "
+                "alone, `refined` a method's plan moved to a local optimum of the chosen objective (energy, latency or "
+                "EDP of its mapping), `beam` a search "
                 "cut short past its limits (NAS cells). *proven gap*: how far above a proven lower bound a beam's "
                 "plan may be; `-` where there is none to give.")
 LEGEND_CSS = """

@@ -1,12 +1,14 @@
 """One mapping of a fusion plan from DRAM to the MACs: each fused group's tile loop at the level that keeps its
 tiles, each op's loop nest below it on the PE array, priced in energy per level and in latency.
 
-`map_plan(graph, plan, acc)` returns a `MappedPlan` (its `GroupMapping`s, each with its ops' `OpNest`s, and the
+`refine(graph, plan, acc, objective)` moves a plan's groups toward the least energy, latency or energy-delay
+product of its mapping. `map_plan(graph, plan, acc)` returns a `MappedPlan` (its `GroupMapping`s, each with its ops' `OpNest`s, and the
 plan's `EnergyBreakdown`); `engine.evaluate(..., access_model="mapping")` prices every method's plan with it.
 """
 
 from engine.mapping.nest import OpNest, below_fusion_level, fusion_level, lone_nest, tile_nest
+from engine.mapping.objective import OBJECTIVES, refine
 from engine.mapping.plan import GroupMapping, MappedPlan, map_group, map_plan
 
 __all__ = ["OpNest", "GroupMapping", "MappedPlan", "map_plan", "map_group", "lone_nest", "tile_nest", "fusion_level",
-           "below_fusion_level"]
+           "below_fusion_level", "refine", "OBJECTIVES"]
