@@ -198,3 +198,18 @@ def test_an_objective_refines_each_methods_plan_and_dram_bytes_leaves_it_alone(r
         engine.evaluate(resnet18, acc, methods=("optimus",), access_model="blocking", objective="energy")
     with pytest.raises(engine.UnknownNameError, match="dram_bytes, edp, energy, latency"):
         engine.evaluate(resnet18, acc, methods=("optimus",), objective="power")
+
+
+def test_a_band_of_a_prime_number_of_rows_runs_as_two_nests_when_that_costs_less():
+    from engine.mapping.nest import _cheapest_parts
+
+    inner = below_fusion_level(Hierarchy.from_accelerator(engine.Accelerator.preset("optimus")))
+    band = Layer(X=683, C=256, K=512)  # ceil(2048 / 3) tokens of a projection: 683 is prime
+    parts = _cheapest_parts(band, "X", inner)
+    assert sum(p.X for p in parts) == 683 and len(parts) == 2 and parts[0].X % 16 == 0
+
+    def energy(layers):
+        return sum(sum(lv.energy_pj for lv in hierarchy_counts(p, inner).levels) for p in layers)
+    assert energy(parts) < 0.8 * energy((band,))  # as one nest the RF keeps one row: every weight read per row
+    even = Layer(X=512, C=256, K=512)
+    assert _cheapest_parts(even, "X", inner) == (even,)

@@ -23,6 +23,8 @@ from engine.energy import op_accesses
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
 
+SPLITS = (16, 32, 64, 128, 256)  # a band's rows may run as a multiple of one of these and the rest
+
 
 @dataclass(frozen=True)
 class OpNest:
@@ -116,13 +118,38 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
         tile, tiles = layer, 1.0
     if inner is None or not fits_one(tile, inner):
         return _from_store(op.name, tile, tiles, inner or Hierarchy.from_accelerator(acc))
-    c = hierarchy_counts(tile, inner, op.name)
-    levels = tuple(replace(lv, kind="buffer" if lv.kind == "dram" else lv.kind, reads=round(lv.reads * tiles),
-                           writes=round(lv.writes * tiles), energy_pj=lv.energy_pj * tiles) for lv in c.levels)
-    lines = (f"# {tiles:g} runs of this nest: {new_rows} new of {height} rows ({min(rows, height)} held), "
-             f"{images} of {batch} images", *c.loop_nest)
-    return OpNest(op.name, tile, tiles, levels, round(c.macs * tiles), layer.macs, c.mac_pj * tiles,
-                  round(c.cycles * tiles), lines)
+    axis = "X" if op.kind is OpKind.MATMUL else "Y"
+    parts = [hierarchy_counts(part, inner, op.name) for part in _cheapest_parts(tile, axis, inner)]
+    levels = tuple(replace(same[0], kind="buffer" if same[0].kind == "dram" else same[0].kind,
+                           reads=round(sum(lv.reads for lv in same) * tiles),
+                           writes=round(sum(lv.writes for lv in same) * tiles),
+                           energy_pj=sum(lv.energy_pj for lv in same) * tiles,
+                           stored_words=max(lv.stored_words for lv in same)) for same in zip(*(c.levels for c in parts)))
+    lines = [f"# {tiles:g} runs of this band: {new_rows} new of {height} rows ({min(rows, height)} held), "
+             f"{images} of {batch} images"]
+    for c in parts:
+        if len(parts) > 1:
+            lines.append(f"# {getattr(c.layer, axis)} of the band's rows:")
+        lines += c.loop_nest
+    return OpNest(op.name, tile, tiles, levels, round(sum(c.macs for c in parts) * tiles), layer.macs,
+                  sum(c.mac_pj for c in parts) * tiles, round(sum(c.cycles for c in parts) * tiles), tuple(lines))
+
+
+def _cheapest_parts(tile: Layer, axis: str, inner: Hierarchy) -> tuple[Layer, ...]:
+    """The band as one nest, or as two (the largest multiple of m of its rows, then the rest), whichever costs the
+    least energy. The blocking tiles by divisors, so a band of a prime number of rows (683 = ceil(2048 / 3)) run as
+    one nest would keep a single row per PE and read every weight once per row."""
+    rows = getattr(tile, axis)
+    options: list[tuple[Layer, ...]] = [(tile,)]
+    for m in SPLITS:
+        first = rows // m * m
+        if 0 < first < rows:
+            options.append((replace(tile, **{axis: first}), replace(tile, **{axis: rows - first})))
+    return min(options, key=lambda parts: sum(_energy_pj(hierarchy_counts(p, inner)) for p in parts))
+
+
+def _energy_pj(counts) -> float:
+    return sum(lv.energy_pj for lv in counts.levels) + counts.mac_pj
 
 
 def _height(shape: tuple[int, ...]) -> int:
