@@ -1199,10 +1199,12 @@ def test_a_clicked_op_shows_its_nest_inside_its_groups_tile_loop_with_each_level
     assert f"for band in range({fused.row_steps}):" in nest and "# block over" in nest
     levels = tab.detail.levels.value
     held = levels.dropna()
-    assert len(held) and (held.held_bytes <= held.capacity_bytes).all()
-    alone = next(g for g in mapped.groups if g.schedule == "alone" and g.nests[0].layer is not None)
-    s.state.selected_op = alone.ops[0]
-    assert "Alone in its group" in tab.detail.head.object and "for band" not in tab.detail.nest.object
+    assert list(held.level) == ["RF", "buffer"] and (held.held_bytes <= held.capacity_bytes).all()
+    assert held.held_bytes.iloc[1] == fused.footprint_bytes  # the buffer holds the group's band
+    lone = next(g for g in mapped.groups if len(g.ops) == 1 and g.nests[0].layer is not None)
+    s.state.selected_op = lone.ops[0]
+    assert "Alone in its group" in tab.detail.head.object
+    assert ("for band" in tab.detail.nest.object) == (lone.schedule == "bands")
 
 
 def test_the_objective_refines_the_plans_and_travels_in_the_url():

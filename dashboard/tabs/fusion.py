@@ -252,11 +252,15 @@ def _mapped_detail(head: str, mapped, op_name: str, word_bytes: float) -> tuple[
         head += (f"\n\nFused by {mapped.method} with {len(group.ops) - 1} other ops: {group.row_steps} bands x "
                  f"{group.image_tiles} image tiles, the buffer holding {group.footprint_bytes:,} of "
                  f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
+    elif group.schedule == "bands":
+        head += (f"\n\nAlone in its group ({mapped.method}), in fusion's {group.row_steps} row bands, each blocked "
+                 f"below the buffer: {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
     else:
-        head += f"\n\nAlone in its group ({mapped.method}): {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}."
+        head += (f"\n\nAlone in its group ({mapped.method}), blocked on the whole hierarchy: {group.dram_bytes:,} "
+                 f"DRAM bytes, bound by {group.bottleneck}.")
     if nest.layer is None:
         return head + "\n\nNo convolution-like loop nest: it streams its tensors through the buffer once.", "", None
-    lines = (*group.tile_loop(), *("    " + line for line in nest.lines)) if group.schedule == "fused" else nest.lines
+    lines = nest.lines if group.schedule == "alone" else (*group.tile_loop(), *("    " + line for line in nest.lines))
     return head, "```\n" + "\n".join(lines) + "\n```", _levels_frame(nest.levels, word_bytes)
 
 

@@ -31,6 +31,7 @@ class LevelCount:
     kind: str = "buffer"
     stored_words: int = 0  # the tiles it keeps at once, all tensors (per PE inside the array)
     capacity_words: int | None = None  # None: unbounded (DRAM) or not a memory (the array)
+    weight_reads: int = 0  # the weights' (W's) share of `reads`
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def _counts(layer: Layer, hierarchy: Hierarchy):
         kind = "dram" if top else "rf" if hierarchy.inside(l) else "buffer"
         rows.append(LevelCount(mem.name, sum(a.reads for a in mine), sum(a.writes for a in mine),
                                sum(a.energy_pj for a in mine), kind, sum(a.stored_words for a in mine),
-                               None if top else _capacity(hierarchy, l)))
+                               None if top else _capacity(hierarchy, l), sum(a.reads for a in mine if a.tensor == "W")))
     if hierarchy.array is not None:
         mine = [a for a in cost.accesses if a.level == hierarchy.array.name]
         rows.append(LevelCount(hierarchy.array.name, sum(a.reads for a in mine), 0,

@@ -59,18 +59,21 @@ def fusion_level(hierarchy: Hierarchy) -> Memory:
     return hierarchy.on_chip[-1]
 
 
-def below_fusion_level(hierarchy: Hierarchy) -> Hierarchy | None:
+def below_fusion_level(hierarchy: Hierarchy, *, weights_streamed: bool = False) -> Hierarchy | None:
     """`hierarchy` cut at the fusion level, which becomes its unbounded top (None when no level lies below it).
 
     An operand the fusion level bypasses (the weights of a TPU-like SRAM) still comes from DRAM, so the top
-    charges DRAM's energy for it.
+    charges DRAM's energy for it; so do `weights_streamed`, which the group does not keep (fusion loads them
+    once per band and has no room for them beside the band): the nest that costs least then reads each as few
+    times as it can, and each of those reads is a DRAM read.
     """
     on_chip = hierarchy.on_chip
     if len(on_chip) < 2:
         return None
     top, dram = on_chip[-1], hierarchy.levels[-1]
     def pick(energy):
-        return tuple(energy(top, T) if top.keeps(T) else energy(dram, T) for T in TENSORS)
+        return tuple(energy(top, T) if top.keeps(T) and not (T == "W" and weights_streamed) else energy(dram, T)
+                     for T in TENSORS)
     writes = pick(Memory.write_energy) if (top.write_pj or dram.write_pj) else None
     store = Memory(top.name, energy_pj=pick(Memory.energy), write_pj=writes)
     return Hierarchy((*on_chip[:-1], store), hierarchy.word_bits, hierarchy.mac_pj, f"{hierarchy.name} below {top.name}",
@@ -96,26 +99,33 @@ def lone_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
     return OpNest(op.name, layer, 1.0, c.levels, c.macs, c.macs, c.mac_pj, c.cycles, c.loop_nest)
 
 
-def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int, images: int) -> OpNest:
+def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int, images: int,
+              channel_blocks: int = 1, weights_streamed: bool = False) -> OpNest:
     """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
 
     The group holds `rows` rows of the op's output (its band plus the halo its consumers' windows need) and
     `images` images; it runs `row_steps` bands. Halos are kept, not recomputed (the line buffer of Optimus
     Sec. 5.2, whose footprint fusion sized the band by): each band computes ceil(H / row_steps) new rows of every
-    op, reading the kept halo rows of its input again from the fusion level.
+    op, reading the kept halo rows of its input again from the fusion level. A lone op's layer-wise schedule makes
+    its output channels in `channel_blocks` blocks per band (the buffer holds one block of them). With
+    `weights_streamed` the weights come from DRAM as the nest reads them (a "DRAM" level of the nest's own).
     """
     layer = op_layer(graph, op)
     out = graph.tensors[op.outputs[0]].shape
-    height, batch = _height(out), (out[0] if out else 1)
+    height, batch = height_of(out), (out[0] if out else 1)
     images = min(images, batch)
     new_rows = -(-height // row_steps)
     tiles = height / new_rows * batch / images
     if layer is None:
         return _vector_nest(graph, op, acc)
-    inner = below_fusion_level(Hierarchy.from_accelerator(acc))
+    whole = Hierarchy.from_accelerator(acc)
+    inner = below_fusion_level(whole, weights_streamed=weights_streamed)
     tile = _tile_layer(layer, op.kind, new_rows, height, images, batch)
     if tile is None:  # the op's loops do not follow the group's rows: it runs whole once per group
         tile, tiles = layer, 1.0
+    if channel_blocks > 1 and tile.K > 1:
+        block = -(-tile.K // channel_blocks)
+        tile, tiles = replace(tile, K=block), tiles * tile.K / block
     if inner is None or not fits_one(tile, inner):
         return _from_store(op.name, tile, tiles, inner or Hierarchy.from_accelerator(acc))
     axis = "X" if op.kind is OpKind.MATMUL else "Y"
@@ -124,7 +134,11 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
                            reads=round(sum(lv.reads for lv in same) * tiles),
                            writes=round(sum(lv.writes for lv in same) * tiles),
                            energy_pj=sum(lv.energy_pj for lv in same) * tiles,
-                           stored_words=max(lv.stored_words for lv in same)) for same in zip(*(c.levels for c in parts)))
+                           stored_words=max(lv.stored_words for lv in same),
+                           weight_reads=round(sum(lv.weight_reads for lv in same) * tiles))
+                   for same in zip(*(c.levels for c in parts)))
+    if weights_streamed:
+        levels = _weights_from_dram(levels, whole.levels[-1])
     lines = [f"# {tiles:g} runs of this band: {new_rows} new of {height} rows ({min(rows, height)} held), "
              f"{images} of {batch} images"]
     for c in parts:
@@ -133,6 +147,16 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
         lines += c.loop_nest
     return OpNest(op.name, tile, tiles, levels, round(sum(c.macs for c in parts) * tiles), layer.macs,
                   sum(c.mac_pj for c in parts) * tiles, round(sum(c.cycles for c in parts) * tiles), tuple(lines))
+
+
+def _weights_from_dram(levels: tuple[LevelCount, ...], dram: Memory) -> tuple[LevelCount, ...]:
+    """The top level's weight reads moved to a DRAM row of their own (they are DRAM reads: the group keeps no weights)."""
+    top = next(lv for lv in levels if lv.kind == "buffer" and lv.capacity_words is None)
+    words = top.weight_reads
+    energy = words * dram.energy("W")
+    rest = replace(top, reads=top.reads - words, energy_pj=top.energy_pj - energy, weight_reads=0)
+    return (*(rest if lv is top else lv for lv in levels),
+            LevelCount(dram.name, words, 0, energy, "dram", weight_reads=words))
 
 
 def _cheapest_parts(tile: Layer, axis: str, inner: Hierarchy) -> tuple[Layer, ...]:
@@ -152,7 +176,7 @@ def _energy_pj(counts) -> float:
     return sum(lv.energy_pj for lv in counts.levels) + counts.mac_pj
 
 
-def _height(shape: tuple[int, ...]) -> int:
+def height_of(shape: tuple[int, ...]) -> int:
     """Rows of a tensor as fusion tiles it: H of (N, C, H, W) and of attention's (N, heads, L, d), L of (N, L, D)."""
     if len(shape) == 4:
         return shape[2]

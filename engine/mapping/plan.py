@@ -9,7 +9,7 @@ and for those written into it from below); latency per group is the larger of it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
@@ -17,7 +17,7 @@ from engine.energy import COMPONENTS, EnergyBreakdown
 from engine.fusion.cost import GroupCost
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph
-from engine.mapping.nest import OpNest, fusion_level, lone_nest, tile_nest
+from engine.mapping.nest import OpNest, fusion_level, height_of, lone_nest, tile_nest
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,9 @@ class GroupMapping:
     """One group's mapping: its tile loop at the fusion level, each op's nest, its traffic, time and energy.
 
     `schedule` is "fused" (the group runs in `row_steps` bands of `image_tiles` batch tiles, its tiles held in
-    the fusion level: `footprint_bytes` of `capacity_bytes`) or "alone" (one op blocked on the whole
-    hierarchy). `bottleneck` names what bounds its latency: "compute" or "DRAM".
+    the fusion level: `footprint_bytes` of `capacity_bytes`), "bands" (one op in fusion's layer-wise bands, its
+    band blocked below the fusion level) or "alone" (one op blocked on the whole hierarchy).
+    `bottleneck` names what bounds its latency: "compute" or "DRAM".
     """
 
     ops: tuple[str, ...]
@@ -59,7 +60,7 @@ class GroupMapping:
     def tile_loop(self) -> tuple[str, ...]:
         """The group's loops at the fusion level, as text."""
         if self.schedule == "alone":
-            return (f"# {self.ops[0]} alone: blocked on the whole hierarchy",)
+            return (f"# {self.ops[0]} alone: blocked on the whole hierarchy, DRAM included",)
         return (f"for image_tile in range({self.image_tiles}):", f"  for band in range({self.row_steps}):",
                 f"    # the fusion level holds {self.footprint_bytes:,} of {self.capacity_bytes:,} bytes: "
                 "the band's inputs, intermediates and outputs",
@@ -100,29 +101,70 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator) -> MappedPlan:
 def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> GroupMapping:
     """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile."""
     capacity = fusion_level(hierarchy).bounded_bytes
-    if len(cost.ops) == 1:
-        nest = lone_nest(graph, graph.op(cost.ops[0]), acc)
-        dram = next((c for c in nest.levels if c.kind == "dram"), None)
-        dram_bytes = cost.dram_bytes if dram is None else round((dram.reads + dram.writes) * acc.word_bits / 8)
-        dram_pj = _boundary_pj(cost, hierarchy, acc) if dram is None else 0.0
-        return _group(cost, "alone", 1, 1, (nest,), dram_bytes, cost.footprint_bytes, capacity, dram_pj, acc)
-    rows = dict(cost.tile_rows)
     image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
-    nests = tuple(tile_nest(graph, graph.op(name), acc, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile)
-                  for name in cost.ops)
-    return _group(cost, "fused", cost.row_steps, image_tiles, nests, cost.dram_bytes, cost.footprint_bytes, capacity,
-                  _boundary_pj(cost, hierarchy, acc), acc)
+    rows = dict(cost.tile_rows)
+    if len(cost.ops) == 1:
+        return min(_lone_options(graph, cost, acc, hierarchy, capacity, image_tiles), key=lambda g: g.total_pj)
+    nests = tuple(tile_nest(graph, graph.op(name), acc, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
+                            weights_streamed=_streams(graph, name, cost)) for name in cost.ops)
+    return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
+                  cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, *nests), acc)
 
 
-def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator) -> float:
-    """Energy of a group's DRAM traffic as fusion counts it: feature maps and parameters read, results written."""
+def _streams(graph: Graph, name: str, cost: GroupCost) -> bool:
+    """Whether the op's second operand (its weights, or K^T / V read as weights are) passes by instead of staying."""
+    op = graph.op(name)
+    return not cost.params_resident and bool(op.weights or set(op.inputs[1:2]) & set(cost.streamed))
+
+
+def _dram_bytes(cost: GroupCost, nests: tuple[OpNest, ...], acc: Accelerator) -> int:
+    """A banded group's DRAM bytes: its feature maps as fusion counts them, resident parameters once, and streamed
+    ones as often as the nests read them."""
+    return cost.fmap_in_bytes + cost.fmap_out_bytes + max(cost.param_bytes, _streamed_bytes(nests, acc))
+
+
+def _streamed_bytes(nests: tuple[OpNest, ...], acc: Accelerator) -> int:
+    """Bytes of the weights the nests read from DRAM (their biases, fusion counts with the parameters, aside)."""
+    return round(sum(lv.reads for n in nests for lv in n.levels if lv.kind == "dram") * acc.word_bits / 8)
+
+
+def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, capacity: int,
+                  image_tiles: int) -> list[GroupMapping]:
+    """A lone op's mappings: blocked on the whole hierarchy, and in fusion's own bands with each band blocked below
+    the buffer (fusion's line buffer reads each input row once, which the blocking's tiles cannot express)."""
+    op = graph.op(cost.ops[0])
+    nest = lone_nest(graph, op, acc)
+    dram = next((c for c in nest.levels if c.kind == "dram"), None)
+    if dram is None:  # no loop nest: its traffic is fusion's
+        return [_group(cost, "alone", 1, 1, (nest,), cost.dram_bytes, cost.footprint_bytes, capacity,
+                       _boundary_pj(cost, hierarchy, acc), acc)]
+    options = [_group(cost, "alone", 1, 1, (nest,), round((dram.reads + dram.writes) * acc.word_bits / 8),
+                      cost.footprint_bytes, capacity, 0.0, acc)]
+    rows = dict(cost.tile_rows).get(op.name)
+    height = height_of(graph.tensors[op.outputs[0]].shape)
+    if cost.schedule in ("fused", "layerwise") and rows and cost.row_steps == -(-height // rows):  # no column cuts
+        banded = tile_nest(graph, op, acc, rows, cost.row_steps, cost.batch_tile, cost.input_passes,
+                           _streams(graph, op.name, cost))
+        options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,), _dram_bytes(cost, (banded,), acc),
+                              cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, banded), acc))
+    return options
+
+
+def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator, *nests: OpNest) -> float:
+    """Energy of a group's DRAM traffic outside its nests: feature maps read and results written as fusion counts
+    them, and the parameter bytes fusion counts beyond what the nests stream (whose reads are in their DRAM rows)."""
     dram, word = hierarchy.levels[-1], acc.word_bits / 8
-    return (cost.fmap_in_bytes / word * dram.energy("I") + cost.param_bytes / word * dram.energy("W")
-            + cost.fmap_out_bytes / word * dram.write_energy("O"))
+    params = max(0, cost.param_bytes - _streamed_bytes(nests, acc)) / word * dram.energy("W")
+    return cost.fmap_in_bytes / word * dram.energy("I") + params + cost.fmap_out_bytes / word * dram.write_energy("O")
 
 
 def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: tuple[OpNest, ...], dram_bytes: int,
            footprint: int, capacity: int, dram_pj: float, acc: Accelerator) -> GroupMapping:
+    if schedule != "alone":  # the fusion level holds the group's band: its occupancy is the band's footprint
+        words = 8 / acc.word_bits
+        nests = tuple(replace(n, levels=tuple(
+            replace(lv, stored_words=round(footprint * words), capacity_words=round(capacity * words))
+            if lv.kind == "buffer" and lv.capacity_words is None else lv for lv in n.levels)) for n in nests)
     energy = dict.fromkeys(COMPONENTS, 0.0)
     energy["dram"] = dram_pj
     for n in nests:

@@ -1,0 +1,85 @@
+"""One mapping from DRAM to the MACs (engine.mapping): speed of a whole network's evaluation with mapped groups, and
+what the mapping says of the plans (energy per component, latency, the objectives).
+
+Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import engine
+from engine.mapping import map_plan, refine
+
+KB, MB = 1024, 1024 * 1024
+CASES = (("resnet50", "optimus", 128 * KB), ("llama3_8b_prefill", "optimus", 8 * MB),
+         ("resnet50", "tpu-v4i", None), ("llama3_8b_prefill", "tpu-v4i", None))
+COLD = """
+import json, sys, time
+start = time.perf_counter()
+import engine
+g = engine.load_network(sys.argv[1])
+acc = engine.Accelerator.preset(sys.argv[2])
+acc = acc.with_buffer(int(sys.argv[3])) if sys.argv[3] != "None" else acc
+loaded = time.perf_counter()
+engine.evaluate(g, acc, methods=("none", "optimus"), access_model="mapping")
+done = time.perf_counter()
+print(json.dumps({"load": loaded - start, "evaluate": done - loaded}))
+"""
+
+
+def cold(network: str, preset: str, buffer: int | None) -> dict:
+    """Seconds to load and to evaluate with mapped groups, as the first calls of a fresh process."""
+    out = subprocess.run([sys.executable, "-c", COLD, network, preset, str(buffer)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    print("## One mapping from DRAM to the MACs (engine.mapping)\n")
+    print("`engine.evaluate(g, acc, methods=('none', 'optimus'), access_model='mapping')`: both searches and every "
+          "group mapped (lone ops blocked on the whole hierarchy, fused ops' bands below the buffer). *cold*: the "
+          "first call of a fresh process (the compiled fusion search already cached on disk, as after `make test`); "
+          "*slider move*: fuse and map at the next buffer step once the process is warm.\n")
+    print("| network | accelerator | ops | load (s) | evaluate, cold (s) | slider move: fuse + map (s) | map only (s) |")
+    print("|---|---|---|---|---|---|---|")
+    rows = []
+    for network, preset, buffer in CASES:
+        if preset not in engine.Accelerator.presets():
+            continue
+        times = cold(network, preset, buffer)
+        g = engine.load_network(network)
+        acc = engine.Accelerator.preset(preset)
+        acc = acc.with_buffer(buffer) if buffer else acc
+        engine.evaluate(g, acc, methods=("none", "optimus"), access_model="mapping")
+        moved = acc.with_buffer(acc.buffer_bytes * 2)
+        start = time.perf_counter()
+        plan = engine.fuse(g, moved, method="optimus")
+        fused = time.perf_counter()
+        map_plan(g, plan, moved)
+        end = time.perf_counter()
+        print(f"| {network} | {preset} {acc.buffer_bytes // KB:,} KB | {len(g.ops)} | {times['load']:.2f} | "
+              f"{times['evaluate']:.2f} | {end - start:.2f} | {end - fused:.2f} |")
+        rows.append((network, acc, g))
+    print("\nWhat the mapping says of each plan (energy in mJ per component, latency in ms, DRAM MB); *refined*: "
+          "`engine.mapping.refine` from optimus's plan toward the named objective.\n")
+    print("| network | accelerator | plan | DRAM MB | DRAM | buffer | array | RF | MAC | total mJ | latency ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for network, acc, g in rows:
+        optimus = engine.fuse(g, acc, method="optimus")
+        plans = {"none": engine.fuse(g, acc, method="none"), "optimus": optimus}
+        for objective in ("energy", "latency"):
+            plans[f"refined for {objective}"] = refine(g, optimus, acc, objective)
+        for name, plan in plans.items():
+            m = map_plan(g, plan, acc)
+            e = m.energy.as_dict()
+            print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {name} | {m.dram_bytes / 1e6:,.1f} | "
+                  + " | ".join(f"{e[c] / 1e9:,.2f}" for c in ("dram", "buffer", "array", "rf", "mac"))
+                  + f" | {m.energy.total_pj / 1e9:,.2f} | {m.energy.latency_s * 1e3:,.3f} |")
+
+
+if __name__ == "__main__":
+    main()
