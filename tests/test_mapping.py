@@ -10,7 +10,7 @@ import pytest
 import engine
 from engine.blocking import block, layer_access_counts
 from engine.blocking.counts import hierarchy_counts
-from engine.blocking.hierarchy import Hierarchy, Memory
+from engine.blocking.hierarchy import Hierarchy, Memory, pe_array
 from engine.blocking.layer import Layer
 from engine.energy import COMPONENTS
 from engine.mapping import below_fusion_level, map_plan
@@ -131,12 +131,15 @@ def test_group_energies_add_up_to_the_plans(resnet18):
     assert {g.bottleneck for g in mapped.groups} <= {"compute", "DRAM"}
 
 
-def test_below_the_fusion_level_of_three_levels_a_band_is_blocked_exactly():
+@pytest.mark.parametrize("with_array", [False, True])
+def test_below_the_fusion_level_of_three_levels_a_band_is_blocked_exactly(with_array):
+    array = dict(array=pe_array(TINY, (0.5,) * 3), array_level=1) if with_array else {}
     three = Hierarchy((Memory.sram("RF", 8), Memory.sram("local", 64), Memory.sram("global", 4096), Memory.dram()),
-                      16, name="three")
+                      16, name="three", **array)
     inner = below_fusion_level(three)
     assert [m.name for m in inner.levels] == ["RF", "local", "global"] and not inner.levels[-1].bounded
-    layer = Layer(X=4, Y=2, C=2, K=2, Fw=3)  # a band of a 1x3 conv, small enough to enumerate
+    assert inner.array == three.array and inner.array_level == three.array_level
+    layer = Layer(X=4, C=2, K=2, Fw=3)  # a one-row band of a 1x3 conv, small enough to enumerate
     oracle = block(layer, inner, method="exhaustive")
     levels = hierarchy_counts(layer, inner).levels
     assert sum(lv.energy_pj for lv in levels) == pytest.approx(oracle.energy_pj)
