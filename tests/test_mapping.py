@@ -220,3 +220,16 @@ def test_a_band_of_a_prime_number_of_rows_runs_as_two_nests_when_that_costs_less
     assert energy(parts) < 0.8 * energy((band,))  # as one nest the RF keeps one row: every weight read per row
     even = Layer(X=512, C=256, K=512)
     assert _cheapest_parts(even, "X", inner) == (even,)
+
+
+def test_a_convolution_by_a_computed_kernel_is_priced_as_a_pass_over_the_buffer():
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "exports" / "timm_xcit_nano_12_p16_224.onnx"
+    g = engine.load_network(str(path))
+    op = g.op("/pos_embed/token_projection/Conv")  # its kernel is computed; its one weight is the bias
+    with pytest.raises(engine.GraphError, match="computed kernel"):
+        Layer.from_op(g, op)
+    acc = engine.Accelerator.preset("optimus")
+    mapped = map_plan(g, engine.fuse(g, acc, method="dnnvm"), acc)
+    assert mapped.group_of(op.name).nest(op.name).layer is None

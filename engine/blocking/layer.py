@@ -152,6 +152,9 @@ def _conv_layer(graph: Graph, op: Op, out) -> Layer:
     if not op.weights:
         raise GraphError(f"op '{op.name}': a convolution needs its weight tensor to be blocked")
     w = graph.tensor(op.weights[0]).shape  # (K_total, C/groups, kh, kw)
+    if len(w) < 3:  # the kernel is computed (an activation input); the op's only weight is its bias
+        raise GraphError(f"op '{op.name}': its weight tensor '{op.weights[0]}' has shape {w}, not a kernel "
+                         "(K, C/groups, kh, ...): a convolution by a computed kernel cannot be blocked")
     x, y, _ = _spatial(out)
     fw, fh, stride, dilation = _window(op)
     g = op.groups
