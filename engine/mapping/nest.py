@@ -76,8 +76,8 @@ def below_fusion_level(hierarchy: Hierarchy, *, weights_streamed: bool = False) 
                      for T in TENSORS)
     writes = pick(Memory.write_energy) if (top.write_pj or dram.write_pj) else None
     store = Memory(top.name, energy_pj=pick(Memory.energy), write_pj=writes)
-    return Hierarchy((*on_chip[:-1], store), hierarchy.word_bits, hierarchy.mac_pj, f"{hierarchy.name} below {top.name}",
-                     hierarchy.array, min(hierarchy.array_level, len(on_chip) - 1), hierarchy.stationary)
+    return replace(hierarchy, levels=(*on_chip[:-1], store), name=f"{hierarchy.name} below {top.name}",
+                   array_level=min(hierarchy.array_level, len(on_chip) - 1))
 
 
 def op_layer(graph: Graph, op: Op) -> Layer | None:
