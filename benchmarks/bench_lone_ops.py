@@ -1,12 +1,13 @@
 """Lone attention matmuls on their ski-slope, and layout ops folded: the GPT-3-6.7B block before and after (issue 27).
 
 The block as AccelForge's workload has it: the zoo's GPT-3-6.7B block (d 4096, 32 heads of 128, FFN 16384) at
-8,192 tokens in one sequence, 8-bit words, on the `optimus` preset at each buffer size. "Before" figures are
-this script's output at commit 322793b (the tile model tiled a lone matmul of two activations in token rows only,
+8,192 tokens in one sequence, 8-bit words, on the `optimus` preset at each buffer size. "Before" figures were
+measured with the same calls at commit 322793b (the tile model tiled a lone matmul of two activations in token rows only,
 and priced the four head split/merge transposes as ops of their own); they are constants here, the rest is
 computed.
 
-Run: .venv/bin/python -m benchmarks.bench_lone_ops   (prints the markdown section of BENCHMARKS.md; about a minute)
+Run: .venv/bin/python -m benchmarks.bench_lone_ops   (prints the markdown section of BENCHMARKS.md; a few minutes, most of
+them the `optimus` searches on the 8,192-token block)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SIZES = (("64 KB", 64 * KB), ("1 MB", MIB), ("32 MiB", 32 * MIB))
 # layer-by-layer limit
 BEFORE = {"64 KB": (20535.3, 13186.9, 51985.8, 51683.8, 22683.9), "1 MB": (3355.4, 2885.7, 14831.7, 7751.7, 13019.4),
           "32 MiB": (2248.1, 2214.6, 10301.3, 1157.7, 10267.7)}
+BEFORE_1024 = 503.4  # the layer-by-layer limit at 1,024 tokens and 1 GiB at commit 322793b (MB)
 ATTENTION = (("block.attn.scores", (8192, 128, 8192)), ("block.attn.context", (8192, 8192, 128)))
 
 
@@ -42,7 +44,9 @@ def main() -> None:
     print("## Lone attention matmuls and folded layout ops (issue 27)\n")
     print("GPT-3-6.7B block (zoo), 8,192 tokens in one sequence, 8-bit words, `optimus` preset. Scores Q K^T and "
           "context P V alone (`none`) against their ski-slope point (a batched GEMM per head, "
-          "`engine.limit.op_curve`); the block's plans and limits. MB; before: commit 322793b.\n")
+          "`engine.limit.op_curve`); the block's plans and limits. MB; before: commit 322793b. The layer-by-layer "
+          "limit rises at 64 KB (the two matmuls have their ski-slope now, not a flat curve at compulsory traffic) "
+          "and falls elsewhere by the folded transposes (four of 67.1 MB each at 8,192 tokens: 33.6 MB in, 33.6 out).\n")
     print("| buffer | scores alone, before / after / ski-slope | context alone, before / after / ski-slope | "
           "`none` before / after | `optimus` before / after | layer-by-layer limit before / after | fused limit |")
     print("|---|---|---|---|---|---|---|")
@@ -66,10 +70,10 @@ def main() -> None:
     eltwise = sum(group_cost(small, [op.name], acc).dram_bytes for op in small.ops
                   if op.kind in (engine.OpKind.NORM, engine.OpKind.ELTWISE))
     print(f"\nUnfused at 1,024 tokens (a 1 GiB buffer: every op at its compulsory traffic): layer-by-layer limit "
-          f"{lw / 1e6:,.1f} MB (before: {lw / 1e6 + 33.6:,.1f}, the four head split/merge transposes 8.4 MB each); "
+          f"{lw / 1e6:,.1f} MB (before: {BEFORE_1024:,.1f}, the four head split/merge transposes 8.4 MB each); "
           f"less the two LayerNorms and two residual adds ({eltwise / 1e6:,.1f} MB), which AccelForge's workload "
-          f"leaves out: {(lw - eltwise) / 1e6:,.1f} MB, against AccelForge's unfused 427.8 MB (issue 27's run of "
-          f"AccelForge 1.0.467). Whole section: {time.time() - start:.0f} s.")
+          f"leaves out: {(lw - eltwise) / 1e6:,.1f} MB, against AccelForge's unfused 427.8 MB (as issue 27 reports "
+          f"its run of AccelForge 1.0.467). Whole section: {time.time() - start:.0f} s.")
 
 
 if __name__ == "__main__":
