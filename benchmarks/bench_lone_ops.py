@@ -73,7 +73,16 @@ def main() -> None:
           f"{lw / 1e6:,.1f} MB (before: {BEFORE_1024:,.1f}, the four head split/merge transposes 8.4 MB each); "
           f"less the two LayerNorms and two residual adds ({eltwise / 1e6:,.1f} MB), which AccelForge's workload "
           f"leaves out: {(lw - eltwise) / 1e6:,.1f} MB, against AccelForge's unfused 427.8 MB (as issue 27 reports "
-          f"its run of AccelForge 1.0.467). Whole section: {time.time() - start:.0f} s.")
+          f"its run of AccelForge 1.0.467). A batched GEMM's ski-slope, computed once per shape (Llama-3-8B "
+          f"prefill's scores and context, grouped-query rows stacked): {_curve_ms((8192, 128, 2048))} and "
+          f"{_curve_ms((8192, 2048, 128))} ms. Whole section: {time.time() - start:.0f} s.")
+
+
+def _curve_ms(shape: tuple[int, int, int]) -> str:
+    """Wall ms of one uncached ski-slope of a 16-bit batched GEMM of 8 heads (rows x reduction x columns)."""
+    start = time.perf_counter()
+    ski_slope.__wrapped__(gemm(*shape, 16, batch=8), 16)
+    return f"{(time.perf_counter() - start) * 1000:.0f}"
 
 
 if __name__ == "__main__":
