@@ -142,6 +142,8 @@ def chain_search(model: FusionModel, cap: Capacity, *, whole_fanout: bool = Fals
                         lower + node.params > room if shared else True)
                     if streamed:
                         least += pbytes * (node.least_subgroups(batch, room) - 1)  # surely reloaded
+                    if not part.mask and model.folds[x]:
+                        once = least = 0  # a layout op alone folds into its neighbours
                     if bound_only and not part.mask:  # a lone op's own schedule bounds any group's share of it
                         alone = dram_bytes(model, grown, cap)
                         least = INF if alone is None else alone

@@ -129,7 +129,8 @@ NARROW = optimus.Limits(states=3, groups=40, total=500, narrow_states=2, narrow_
 
 
 @pytest.mark.parametrize("name", ["vgg16", "alexnet", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "vit_b_16",
-                                  "efficientnet_b0", "deeplabv3_resnet50", "r2plus1d_18", "transformer"])
+                                  "efficientnet_b0", "deeplabv3_resnet50", "r2plus1d_18", "transformer", "gpt2",
+                                  "llama3_8b_prefill_seq128"])
 def test_compiled_lone_op_costs_match_the_cost_model(name):
     """Every op alone, tiled or layer-wise, at buffers from one that barely runs it to one that holds it whole."""
     for batch in (1, 4):

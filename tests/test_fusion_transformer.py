@@ -325,3 +325,74 @@ def test_imported_gpt2_attention_runs_flashattention_style():
     assert len(model_of(g, acc).online) == 4
     plan = fuse(g, acc)
     assert plan.status == "optimal" and sum(1 for c in plan.costs if c.key_tiles) == 4
+
+
+def _gemm_reference(h: int, k: int, n: int, fmap: int, a: int, b: int, out: int) -> int | None:
+    """The least DRAM bytes of a batched GEMM alone over every row tile t, column block tw and shape of the tile
+    model, costed from the definition (docs/fusion.md, "A lone op"), one head at a time:
+    A's t rows whole beside a t x tw output block (A once, B once per row band); one reduction column of A beside
+    the block (A once per block); B's k x tw block resident beside one row band of A and of the output (A once per
+    block, B once)."""
+    best = None
+    for t in range(1, h + 1):
+        for tw in range(1, n + 1):
+            steps, blocks = -(-h // t), -(-n // tw)
+            shapes = ((t * (k + tw), a + b * steps), (t * (1 + tw), a * blocks + b * steps),
+                      (k * tw + t * (k + tw), a * blocks + b))
+            for footprint, cost in shapes:
+                if footprint <= fmap and (best is None or cost + out < best):
+                    best = cost + out
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_lone_attention_matmul_takes_the_cheapest_tile_of_the_tile_model(seed):
+    # scores (rows x dh x keys) and context (rows x keys x dh) alone, tiled in rows, output columns and reduction:
+    # the search over row tiles equals the exhaustive minimum, the kernel agrees, and no tile beats the ski-slope
+    from engine.fusion import core
+    from engine.fusion.cost import _Lone
+    from engine.limit import at, op_curve
+
+    rng = random.Random(seed)
+    heads = rng.choice([1, 2, 4])
+    g = attention_block(rng.choice([1, 2]), rng.choice([6, 16, 24]), heads, rng.choice([2, 4, 8]),
+                        kv_heads=rng.choice([h for h in (1, 2, heads) if heads % h == 0]))
+    for nbytes in (16, 40, 96, 256, 1024):
+        acc = _acc(nbytes)
+        model, cap = model_of(g, acc), Capacity.of(acc)
+        lone = core.lone_costs(*core.tables(model), *core.workspace(model, search=False),
+                               core.bitset((1 << model.n) - 1, model.n), cap.fmap, cap.param, cap.shared,
+                               cap.per_band, model.batch, model.word_bits)
+        for name in ("scores", "context"):
+            i = model.index[name]
+            assert model.gemm_k[i], name
+            rows, n = model.gemm_rows[i], max(model.geo(j).w for j in model.outs[i])
+            fin, fout, p_elems, _ = model.io(1 << i)
+            want = _gemm_reference(rows, model.gemm_k[i], n, cap.fmap, fin, p_elems * 2, fout)
+            got = _Lone.of(model, i).gemm(cap.fmap)
+            assert (got and got.dram) == want, (seed, nbytes, name)
+            alone = group_cost(g, [name], acc)
+            assert lone[i] == (alone.dram_bytes if alone else -1)
+            if alone is not None:
+                assert alone.dram_bytes >= at(op_curve(g, name), nbytes)
+
+
+def test_a_layout_op_between_two_ops_folds_and_one_at_the_network_edge_materialises():
+    # the head split and merge, K's transpose: alone they move nothing (the producer writes and the consumers read
+    # in their own addressing); {q_proj}, {q_heads}, {scores ...} moves Q twice, as {q_proj, q_heads}, {scores ...}
+    g = attention_block(1, 16, 2, 4)
+    acc = _acc(4096)
+    for name in ("q_heads", "k_heads", "k_t", "v_heads", "merge"):
+        alone = group_cost(g, [name], acc)
+        assert (alone.schedule, alone.dram_bytes) == ("folded", 0), name
+    q = 16 * 8 * 2  # bytes of Q at 16 bits
+    assert group_cost(g, ["q_proj"], acc).fmap_out_bytes == group_cost(g, ["q_proj", "q_heads"], acc).fmap_out_bytes == q
+    # a layout op whose layout is the network's (its input a network input, or its output a network output) is priced
+    b = _Block(1)
+    heads = b.op("heads", OpKind.RESHAPE, (b.tensor("x", (1, 16, 8)),), (1, 2, 16, 4))
+    b.op("merge", OpKind.RESHAPE, (b.op("act", OpKind.ELTWISE, (heads,), (1, 2, 16, 4)),), (1, 16, 2, 4))
+    edge = b.graph("edge", ["x"])
+    for name in ("heads", "merge"):
+        alone = group_cost(edge, [name], acc)
+        assert alone.schedule != "folded" and alone.dram_bytes == 2 * q, name
+    assert engine.limit.network(edge, acc.with_buffer(1 << 20)).layerwise_bytes == 6 * q

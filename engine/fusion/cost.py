@@ -10,7 +10,9 @@ ISOA decisions (Alg. 2) and a batch tile: a sub-group is a row band of t_n image
 
 A single op gets the cheaper of that tiled schedule and a layer-wise schedule that
 blocks output channels (re-reading its input once per block), so every op of a
-covered kind can run on any buffer that holds one input channel's rows. Ops outside
+covered kind can run on any buffer that holds one input channel's rows; a matmul of two
+activations is a batched GEMM tiled in rows, columns and reduction (`_Lone.gemm`), and a
+layout op between two ops folds into their addressing (nothing moved). Ops outside
 the tile model (3-D convolutions, kind other, the reshapes and slices docs/fusion.md
 lists) only run alone, at their compulsory traffic: inputs + outputs + parameters
 once ("unmodelled" in the record). A streamed operand (K^T, V: `FusionModel._streams`)
@@ -76,7 +78,8 @@ class GroupCost:
     fmap_in_bytes: int
     fmap_out_bytes: int
     param_bytes: int
-    schedule: str  # "fused": Eq. 3/4 tiles; "layerwise": one op, output-channel blocks; "unmodelled"
+    schedule: str  # "fused": Eq. 3/4 tiles; "layerwise": one op, output-channel blocks; "unmodelled"; "folded": a
+    # layout op alone, folded into its neighbours' addressing (nothing moved)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     footprint_bytes: int  # fmap tiles on chip at the chosen tile (plus parameters when resident)
@@ -119,7 +122,10 @@ def model_of(graph: Graph, acc: Accelerator) -> FusionModel:
 
 
 def least_bytes(model: FusionModel, mask: int) -> int:
-    """A lower bound on any schedule's traffic: fmaps in and out and parameters, each once."""
+    """A lower bound on any schedule's traffic: fmaps in and out and parameters, each once (nothing for a layout op
+    alone that folds into its neighbours, `FusionModel.folds`)."""
+    if not mask & (mask - 1) and model.folds[mask.bit_length() - 1]:
+        return 0
     fin, fout, p_elems, _ = model.io(mask)
     return fin + fout + _bytes(p_elems, model.word_bits)
 
@@ -142,6 +148,8 @@ def compute_schedule(model: FusionModel, mask: int, cap: Capacity) -> _Schedule 
     ops = model.members(mask)
     if len(ops) > 1:
         best = _tiled(model, mask, cap) if fits(model, mask, cap) else None
+    elif model.folds[ops[0]]:
+        best = _Schedule(0, 0, 0, "folded")  # its producer writes, its consumers read, in their own addressing
     elif not model.covered[ops[0]]:
         fin, fout, p_elems, _ = model.io(mask)
         best = _Schedule(fin, fout, _bytes(p_elems, model.word_bits), "unmodelled")
@@ -243,6 +251,9 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
     it stops where the weight loads alone reach it.
     """
     lone = _Lone.of(model, i)
+    if lone.gemm_k:
+        gemm = lone.gemm(cap.fmap)
+        return gemm if gemm is not None and (beat is None or gemm.dram < beat) else None
     h_out, w_out = lone.h_out, lone.w_out
     heights = ceil_quotients(h_out, 1)
     least = lone.fin + lone.fout
@@ -286,7 +297,7 @@ def _layerwise(model: FusionModel, i: int, cap: Capacity, beat: int | None) -> _
 class _Lone:
     """What the layer-wise schedule of one op depends on: its input windows, output size and traffic once."""
 
-    h_out: int
+    h_out: int  # output rows (a GEMM's: its query heads' rows stacked, `FusionModel.gemm_rows`)
     w_out: int
     c_out: int
     per_group: int  # output channels of one convolution group
@@ -295,6 +306,7 @@ class _Lone:
     fout: int
     pbytes: int
     ins: tuple[tuple[int, int, int, tuple[int, int, int], tuple[int, int, int]], ...]  # (H, W, bytes, row/column rule)
+    gemm_k: int = 0  # a batched GEMM's reduction length (`FusionModel.gemm_k`); 0 for other ops
 
     @classmethod
     def of(cls, model: FusionModel, i: int) -> _Lone:
@@ -303,12 +315,52 @@ class _Lone:
         fin, fout, p_elems, _ = model.io(1 << i)
         ins = tuple((model.geo(j).h, model.geo(j).w, model.tbytes[j], rh, rw)
                     for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
-        return cls(model.out_h[i], max(g.w for g in out_geo), c_out, max(1, c_out // model.graph.ops[i].groups),
-                   model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins)
+        return cls(model.gemm_rows[i] or model.out_h[i], max(g.w for g in out_geo), c_out,
+                   max(1, c_out // model.graph.ops[i].groups),
+                   model.channelwise[i], fin, fout, _bytes(p_elems, model.word_bits), ins, model.gemm_k[i])
 
     def _per_channel(self, t: int, tw: int) -> int:
-        """Input elements of one channel under a tile of t rows and tw columns."""
+        """Input elements of one channel under a tile of t rows and tw columns (a GEMM's least: one reduction
+        column of A's rows)."""
+        if self.gemm_k:
+            return t
         return sum(_need(rh, t, h) * _need(rw, tw, w) for h, w, _, rh, rw in self.ins)
+
+    def gemm(self, fmap: int) -> _Schedule | None:
+        """A batched GEMM alone (`FusionModel.gemm_k`: attention's scores and context) at its cheapest tile, one head
+        of B (and its query heads) at a time; None when no tile fits. Of equal costs, the tallest rows first.
+
+        A band of t rows holds its rows of A whole with the widest block of output columns beside them (A read
+        once), else one reduction column of A and an accumulator of the widest block (A read once per block); B
+        streams past once per band (each block reads its own columns, each image its own B). Or B's widest block of
+        columns stays while every row passes (B read once, A once per block). These are Orojenesis's mapping shapes
+        with the output written once (`engine.limit.einsum`), each holding what the tile model holds.
+        """
+        h, k, n = self.h_out, self.gemm_k, self.w_out
+        best = None  # (bytes, footprint, B resident, row steps, input passes, rows)
+        for t in ceil_quotients(h, 1):
+            tw = min(n, fmap // t - k)
+            footprint, passes = t * (k + tw), 1
+            if tw < 1:
+                tw = min(n, fmap // t - 1)
+                footprint, passes = t * (1 + tw), -(-n // max(1, tw))
+            if tw >= 1:
+                steps = -(-h // t)
+                cost = self.fin * passes + self.fout + self.pbytes * steps
+                if best is None or cost < best[0]:
+                    best = (cost, footprint, False, steps * -(-n // tw), passes, t)
+        tw = min(n, (fmap - k) // (k + 1))
+        if tw >= 1:
+            t = min(h, (fmap - k * tw) // (k + tw))
+            passes = -(-n // tw)
+            cost = self.fin * passes + self.fout + self.pbytes
+            if best is None or cost < best[0]:
+                best = (cost, k * tw + t * (k + tw), True, -(-h // t) * passes, passes, t)
+        if best is None:
+            return None
+        cost, footprint, resident, steps, passes, t = best
+        return _Schedule(self.fin * passes, self.fout, cost - self.fin * passes - self.fout, "layerwise", footprint,
+                         resident, steps, 1, passes, t)
 
     def fits(self, fmap: int, images: int, t: int, tw: int) -> bool:
         """Whether one input channel and one output channel of the tile fit (monotone in every argument)."""
@@ -368,15 +420,15 @@ def runs_alone(model: FusionModel, i: int, cap: Capacity) -> bool:
     column, image, input and output channel fit (fit is monotone in each, and those are
     the smallest candidates `_layerwise` tries when the tiled one is missing).
     """
-    if not model.covered[i] or model.fits_finest(1 << i, cap.fmap):
+    if not model.covered[i] or model.folds[i] or model.fits_finest(1 << i, cap.fmap):
         return True
     return _Lone.of(model, i).fits(cap.fmap, 1, 1, 1)
 
 
 def smallest_buffer_bytes(model: FusionModel, i: int) -> int:
     """Fewest buffer bytes op i needs to run alone: one row, column, image and output channel."""
-    ins = sum(_need(rh, 1, model.geo(j).h) * _need(rw, 1, model.geo(j).w)
-              for j, rh, rw in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
+    ins = 1 if model.gemm_k[i] else sum(_need(rh, 1, model.geo(j).h) * _need(rw, 1, model.geo(j).w) for j, rh, rw
+                                         in zip(model.ins[i], model.rules[i], model.wrules[i]) if not model.stream[j])
     return _bytes(ins + len(model.outs[i]), model.word_bits)
 
 
@@ -424,7 +476,7 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     return out
 
 
-_KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled"}
+_KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled", core.FOLDED: "folded"}
 
 
 def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_rows: dict[int, int],

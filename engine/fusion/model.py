@@ -40,6 +40,7 @@ _MERGE_AT = 16  # ISOA states beyond which states telling every pending consumer
 _TILED_KINDS = {OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT,
                 OpKind.MATMUL, OpKind.SOFTMAX, OpKind.NORM, OpKind.RESHAPE}
 _INPLACE_KINDS = {OpKind.CONCAT, OpKind.SPLIT, OpKind.RESHAPE}  # write into / read from (views of) one buffer
+_LAYOUT_KINDS = {OpKind.RESHAPE, OpKind.SPLIT}  # views of one tensor: they move no data of their own
 _ROWWISE_KINDS = {OpKind.SOFTMAX, OpKind.NORM}  # reduce along a token row: a tile needs whole rows, all columns
 _CHANNELWISE_KINDS = {OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE, OpKind.CONCAT, OpKind.SPLIT}
 
@@ -209,7 +210,12 @@ class FusionModel:
             self.rules.append(tuple(self._rule(op, j, h, 0) for j in self.ins[i]))
             self.wrules.append(tuple(self._rule(op, j, max(g.w for g in outs), 1) for j in self.ins[i]))
         self.passes_mask = sum(1 << i for i, v in enumerate(self.passes) if v)
+        # layout ops folded into their neighbours' addressing: a view (reshape, transpose, split of heads) between
+        # two ops, not a network input's or output's own layout; alone it moves nothing (`cost.compute_schedule`)
+        self.folds = [self.inplace[i] and op.kind in _LAYOUT_KINDS and all(self.producer[j] >= 0 for j in self.ins[i])
+                      and not any(self.is_graph_output[j] for j in self.outs[i]) for i, op in enumerate(ops)]
         self._streams(ops)
+        self._gemms(ops)
         self._attention(ops)
         # per op, flat for the kernel's growth (`core.grow._add`, the search's inner loop): each input as (tensor, producer, bytes, readers,
         # returned by the network, whole-image elements held when read from outside, elements loaded when
@@ -337,6 +343,21 @@ class FusionModel:
             if s >= 0 and (mask >> s) & 1 and self.spill_on[s][0] >= 0 and (mask >> self.spill_on[s][0]) & 1:
                 total -= self.spill_on[s][1]
         return total
+
+    def _gemms(self, ops) -> None:
+        """`gemm_k`, `gemm_rows`: per op, the reduction length and rows of one GEMM of a matmul of two activations
+        whose second operand is streamed (attention's scores and context: one GEMM per head of B and image, the
+        rows of its g query heads stacked, g = 1 but for grouped-query heads), else 0. Alone, such an op is tiled
+        in rows, output columns and reduction (`cost._Lone`), not only in rows of tokens."""
+        self.gemm_k, self.gemm_rows = [0] * self.n, [0] * self.n
+        for i, op in enumerate(ops):
+            if not (self.covered[i] and _act_matmul(op) and len(self.ins[i]) == 2 and len(self.outs[i]) == 1):
+                continue
+            (a, b), o = self.ins[i], self.outs[i][0]
+            ga, gb, go = self.geo(a), self.geo(b), self.geo(o)
+            if self.stream[b] and ga.channels == go.channels and go.channels % gb.channels == 0 and ga.h == go.h and (
+                    gb.h == ga.w and gb.w == go.w and ga.batch == go.batch):
+                self.gemm_k[i], self.gemm_rows[i] = ga.w, go.h * (go.channels // gb.channels)
 
     def _streams(self, ops) -> None:
         """Which tensors are streamed (see the module docstring): read only as the second operand of a matmul of

@@ -24,7 +24,8 @@ parameters times their loads (Eq. 3). Summed over groups:
     smaller of the op's input and output elements of one image;
 (4) an op alone pays at least its ski-slope, i.e. its compulsory traffic plus the excess.
 So each op adds the smaller of (3)'s reloads and (4)'s excess over compulsory to
-(1) + (2). What this omits: fmaps that must leave the chip because no group holding both
+(1) + (2); a batched GEMM of attention adds nothing (its excess is its streamed operand's
+reloads, which (3) does not bound in a group). What this omits: fmaps that must leave the chip because no group holding both
 their producer and consumer fits (the bound lets every intermediate stay), and the
 reloads an op's group shares with other members beyond its own.
 """
@@ -72,7 +73,7 @@ def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:
             raise EngineError(f"op '{op.name}' of '{graph.name}' needs at least {op.steps[0][0]} bytes of buffer "
                               f"under any tiling; '{acc.name}' holds {reach}")
         layerwise += lone
-        extra = (lone - op.compulsory) * 8
+        extra = 0 if op.streams else (lone - op.compulsory) * 8
         if op.params and op.can_fuse:
             stays = op.params <= (cap.fmap - 1 if cap.shared else cap.param)
             loads = 1 if stays else max(1, -(-graph.batch * op.whole // max(1, cap.fmap)))

@@ -4,10 +4,12 @@ Shapes, halos, bytes per tensor and which ops the tile model covers are read off
 fusion cost model's own tables (`engine.fusion.model.FusionModel`), so the limit and the
 prices it bounds agree on every convention. A conv or a weight matmul of the tile model gets
 its exact ski-slope (`einsum.ski_slope`, streamed operands taking no room as Eq. 4 gives
-streamed parameters none); every other op (element-wise, pooling, depthwise, concat/split,
-and the kinds the tile model prices at compulsory traffic: softmax, norm, reshape, matmuls
-of two activations) gets a flat curve at its compulsory traffic: inputs, outputs and
-parameters once, which is what the cost model charges at least (`cost.least_bytes`).
+streamed parameters none), and so does a matmul of two activations the tile model prices as a
+batched GEMM (`FusionModel.gemm_k`: attention's scores and context, one GEMM per head and image,
+the streamed operand in the weights' place); every other op (element-wise, pooling, depthwise,
+concat/split, and the kinds the tile model prices at compulsory traffic: softmax, norm, reshape)
+gets a flat curve at its compulsory traffic: inputs, outputs and parameters once, which is what
+the cost model charges at least (`cost.least_bytes`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class OpTable:
     params: int  # elements of the op's own parameters that can be reloaded (0: none, or shared with another op)
     whole: int  # elements of one image of its smaller full-depth side (input or output): see graph_limit
     can_fuse: bool  # covered by the tile model, so it may share a group
+    streams: bool = False  # a batched GEMM: its excess is the streamed operand's reloads, which a group may cut
 
 
 @lru_cache(maxsize=16)
@@ -66,7 +69,7 @@ def _table(model: FusionModel, i: int) -> OpTable:
         out = sum(_geo(model, j).row * _geo(model, j).h for j in model.outs[i])
         inp = sum(_geo(model, j).row * _geo(model, j).h for j in model.ins[i])
         whole = min(out, inp)
-    return OpTable(model.names[i], steps, compulsory, params, whole, model.covered[i])
+    return OpTable(model.names[i], steps, compulsory, params, whole, model.covered[i], bool(model.gemm_k[i]))
 
 
 def _geo(model: FusionModel, j: int) -> TensorGeo:
@@ -77,8 +80,14 @@ def _geo(model: FusionModel, j: int) -> TensorGeo:
 
 
 def einsum_of(model: FusionModel, i: int) -> Einsum | None:
-    """The Einsum of a conv or weight matmul the tile model covers (one activation in, one out), else None."""
+    """The Einsum of a conv or weight matmul the tile model covers (one activation in, one out), or of a batched GEMM
+    (`FusionModel.gemm_k`: rows x reduction x output columns, one per head and image), else None."""
     op = model.graph.ops[i]
+    if model.gemm_k[i]:
+        g_out, rows = _geo(model, model.outs[i][0]), model.gemm_rows[i]
+        fin, fout, p_elems, _ = model.io(1 << i)
+        return Einsum((Rank(rows, rows, (SAME, 1, 1)),), model.gemm_k[i], g_out.w, 1,
+                      g_out.batch * g_out.channels * g_out.h // rows, fin, math.ceil(p_elems * model.word_bits / 8), fout)
     if op.kind not in _EINSUM_KINDS or not model.covered[i] or len(model.ins[i]) != 1 or len(model.outs[i]) != 1:
         return None
     j_in, j_out = model.ins[i][0], model.outs[i][0]

@@ -49,10 +49,18 @@ _drop_stale_cache()
 
 # imported after `_drop_stale_cache`, so that Numba loads no stale machine code: the order is the point
 from engine.fusion.core.grow import window_limit  # noqa: E402
-from engine.fusion.core.schedule import FUSED, LAYERWISE, UNMODELLED, group_dram, lone_costs, schedules  # noqa: E402
+from engine.fusion.core.schedule import (  # noqa: E402
+    FOLDED,
+    FUSED,
+    LAYERWISE,
+    UNMODELLED,
+    group_dram,
+    lone_costs,
+    schedules,
+)
 from engine.fusion.core.search import options as search_options  # noqa: E402
 from engine.fusion.core.search import search  # noqa: E402
 from engine.fusion.core.tables import bitset, tables, workspace  # noqa: E402
 
-__all__ = ["FUSED", "LAYERWISE", "UNMODELLED", "bitset", "group_dram", "lone_costs", "schedules", "search",
+__all__ = ["FOLDED", "FUSED", "LAYERWISE", "UNMODELLED", "bitset", "group_dram", "lone_costs", "schedules", "search",
            "search_options", "tables", "window_limit", "workspace"]

@@ -35,6 +35,7 @@ from engine.fusion.core.tables import (
     FAN_OUT,
     FIN,
     FLOOR,
+    FOLDS,
     FOUT,
     FULL,
     FULL_ROW,
@@ -158,6 +159,8 @@ def _grow(t, at, st, dep, log, top, work, cand, done, ready, allowed, room, para
             streamed = (d > 0 or bound_only) and not resident and (lower + p_elems > room if shared else True)
             if streamed:  # surely reloaded
                 least += pbytes * (max(1, -(-batch * dep[WHOLE, c1] // room)) - 1)
+            if c1 == 1 and t[at[FOLDS] + x]:
+                once = least = 0  # a layout op alone folds into its neighbours
             if (dep[NCOMP, c1] == 1 or bound_only) and (not online or dep[FAN_OUT, c1] == 0):
                 for k in range(1, c1 + 1):
                     offered.append(dep[PATH, k])

@@ -27,9 +27,11 @@ from engine.fusion.core.tables import (
     F_ROW,
     FIN,
     FLOOR,
+    FOLDS,
     FOUT,
     FULL,
     FULL_ROW,
+    GEMM_K,
     IN_BYTES,
     IN_GROUP,
     IN_H,
@@ -39,6 +41,7 @@ from engine.fusion.core.tables import (
     IN_W,
     IN_WRULE,
     K_ROWS,
+    LONE_H,
     OP_NEED,
     OUT_H,
     PARAMS,
@@ -205,6 +208,9 @@ def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, pe
     for i in range(n):
         if not _has(ops, i):
             continue
+        if t[at[FOLDS] + i]:
+            out[i] = 0  # a layout op alone folds into its neighbours
+            continue
         dep[:, 0] = 0
         _add(t, at, st, dep, log, top, work, 1, i, False)
         p_elems = dep[PARAMS, 1]
@@ -289,6 +295,9 @@ def _traffic(t, at, i, fout, pbytes, fmap, images, rows, cols, tiles):
 def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
     """`cost._layerwise`: (DRAM bytes, images, rows, columns) of the cheapest layer-wise schedule of op i below
     `beat` (any when -1); bytes -1 when there is none."""
+    if t[at[GEMM_K] + i]:
+        best, _, _, _, _, rows, cols, _, _ = _gemm(t, at, i, fin, fout, pbytes, fmap)
+        return (-1 if beat >= 0 and best >= beat else best), 1, rows, cols
     h_out, w_out = t[at[OUT_H] + i], t[at[W_OUT] + i]
     heights = [h_out]  # distinct ceil(h_out / j), tallest first
     j = 2
@@ -343,8 +352,39 @@ def _layerwise(t, at, i, fin, fout, pbytes, fmap, beat, per_band, batch):
     return best, best_images, best_rows, best_cols
 
 
+@njit(cache=True)
+def _gemm(t, at, i, fin, fout, pbytes, fmap):
+    """`_Lone.gemm`: (DRAM bytes, footprint, B resident, row steps, input passes, rows, columns, A's bytes, B's
+    bytes) of a batched GEMM's cheapest tile alone; bytes -1 when none fits."""
+    h, k, n = t[at[LONE_H] + i], t[at[GEMM_K] + i], t[at[W_OUT] + i]
+    best = (-1, 0, False, 0, 0, 0, 0, 0, 0)
+    rows, j = h, 1  # the distinct ceil(h / j), tallest first
+    while j <= h:
+        rows = -(-h // j)
+        cols = min(n, fmap // rows - k)  # A's rows whole beside the block: A read once
+        footprint, passes = rows * (k + cols), 1
+        if cols < 1:  # one reduction column of them: A read once per block
+            cols = min(n, fmap // rows - 1)
+            footprint, passes = rows * (1 + cols), -(-n // max(1, cols))
+        if cols >= 1:
+            steps = -(-h // rows)
+            cost = fin * passes + fout + pbytes * steps
+            if best[0] < 0 or cost < best[0]:
+                best = (cost, footprint, False, steps * -(-n // cols), passes, rows, cols, fin * passes, pbytes * steps)
+        j = h + 1 if rows == 1 else max(j + 1, -(-h // (rows - 1)))
+    cols = min(n, (fmap - k) // (k + 1))  # B's widest block of columns resident, one row of A and of the output
+    if cols >= 1:
+        rows = min(h, (fmap - k * cols) // (k + cols))
+        passes = -(-n // cols)
+        cost = fin * passes + fout + pbytes
+        if best[0] < 0 or cost < best[0]:
+            best = (cost, k * cols + rows * (k + cols), True, -(-h // rows) * passes, passes, rows, cols, fin * passes,
+                    pbytes)
+    return best
+
+
 # ---- the schedules of a plan's groups (`cost.compute_schedule`, for `cost.records`) -------------------------------------
-FUSED, LAYERWISE, UNMODELLED = 0, 1, 2
+FUSED, LAYERWISE, UNMODELLED, FOLDED = 0, 1, 2, 3
 (KIND, S_FIN, S_FOUT, S_PAR, S_FOOTPRINT, S_RESIDENT, S_STEPS, S_IMAGES, S_PASSES, S_ROWS, S_FAILED,
  S_SIZE) = range(12)
 
@@ -377,6 +417,10 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
         i = dep[PATH, 1]
         p_elems = dep[PARAMS, d]
         pbytes = -(-p_elems * word_bits // 8)
+        if d == 1 and t[at[FOLDS] + i]:
+            row[KIND], row[S_STEPS], row[S_IMAGES], row[S_PASSES] = FOLDED, 1, 1, 1
+            _undo(st, log, top, 0)
+            continue
         if d == 1 and not t[at[COVERED] + i]:
             row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR] = UNMODELLED, dep[FIN, 1], dep[FOUT, 1], pbytes
             row[S_STEPS], row[S_IMAGES], row[S_PASSES] = 1, 1, 1
@@ -393,7 +437,14 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
                 tiles[g, q], isoa[g, q] = dep[K_ROWS, q + 1], dep[CHOSEN, q + 1]
         tiled = fin + fout + par if fin >= 0 else -1
         least = dep[FIN, 1] + dep[FOUT, 1] + pbytes
-        if d == 1 and (tiled < 0 or tiled > least):
+        if d == 1 and (tiled < 0 or tiled > least) and t[at[GEMM_K] + i]:
+            cost, footprint, resident, steps, passes, rows, _, fin, par = _gemm(t, at, i, dep[FIN, 1], dep[FOUT, 1],
+                                                                                pbytes, room)
+            if cost >= 0 and (tiled < 0 or cost < tiled):
+                row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR] = LAYERWISE, fin, dep[FOUT, 1], par
+                row[S_FOOTPRINT], row[S_RESIDENT], row[S_STEPS], row[S_IMAGES] = footprint, resident, steps, 1
+                row[S_PASSES], row[S_ROWS] = passes, rows
+        elif d == 1 and (tiled < 0 or tiled > least):
             cost, lw_images, rows, cols = _layerwise(t, at, i, dep[FIN, 1], dep[FOUT, 1], pbytes, room, tiled,
                                                      per_band, batch)
             if cost >= 0 and (tiled < 0 or cost < tiled):

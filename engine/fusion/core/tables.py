@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the model builds its tables through `layout`, so this modul
  LINK_PTR, LINK_IDX, IN_PTR, IN_T, IN_P, IN_BYTES, IN_RET, IN_HELD, N_READERS, W_PTR, W_IDX, W_ELEMS, F_PTR, F_J,
  F_A, F_C, F_P, F_PROWS, F_H, F_ROW, OUT_PTR, OUT_IDX, RD_PTR, RD_IDX, T_BYTES, T_PRODUCER, T_RETURNED, OWN_WBYTES,
  SHARES_W, W_OUT, C_OUT, PER_GROUP, CHANNELWISE, IN_H, IN_W, IN_RULE, IN_WRULE, IN_SELEMS, IN_STREAM, SM_QK, SM_BYTES,
- AV_SM, PASSES) = range(55)
+ AV_SM, PASSES, GEMM_K, LONE_H, FOLDS) = range(58)
 _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow_out", "whole_row",
            "succ_ptr", "succ_idx", "pred_ptr", "pred_idx", "link_ptr", "link_idx",
            "in_ptr", "in_t", "in_p", "in_bytes", "in_ret", "in_held", "n_readers",
@@ -32,7 +32,7 @@ _FIELDS = ("out_h", "floor", "full_row", "save_row", "inplace", "covered", "grow
            "f_ptr", "f_j", "f_a", "f_c", "f_p", "f_prows", "f_h", "f_row",
            "out_ptr", "out_idx", "rd_ptr", "rd_idx", "t_bytes", "t_producer", "t_returned", "own_wbytes", "shares_w",
            "w_out", "c_out", "per_group", "channelwise", "in_h", "in_w", "in_rule", "in_wrule", "in_selems",
-           "in_stream", "sm_qk", "sm_bytes", "av_sm", "passes")
+           "in_stream", "sm_qk", "sm_bytes", "av_sm", "passes", "gemm_k", "lone_h", "folds")
 
 
 def tables(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +58,9 @@ def layout(model: FusionModel) -> tuple[np.ndarray, np.ndarray]:
     columns = {
         "out_h": model.out_h, "floor": model.floor, "full_row": model.full_row, "save_row": model.save_row,
         "inplace": [int(v) for v in model.inplace], "covered": [int(v) for v in model.covered],
-        "passes": [int(v) for v in model.passes],
+        "passes": [int(v) for v in model.passes], "gemm_k": model.gemm_k,
+        "lone_h": [r or h for r, h in zip(model.gemm_rows, model.out_h)],  # rows a lone op tiles (`cost._Lone`)
+        "folds": [int(v) for v in model.folds],
         "grow_out": model.grow_out, "whole_row": model.whole_row,
         "n_readers": [c.bit_count() for c in model.consumer_mask], "w_elems": [model.weight_elems[w] for w in wnames],
     }
