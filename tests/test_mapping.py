@@ -233,3 +233,15 @@ def test_a_convolution_by_a_computed_kernel_is_priced_as_a_pass_over_the_buffer(
     acc = engine.Accelerator.preset("optimus")
     mapped = map_plan(g, engine.fuse(g, acc, method="dnnvm"), acc)
     assert mapped.group_of(op.name).nest(op.name).layer is None
+
+
+def test_a_folded_layout_op_costs_nothing_in_the_mapping():
+    g = engine.load_network("gpt2")
+    acc = engine.Accelerator.preset("optimus")
+    plan = engine.fuse(g, acc, method="none")
+    folded = [c for c in plan.costs if c.schedule == "folded"]
+    assert folded and all(c.dram_bytes == 0 for c in folded)
+    mapped = map_plan(g, plan, acc)
+    for cost in folded:
+        group = mapped.group_of(cost.ops[0])
+        assert group.total_pj == 0 and group.dram_bytes == 0 and group.latency_s == 0

@@ -133,6 +133,9 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     """A lone op's mappings: blocked on the whole hierarchy, and in fusion's own bands with each band blocked below
     the buffer (fusion's line buffer reads each input row once, which the blocking's tiles cannot express)."""
     op = graph.op(cost.ops[0])
+    if cost.schedule == "folded":  # a layout op its neighbours' addressing absorbs: no pass of its own
+        folded = OpNest(op.name, None, 0.0, (), 0, 0, 0.0, 0, ("# folded into its neighbours' addressing",))
+        return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, 0.0, acc)]
     nest = lone_nest(graph, op, acc)
     dram = next((c for c in nest.levels if c.kind == "dram"), None)
     if dram is None:  # no loop nest: its traffic is fusion's
