@@ -76,7 +76,7 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
     except GraphError:
         return None
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
-                  groups=layer.groups, has_weights=layer.has_weights)
+                  groups=layer.groups, has_weights=layer.has_weights, pad=layer.pad)
     counts = _counts(shape, Hierarchy.from_accelerator(acc))
     return OpAccessCounts(op.name, layer, *counts)
 
