@@ -204,10 +204,10 @@ def window_sum(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int,
     padded = sum(m * n * (span(x, w, stride, dilation) if x and w else 0)
                  for x, m in _extents(getattr(layer, out), s[out], a, inside)
                  for w, n in _extents(getattr(layer, win), s[win], f, inside))
-    return padded - border_words(layer, unroll, axis, a, f, inside) if clip else padded
+    return padded - _border_words(layer, unroll, axis, a, f, inside) if clip else padded
 
 
-def border_words(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool) -> int:
+def _border_words(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool) -> int:
     """Zero-border positions along `axis` that the tiles of `window_sum` cover, summed like it: padding is made on
     chip, so these are never moved. Only tiles that reach the border are enumerated (a few per layer)."""
     if not any(layer.pad[2 * axis:2 * axis + 2]):
