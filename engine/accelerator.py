@@ -21,7 +21,10 @@ EYERISS_ENERGY = {"mac": 1.0, "rf": 1.0, "array": 2.0, "buffer": 6.0, "dram": 20
 # the tpu_like and eyeriss_like inputs of zigzag-dse 3.9): twice the per-byte figures, no array energy.
 TABLES = {"eyeriss": EYERISS_ENERGY,
           "tpu-like": {"mac": 0.08, "rf": 0.19, "array": 0.0, "buffer": 3.2512, "dram": 175.0},
-          "eyeriss-like": {"mac": 1.0, "rf": 2.0, "array": 0.0, "buffer": 4.1667, "dram": 250.0}}
+          "eyeriss-like": {"mac": 1.0, "rf": 2.0, "array": 0.0, "buffer": 4.1667, "dram": 250.0},
+          # AccelForge 1.0.467's examples/arches/tpu_v4i.yaml (after Jouppi et al., ISCA 2023), per bit x 16: MAC
+          # 0.084 pJ per 8-bit MAC, weight register 0, GlobalBuffer reads 1.88 pJ/bit, MainMemory 7.03 pJ/bit
+          "tpu-v4i": {"mac": 0.168, "rf": 0.0, "array": 0.0, "buffer": 30.08, "dram": 112.48}}
 ENERGY_TABLES = (*TABLES, "yang")
 
 
@@ -41,6 +44,13 @@ class Accelerator:
 
     A split on-chip memory (DianNao, ShiDianNao) sets `input/weight/output_buffer_bytes`;
     `buffer_bytes` is then their sum. `energy` names the per-access energy table.
+
+    `psum_bits` is the width of a partial sum (None: `word_bits`). `arrays` copies of the PE array (each with its own
+    levels below the global buffer) run side by side. The vector unit doing element-wise, softmax, norm and pooling
+    work has `vector_lanes` operations a cycle and `vector_pj` per operation (None: the PE array does it, one
+    operation per PE a cycle at the MAC's energy, as `engine.energy` counts it). Area: `sram_um2_per_byte` and
+    `rf_um2_per_byte` (square micrometres per byte of the buffers and of each PE's registers), `mac_um2` per PE's
+    datapath, `vector_mm2` for the vector unit (None: not given; `engine.blocking.area_mm2` says which it needs).
     """
 
     name: str
@@ -58,6 +68,14 @@ class Accelerator:
     energy: str = "eyeriss"
     source: str = ""
     hierarchy: str = ""  # a per-operand blocking hierarchy (engine.blocking presets), "" for RF / buffer / DRAM
+    psum_bits: int | None = None
+    arrays: int = 1
+    vector_lanes: int | None = None
+    vector_pj: float | None = None
+    sram_um2_per_byte: float | None = None
+    rf_um2_per_byte: float | None = None
+    mac_um2: float | None = None
+    vector_mm2: float | None = None
 
     def __post_init__(self):
         split = (self.input_buffer_bytes, self.weight_buffer_bytes, self.output_buffer_bytes)
@@ -76,6 +94,16 @@ class Accelerator:
         _check_float(self.name, "DRAM bandwidth (bytes/s)", self.dram_bandwidth, 1e3, 1e14)
         if self.energy not in ENERGY_TABLES:
             raise UnknownNameError("energy table", self.energy, ENERGY_TABLES)
+        if self.psum_bits is not None:
+            _check_int(self.name, "partial-sum bits", self.psum_bits, self.word_bits, 64)
+        _check_int(self.name, "PE arrays", self.arrays, 1, 1024)
+        if self.vector_lanes is not None:
+            _check_int(self.name, "vector lanes", self.vector_lanes, 1, 1 << 20)
+        for what, value in (("vector_pj", self.vector_pj), ("sram_um2_per_byte", self.sram_um2_per_byte),
+                            ("rf_um2_per_byte", self.rf_um2_per_byte), ("mac_um2", self.mac_um2),
+                            ("vector_mm2", self.vector_mm2)):
+            if value is not None:
+                _check_float(self.name, what, value, 0.0, 1e9)
 
     # ---- presets ---------------------------------------------------------
     @staticmethod
@@ -116,6 +144,16 @@ class Accelerator:
     @property
     def word_bytes(self) -> float:
         return self.word_bits / 8
+
+    @property
+    def vector_ops_per_cycle(self) -> int:
+        """Element-wise operations a cycle: the vector unit's lanes, or one per PE without one."""
+        return self.vector_lanes if self.vector_lanes is not None else self.pes * self.arrays
+
+    @property
+    def vector_op_pj(self) -> float:
+        """Energy of one element-wise operation: the vector unit's, or a MAC's without one."""
+        return self.vector_pj if self.vector_pj is not None else self.energy_pj("mac")
 
     @property
     def split_buffers(self) -> bool:

@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 
 from engine.accelerator import Accelerator
+from engine.errors import EngineError
 from engine.fusion import dataflow
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, Op, OpKind
@@ -106,6 +107,31 @@ def op_accesses(graph: Graph, op: Op, acc: Accelerator) -> OpAccesses:
                           3 * op.macs, op.macs, cycles, op.macs)
     alu = _alu_ops(op, out_elems, in_elems)
     return OpAccesses(in_elems + out_elems, in_elems + out_elems, 2 * alu, alu, math.ceil(alu / acc.pes), 0)
+
+
+@dataclass(frozen=True)
+class VectorCost:
+    """Element-wise work of one op on the accelerator's vector unit: operations, energy (pJ) and cycles."""
+
+    operations: int
+    energy_pj: float
+    cycles: int
+
+
+def vector_cost(graph: Graph, op: Op | str, acc: Accelerator) -> VectorCost:
+    """Operations, energy and cycles of an op without MACs (element-wise, softmax, norm, pooling) on `acc`'s vector
+    unit (`Accelerator.vector_ops_per_cycle` and `vector_op_pj`); the operations are `op_accesses`' ALU count.
+
+    Ops with MACs run on the PE array: asking for one is an `EngineError`.
+    """
+    op = graph.op(op) if isinstance(op, str) else op
+    if op.macs and op.kind is not OpKind.POOL:
+        raise EngineError(f"op '{op.name}' ({op.kind}) has {op.macs:,} MACs and runs on the PE array; vector_cost "
+                          "prices element-wise, softmax, norm and pooling work")
+    out_elems = sum(graph.tensors[t].elements for t in op.outputs)
+    in_elems = sum(graph.tensors[t].elements for t in dict.fromkeys(op.inputs))
+    ops = _alu_ops(op, out_elems, in_elems)
+    return VectorCost(ops, ops * acc.vector_op_pj, math.ceil(ops / acc.vector_ops_per_cycle))
 
 
 def _alu_ops(op: Op, out_elems: int, in_elems: int) -> int:

@@ -4,6 +4,7 @@ search against brute force over every tile chain, loop order, unrolling and leve
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -41,19 +42,20 @@ def network_priced():
 
 
 # ---- the model against a walk of every PE's data ----------------------------------------------
-def words(layer, T, unroll, starts, extents, pe=None):
+def words(layer, T, unroll, starts, extents, pe=None, clip=False):
     """The distinct real words of T that temporal extents (per dim, from `starts`) touch on one PE (`pe`: its index
     per dim) or on the whole array, enumerated index by index; a padded index (past the layer's bound) touches
-    nothing."""
+    nothing, nor, with `clip` (loads from DRAM), does an input position in the zero border."""
     ranges = []
     for d, s, t0, n in zip(DIMS, unroll, starts, extents):
         js = [pe[DIMS.index(d)]] if pe is not None else range(s)
         ranges.append([t * s + j for t in range(t0, t0 + n) for j in js if t * s + j < getattr(layer, d)])
     x, y, c, k, n_, fw, fh = ranges
     (sx, sy), (dx, dy) = layer.stride, layer.dilation
-    if T == "I":
+    (x0, x1), (y0, y1) = (layer.real_range(0), layer.real_range(1)) if clip else ((-1, 10**9), (-1, 10**9))
+    if T == "I":  # the zero border is made on chip: DRAM moves only real input positions
         return len({(b, ch, a * sx + p * dx, r * sy + q * dy) for b in n_ for ch in c for a in x for p in fw
-                    for r in y for q in fh})
+                    for r in y for q in fh if x0 <= a * sx + p * dx < x1 and y0 <= r * sy + q * dy < y1})
     if T == "W":
         return len({(kk, ch, p, q) for kk in k for ch in c for p in fw for q in fh})
     return len({(b, kk, a, r) for b in n_ for kk in k for a in x for r in y})
@@ -62,7 +64,10 @@ def words(layer, T, unroll, starts, extents, pe=None):
 def simulate(layer, h, b):
     """Walk every temporal step; count a refill whenever a stored tile's indices change; words by enumeration.
 
-    Returns {(level, T): reads}, {(level, T): writes} and {T: network words}.
+    Returns {(level, T): reads}, {(level, T): writes}, {T: network words} and {(level, T): energy}: a boundary that
+    some output crosses more than once carries partial sums (priced `h.psum_scale` times a word); with
+    `h.both_ends` the level a tile lands in (the outermost holder below its source) writes the fills and reads the
+    outputs out, and partial sums read their zero too.
     """
     m = len(b.tiles)
     loops = [(blk, d, b.trips(blk)[d]) for blk in reversed(range(m)) for d in reversed(b.orders[blk])]
@@ -71,14 +76,15 @@ def simulate(layer, h, b):
     reads, writes, noc = {}, {}, dict.fromkeys("IWO", 0)
     ones = (1,) * len(DIMS)
 
-    def units(T, level, tile, starts):
+    def units(T, level, tile, starts, clip):
         if h.inside(level):
-            return sum(words(layer, T, b.unroll, starts, tile, pe) for pe in pes)
-        return words(layer, T, b.unroll, starts, tile)
+            return sum(words(layer, T, b.unroll, starts, tile, pe, clip) for pe in pes)
+        return words(layer, T, b.unroll, starts, tile, clip=clip)
 
     def add(table, key, n):
         table[key] = table.get(key, 0) + n
 
+    links = {}  # (child, src, T) -> [words at src, first-fill words at src, words at the level below, below]
     for T in layer.tensors:
         keep = stored_levels(T, b, h)
         chain = [(None, holders(h, T)[0])] + list(zip(keep, [*keep[1:], m]))
@@ -95,19 +101,40 @@ def simulate(layer, h, b):
                 for p, (blk, d, _) in zip(point, loops):
                     if blk >= lo:
                         starts[DIMS.index(d)] += p * (b.tiles[blk][DIMS.index(d)] if blk >= 0 else 1)
-                n_src = units(T, src, tile, starts)
-                n_pe = units(T, 0, tile, starts) if h.array and not h.inside(src) and (child is None or h.inside(child)) \
-                    else 0
+                clip = src == m
+                n_src = units(T, src, tile, starts, clip)
+                n_pe = units(T, 0, tile, starts, clip) if h.array and not h.inside(src) \
+                    and (child is None or h.inside(child)) else 0
                 first = (child, key) not in seen
                 seen.add((child, key))
-                if T == "O":  # written up; read back down unless this is the output's first fill
-                    add(writes, (src, T), n_src)
-                    add(reads, (src, T), 0 if first else n_src)
-                    noc[T] += n_pe * (1 if first else 2)
-                else:
-                    add(reads, (src, T), n_src)
-                    noc[T] += n_pe
-    return reads, writes, noc
+                below = None if child is None else max(x for x in holders(h, T) if x < src)
+                link = links.setdefault((child, src, T), [0, 0, 0, below])
+                link[0] += n_src
+                link[1] += n_src if first else 0
+                link[2] += 0 if below is None else units(T, below, tile, starts, clip)
+                noc[T] += n_pe * (1 if first or T != "O" else 2)
+    energy = {}
+    for (_child, src, T), (n, first, n_below, below) in links.items():
+        psum = T == "O" and n > first
+        x = h.psum_scale if psum else 1.0
+        if T == "O":  # written up; read back down unless this is the output's first fill (both-ends: that too)
+            back = n if h.both_ends and psum else n - first
+            add(writes, (src, T), n)
+            add(reads, (src, T), back)
+            add(energy, (src, T), x * (back * h.levels[src].energy(T) + n * h.levels[src].write_energy(T)))
+        else:
+            add(reads, (src, T), n)
+            add(energy, (src, T), n * h.levels[src].energy(T))
+        if h.both_ends and below is not None:
+            low = h.levels[below]
+            if T == "O":
+                add(reads, (below, T), n_below)
+                add(writes, (below, T), n - first)
+                add(energy, (below, T), x * (n_below * low.energy(T) + (n - first) * low.write_energy(T)))
+            else:
+                add(writes, (below, T), n_below)
+                add(energy, (below, T), n_below * low.write_energy(T))
+    return reads, writes, noc, energy
 
 
 def random_blocking(layer, h, rng):
@@ -128,10 +155,19 @@ def rows_and_lanes():
                       Memory("DRAM", energy_pj=(100,) * 3)), array=arr, array_level=1, name="rs-lanes")
 
 
+def zigzag_priced(h):
+    """`h` priced as ZigZag does: 32-bit partial sums of 16-bit words, both ends of every transfer charged."""
+    return replace(h, psum_bits=32, charge="both-ends", name=h.name + "-zz")
+
+
 WALK = [(Layer(X=3, Y=2, C=3, K=5, Fw=2, name="conv"), tpu_like(2, 4)),
         (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
         (Layer(X=2, Y=4, C=2, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided"), row_stationary()),
-        (Layer(X=2, Y=2, C=4, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided-lanes"), rows_and_lanes())]
+        (Layer(X=2, Y=2, C=4, K=2, Fw=2, Fh=3, stride=(2, 2), name="strided-lanes"), rows_and_lanes()),
+        (Layer(X=3, Y=2, C=3, K=5, Fw=3, pad=(1, 1, 0, 0), name="padded"), zigzag_priced(tpu_like(2, 4))),
+        (Layer(X=3, Y=2, C=2, K=2, Fh=3, Fw=2, pad=(0, 1, 1, 1), name="padded-rows"), zigzag_priced(row_stationary())),
+        (Layer(X=2, Y=3, C=4, K=2, Fw=3, Fh=2, stride=(2, 1), pad=(2, 1, 1, 0), name="padded-lanes"),
+         zigzag_priced(rows_and_lanes()))]
 
 
 @pytest.mark.parametrize("layer, h", WALK, ids=lambda x: getattr(x, "name", ""))
@@ -140,7 +176,7 @@ def test_evaluate_matches_walk_of_every_pe(layer, h):
     for _ in range(30):
         b = random_blocking(layer, h, rng)
         cost = evaluate(layer, h, b)
-        reads, writes, noc = simulate(layer, h, b)
+        reads, writes, noc, pj = simulate(layer, h, b)
         names = [x.name for x in h.levels]
         energy = sum(h.array.noc_pj["IWO".index(T)] * n for T, n in noc.items())
         for a in cost.accesses:
@@ -149,8 +185,8 @@ def test_evaluate_matches_walk_of_every_pe(layer, h):
                 continue
             key = names.index(a.level), a.tensor
             assert (a.reads, a.writes) == (reads.get(key, 0), writes.get(key, 0)), (b, a)
-            mem = h.levels[key[0]]
-            energy += reads.get(key, 0) * mem.energy(a.tensor) + writes.get(key, 0) * mem.write_energy(a.tensor)
+            assert a.energy_pj == pytest.approx(pj.get(key, 0.0)), (b, a)
+            energy += pj.get(key, 0.0)
         assert cost.memory_pj == pytest.approx(energy)
 
 
@@ -160,7 +196,12 @@ BRUTE = [(Layer(X=2, Y=2, C=4, K=3, name="wide-C"), tpu_like(2, 2, 64)),
          (Layer(X=2, Y=3, C=2, K=2, Fh=3, name="rows"), row_stationary()),
          (Layer(X=2, Y=2, C=3, K=2, Fh=2, stride=(2, 2), name="strided"), row_stationary()),
          (Layer(X=3, C=2, K=4, Fw=2, name="passed-on"), network_priced()),
-         (Layer(X=2, Y=2, C=2, K=4, Fh=2, name="passed-on-rows"), network_priced())]
+         (Layer(X=2, Y=2, C=2, K=4, Fh=2, name="passed-on-rows"), network_priced()),
+         (Layer(X=2, Y=2, C=4, K=3, name="wide-C-zz"), zigzag_priced(tpu_like(2, 2, 64))),
+         (Layer(X=4, C=2, K=4, Fw=3, pad=(1, 1, 0, 0), name="padded-zz"), zigzag_priced(tpu_like(2, 2, 64))),
+         (Layer(X=3, Y=2, C=2, K=2, Fw=3, Fh=2, pad=(1, 1, 1, 0), name="padded-rows-zz"),
+          zigzag_priced(row_stationary())),
+         (Layer(X=3, C=2, K=4, Fw=2, name="passed-on-zz"), zigzag_priced(network_priced()))]
 
 
 @pytest.mark.parametrize("layer, h", BRUTE, ids=lambda x: getattr(x, "name", ""))

@@ -42,14 +42,19 @@ def once_pj(layer: Layer, hierarchy: Hierarchy) -> float:
     """Energy (pJ, one group) of every real word of each operand held on chip loaded once from DRAM (outputs
     written once into it, at its write price); real words outside the array do not depend on the unrolling."""
     view = SpatialView.of(layer, (1,) * len(DIMS))
-    return sum(_dram_once_pj(hierarchy, T) * view.real(T, view.dims, False)
+    return sum(_dram_once_pj(hierarchy, T) * view.real(T, view.dims, False, True)
                for T in layer.tensors if any(mem.keeps(T) for mem in hierarchy.on_chip))
 
 
 def _dram_once_pj(hierarchy: Hierarchy, T: str) -> float:
-    """DRAM's price of a word of T moved once: read (inputs, weights) or written (outputs)."""
+    """DRAM's price of a word of T (held on chip) moved once: read (inputs, weights) or written (outputs); with both
+    ends charged, plus the outermost on-chip holder's write of it (or read of an output out to DRAM)."""
     dram = hierarchy.levels[-1]
-    return dram.write_energy(T) if T == "O" else dram.energy(T)
+    pj = dram.write_energy(T) if T == "O" else dram.energy(T)
+    if hierarchy.both_ends:
+        last = hierarchy.levels[max(l for l, mem in enumerate(hierarchy.on_chip) if mem.keeps(T))]
+        pj += last.energy(T) if T == "O" else last.write_energy(T)
+    return pj
 
 
 def mac_floors(layer: Layer, hierarchy: Hierarchy, unrolls) -> np.ndarray:
@@ -142,11 +147,17 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
     charge = {}
     for T in on_chip:
         l = routes.h0[T]
-        once = _dram_once_pj(hierarchy, T) * grid.full[T]
-        moved = (grid.moved[T] * grid.above, grid.moved_pe[T] * grid.above, grid.full[T], grid.full_pe[T])
-        full = (grid.full[T], grid.full_pe[T], grid.full[T], grid.full_pe[T])
+        # without the input's zero border: what DRAM moves, no more than what an on-chip level moves
+        once = _dram_once_pj(hierarchy, T) * grid.full_dram[T]
+        moved = (grid.moved_dram[T] * grid.above, grid.moved_pe_dram[T] * grid.above, grid.full_dram[T],
+                 grid.full_pe_dram[T])
+        full = (grid.full_dram[T], grid.full_pe_dram[T], grid.full_dram[T], grid.full_pe_dram[T])
         for route, ks, extra in (("chip", range(l, last[T]), once), ("dram", range(last[T], m), 0.0)):
             charge[T, route] = tuple(_least_charge(routes, T, ks, *words) + extra for words in (moved, full))
+            if T == "O" and any((k, T) in routes.coef_psum for k in ks):  # refilled more than once: partial sums
+                psum = _least_charge(routes, T, ks, *moved, coefs=routes.coef_psum) + extra
+                charge[T, route] = (np.where(moved[0] > full[0] * (1 + 1e-9), psum, charge[T, route][0]),
+                                    charge[T, route][1])
     macs = sum(_level0_of(layer, hierarchy, grid.view.unroll, T) for T in layer.tensors)
     if not tight:  # each operand by its cheaper route, each level's operands alone
         total = macs
@@ -224,12 +235,12 @@ def refill_bound(layer: Layer, hierarchy: Hierarchy, unroll, tight: bool = True)
     return best
 
 
-def _least_charge(routes: Routes, T: str, boundaries, words, words_pe, full, full_pe):
+def _least_charge(routes: Routes, T: str, boundaries, words, words_pe, full, full_pe, *, coefs=None):
     """The least energy (pJ) of moving `words` of T (`words_pe` into the PEs) across any of `boundaries`, by their
-    coefficients (`Routes.coef`; inf with none)."""
+    coefficients (`coefs`, `Routes.coef` by default; inf with none)."""
     best = np.inf
     for k in boundaries:
-        a_pe, b_pe, a_arr, b_arr = routes.coef[k, T]
+        a_pe, b_pe, a_arr, b_arr = (coefs or routes.coef).get((k, T), routes.coef[k, T])
         best = np.minimum(best, a_arr * words - b_arr * full + a_pe * words_pe - b_pe * full_pe)
     return best
 
@@ -250,19 +261,26 @@ def _level0_pj(layer: Layer, hierarchy: Hierarchy, unrolls, operands=TENSORS) ->
         h0 = next(l for l, mem in enumerate(hierarchy.levels) if mem.keeps(T))
         inside = hierarchy.inside(h0)
         mem = hierarchy.levels[h0]
-        words, copies = mac_words(layer, unrolls, u, T, inside)  # an output's first write reads no zero
-        total += mem.energy(T) * (words - copies * layer.size(T)) + mem.write_energy(T) * words if T == "O" \
-            else mem.energy(T) * words
+        words, copies = mac_words(layer, unrolls, u, T, inside, h0 == len(hierarchy.on_chip))
+        if T == "O":  # partial sums at their width; an output's first write reads no zero (but both-ends)
+            final = copies * layer.size(T)
+            psum = words > final
+            back = np.where(psum & hierarchy.both_ends, words, words - final)
+            total += np.where(psum, hierarchy.psum_scale, 1.0) * (mem.energy(T) * back + mem.write_energy(T) * words)
+        else:
+            total += mem.energy(T) * words
         if hierarchy.array is not None and not inside and noc[T]:
-            words, copies = mac_words(layer, unrolls, u, T, True)
+            words, copies = mac_words(layer, unrolls, u, T, True, h0 == len(hierarchy.on_chip))
             total += noc[T] * (2 * words - copies * layer.size(T) if T == "O" else words)
     return total
 
 
-def mac_words(layer: Layer, unrolls, u: np.ndarray, T: str, inside: bool) -> tuple[np.ndarray, np.ndarray]:
+def mac_words(layer: Layer, unrolls, u: np.ndarray, T: str, inside: bool,
+              clip: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per unrolling, the real words of T the MACs take over all steps (one word per busy PE per step: each real
     index once per step of the loops that do not index it; `SpatialView.moved` of a one-step tile, in closed
-    form), and the copies of each real word (busy PEs along the loops that do not index T, inside the array)."""
+    form), and the copies of each real word (busy PEs along the loops that do not index T, inside the array);
+    `clip`: without the input's zero border (MACs reading straight from DRAM)."""
     if T == "W" and not layer.has_weights:
         return np.zeros(len(u)), np.ones(len(u))
     steps = np.ceil(np.array(layer.dims) / u)
@@ -271,9 +289,7 @@ def mac_words(layer: Layer, unrolls, u: np.ndarray, T: str, inside: bool) -> tup
     per_step = np.prod(steps[:, irrelevant], axis=1) * copies
     if T != "I":
         return per_step * layer.size(T), copies
-    if inside:
-        return per_step * layer.N * layer.C * layer.X * layer.Fw * layer.Y * layer.Fh, copies
-    windows = np.array([window_sum(layer, v, 0, 1, 1, False) * window_sum(layer, v, 1, 1, 1, False)
+    windows = np.array([window_sum(layer, v, 0, 1, 1, inside, clip) * window_sum(layer, v, 1, 1, 1, inside, clip)
                         for v in unrolls], dtype=np.float64)
     return per_step * layer.N * layer.C * windows, copies
 
@@ -312,7 +328,7 @@ def refill_floor(layer: Layer, hierarchy: Hierarchy, grid: TileGrid, l: int) -> 
     above = hierarchy.levels[l + 1:]
     for T in layer.tensors:
         distinct = grid.above * grid.group[T] / grid.full_group[T]
-        fills = grid.moved[T] * distinct
-        words = 2 * fills - grid.full[T] if T == "O" else fills
+        fills = grid.moved_dram[T] * distinct  # no more than any level moves
+        words = 2 * fills - grid.full_dram[T] if T == "O" else fills
         total += min(mem.energy(T) for mem in above) * words
     return total

@@ -84,7 +84,7 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
 def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "") -> OpAccessCounts:
     """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy)."""
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
-                  groups=layer.groups, has_weights=layer.has_weights)
+                  groups=layer.groups, has_weights=layer.has_weights, pad=layer.pad)
     return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy))
 
 

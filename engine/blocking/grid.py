@@ -45,7 +45,9 @@ class TileGrid:
 
     `fp[T]` are the words of the whole array's tile (the layer's own footprint without an array), `per_pe[T]`
     one PE's (what levels store); `moved[T]` and `moved_pe[T]` the real words one load of a tile moves, on
-    average over its positions (a padded dim's last tile is partial), into the array's or every busy PE's tiles.
+    average over its positions (a padded dim's last tile is partial), into the array's or every busy PE's tiles;
+    `moved_dram`, `moved_pe_dram`, `full_dram` and `full_pe_dram` the same without the input's zero border (what DRAM
+    moves: the border is made on chip).
     """
 
     def __init__(self, layer: Layer, unroll: tuple[int, ...] | None = None):
@@ -64,6 +66,13 @@ class TileGrid:
         self.moved_pe = {T: self._moved(T, True) for T in TENSORS}
         self.full = {T: float(self.view.real(T, dims, False)) for T in layer.tensors}  # words of the whole layer
         self.full_pe = {T: float(self.view.real(T, dims, True)) for T in layer.tensors}
+        self.moved_dram, self.moved_pe_dram, self.full_dram, self.full_pe_dram = \
+            self.moved, self.moved_pe, self.full, self.full_pe
+        if any(layer.pad):
+            self.moved_dram = {**self.moved, "I": self._moved("I", False, True)}
+            self.moved_pe_dram = {**self.moved_pe, "I": self._moved("I", True, True)}
+            self.full_dram = {**self.full, "I": float(self.view.real("I", dims, False, True))}
+            self.full_pe_dram = {**self.full_pe, "I": float(self.view.real("I", dims, True, True))}
         self.above = np.prod(np.array(dims) // self.val, axis=1).astype(np.float64)  # such tiles in the layer
         # per tensor T: product of the tile's bounds over the loops that reuse T (REUSE_GROUP)
         cols = {d: self.val[:, j].astype(np.float64) for j, d in enumerate(DIMS)}
@@ -75,7 +84,7 @@ class TileGrid:
         """Per dim: divides[j][a, b] is True when divisor a divides divisor b (the DP's pairing; bounds need none)."""
         return [(d[None, :] % d[:, None]) == 0 for d in self.divs]
 
-    def _moved(self, T: str, inside: bool) -> np.ndarray:
+    def _moved(self, T: str, inside: bool, clip: bool = False) -> np.ndarray:
         """Real words of T per load of each tile (see `SpatialView.real`), on average over the tile's positions."""
         view, dims = self.view, self.view.dims
         positions = np.prod([dims[j] / self.val[:, j] for j, d in enumerate(DIMS) if d in RELEVANT[T]], axis=0)
@@ -85,7 +94,7 @@ class TileGrid:
         real: float | np.ndarray = float(lane_copies(view.unroll, T, inside) * self.layer.N * self.layer.C)
         for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))):
             i, k = DIMS.index(out), DIMS.index(win)
-            table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside)
+            table = np.array([[window_sum(self.layer, view.unroll, axis, int(a), int(f), inside, clip)
                                for f in self.divs[k]] for a in self.divs[i]], dtype=np.float64)
             real = real * table[self.idx[:, i], self.idx[:, k]]
         return real / positions
@@ -123,20 +132,24 @@ def capacity_ok(hierarchy: Hierarchy, level: int, layer: Layer, used: dict) -> n
     return sum(used[T] for T in held) <= hierarchy.capacity_words(level)
 
 
-def refill_words(layer: Layer, grid: TileGrid, a, b, *, pe: bool = False, raw: bool = False):
+def refill_words(layer: Layer, grid: TileGrid, a, b, *, pe: bool = False, raw: bool = False, clip: bool = False):
     """Words of each tensor moved into tiles `a` from their parents `b`, one dict per canonical order, and per
     tensor whether its tile changes from `a` to `b` (it is stored in the parent, rather than passing through).
 
     `b` are the parent tiles (grid indices), or None for the whole layer (the DRAM block). A tile of
     `a` is loaded `above(a) / run` times, where run is the reuse by the block's first loops (Table 2);
     outputs move both ways (written back, and read again except the first fill; with `raw` only the fills
-    are given). Words are those of the array's whole tile, or with `pe` those of every busy PE's own tile.
+    are given). Words are those of the array's whole tile, or with `pe` those of every busy PE's own tile; with
+    `clip` without the input's zero border (loads from DRAM).
     """
     if b is None:
         group = {T: grid.full_group[T] / grid.group[T][a] for T in TENSORS}
     else:
         group = {T: grid.group[T][b] / grid.group[T][a] for T in TENSORS}
-    moved, full = (grid.moved_pe, grid.full_pe) if pe else (grid.moved, grid.full)
+    if clip:
+        moved, full = (grid.moved_pe_dram, grid.full_pe_dram) if pe else (grid.moved_dram, grid.full_dram)
+    else:
+        moved, full = (grid.moved_pe, grid.full_pe) if pe else (grid.moved, grid.full)
     base = {T: moved[T][a] * grid.above[a] for T in layer.tensors}  # words moved with no reuse in the block
     changed = {}
     for T in layer.tensors:

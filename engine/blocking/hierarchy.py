@@ -8,7 +8,7 @@ memory width), log-linear between rows, DRAM (320 pJ) beyond 16 MB.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.accelerator import Accelerator
 from engine.blocking.layer import DIMS, TENSORS
@@ -19,6 +19,10 @@ from engine.memory_energy import MAC_PJ, TABLE3_DRAM_PJ, access_energy_pj  # acc
 KB = 1024
 MB = 1024 * KB
 UNROLLINGS = ("all", "maximal")
+# What a transfer between two levels costs: "served" (Yang et al., Eq. 1) charges the level that serves it (reads,
+# and the partial sums written back into it); "both-ends" (ZigZag) also charges the fills written into the level
+# below, the outputs read out of it on their way up, and the read of the zero a partial sum starts from.
+CHARGES = ("served", "both-ends")
 
 
 
@@ -32,6 +36,8 @@ class Memory:
     their accesses go to the next level up that holds them. A level pays, as in Yang's Eq. 1, for the
     words it serves to the level below and the partial sums written back into it (fills from above are
     not charged); reads at `energy_pj`, writes at `write_pj` (I, W, O) when given, else at `energy_pj`.
+    `read_bw` and `write_bw` are the words the level reads or writes per cycle, all its ports together (None: not
+    limiting), for a latency model; `area_mm2` its silicon (per PE for a level inside the array; None: not given).
     """
 
     name: str
@@ -40,6 +46,9 @@ class Memory:
     energy_pj: tuple[float, ...] = (TABLE3_DRAM_PJ,) * 3  # three (I, W, O), checked below
     holds: str = "IWO"
     write_pj: tuple[float, float, float] | None = None
+    read_bw: float | None = None
+    write_bw: float | None = None
+    area_mm2: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.holds, str) or not self.holds or set(self.holds) - set(TENSORS) \
@@ -68,6 +77,12 @@ class Memory:
             object.__setattr__(self, "write_pj", tuple(float(e) for e in self.write_pj))
             if len(self.write_pj) != 3 or any(e < 0 for e in self.write_pj):
                 raise EngineError(f"memory '{self.name}': write_pj must be three non-negative numbers (I, W, O)")
+        for what, zero_ok in (("read_bw", False), ("write_bw", False), ("area_mm2", True)):
+            v = getattr(self, what)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 0 or (v == 0 and not zero_ok)):
+                raise EngineError(f"memory '{self.name}': {what} must be a {'non-negative' if zero_ok else 'positive'} "
+                                  f"number or None, got {v!r}")
 
     @property
     def bounded(self) -> bool:
@@ -190,7 +205,10 @@ class Hierarchy:
     With an `array`, the first `array_level` levels sit inside every PE (capacities per PE) and
     the others outside the array, shared by all PEs. With `stationary`, the MACs read an input or weight
     word from its innermost holder once per run of the loops inside level 0's tile that do not index it
-    (innermost first; ZigZag's rule), rather than once per MAC.
+    (innermost first; ZigZag's rule), rather than once per MAC. Partial sums are `psum_bits` wide (None: `word_bits`):
+    every output word crossing a boundary that some output crosses more than once is priced at that width (as ZigZag
+    prices a transfer period holding partial sums), the others at `word_bits`; per-word energies are at `word_bits`.
+    `charge` names what a transfer costs (`CHARGES`).
     """
 
     levels: tuple[Memory, ...]
@@ -200,6 +218,8 @@ class Hierarchy:
     array: SpatialArray | None = None
     array_level: int = 0
     stationary: bool = False  # an input or weight word at the MAC is reused over the innermost loops that skip it
+    psum_bits: int | None = None
+    charge: str = "served"
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
@@ -219,6 +239,22 @@ class Hierarchy:
                               f"PE), and 0 without an array; got {self.array_level!r}")
         if not isinstance(self.word_bits, int) or not 1 <= self.word_bits <= 64:
             raise EngineError(f"hierarchy '{self.name}': word_bits must be between 1 and 64, got {self.word_bits!r}")
+        if self.psum_bits is not None and (isinstance(self.psum_bits, bool) or not isinstance(self.psum_bits, int)
+                                           or not self.word_bits <= self.psum_bits <= 64):
+            raise EngineError(f"hierarchy '{self.name}': psum_bits must be a whole number from word_bits "
+                              f"({self.word_bits}) to 64, got {self.psum_bits!r}")
+        if self.charge not in CHARGES:
+            raise UnknownNameError(f"charge of hierarchy '{self.name}'", self.charge, CHARGES)
+
+    @property
+    def psum_scale(self) -> float:
+        """Energy of a partial-sum word over a final output word's (psum_bits / word_bits)."""
+        return (self.psum_bits or self.word_bits) / self.word_bits
+
+    @property
+    def both_ends(self) -> bool:
+        """Whether fills and read-outs are charged too (`charge="both-ends"`)."""
+        return self.charge == "both-ends"
 
     @property
     def on_chip(self) -> tuple[Memory, ...]:
@@ -249,8 +285,7 @@ class Hierarchy:
                 raise UnknownNameError("memory level", n, known)
         kept = tuple(m for m in self.on_chip if m.name in names)
         inner = sum(m.name in names for m in self.on_chip[:self.array_level])
-        return Hierarchy((*kept, self.levels[-1]), self.word_bits, self.mac_pj, self.name, self.array, inner,
-                         self.stationary)
+        return replace(self, levels=(*kept, self.levels[-1]), array_level=inner)
 
     # ---- the hierarchies of the paper's evaluation -------------------------
     @classmethod
@@ -287,16 +322,19 @@ class Hierarchy:
             return PRESETS[acc.hierarchy](acc)
         lv = acc.levels
         rf, dram = lv[0], lv[-1]
-        levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3)]
+        levels = [Memory("RF", size_bytes=rf.size_bytes, energy_pj=(rf.energy_pj,) * 3,
+                         area_mm2=_area(acc.rf_um2_per_byte, acc.rf_bytes))]
         if acc.split_buffers:
             per_buffer = tuple(m.energy_pj for m in lv[1:-1])  # IB, KB, OB, or one figure for all three
             levels.append(Memory("buffer", split_bytes=_split_bytes(acc),
-                                 energy_pj=per_buffer if len(per_buffer) == 3 else per_buffer * 3))
+                                 energy_pj=per_buffer if len(per_buffer) == 3 else per_buffer * 3,
+                                 area_mm2=_area(acc.sram_um2_per_byte, acc.buffer_bytes)))
         else:
-            levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3))
+            levels.append(Memory("buffer", size_bytes=lv[1].size_bytes, energy_pj=(lv[1].energy_pj,) * 3,
+                                 area_mm2=_area(acc.sram_um2_per_byte, acc.buffer_bytes)))
         levels.append(Memory("DRAM", energy_pj=(dram.energy_pj,) * 3))
         return cls(tuple(levels), acc.word_bits, acc.energy_pj("mac"), name=acc.name,
-                   array=pe_array(acc, (acc.energy_pj("array"),) * 3), array_level=1)
+                   array=pe_array(acc, (acc.energy_pj("array"),) * 3), array_level=1, psum_bits=acc.psum_bits)
 
     @classmethod
     def preset(cls, name: str) -> Hierarchy:
@@ -325,21 +363,28 @@ def tpu_like(acc: Accelerator) -> Hierarchy:
     et al., ISCA 2017): per PE a weight register file (W only, 128 B) and an accumulator (one partial sum), a 2 MB
     SRAM holding inputs and outputs (weights bypass it), DRAM; C on the rows, K on the columns.
 
-    Energies per 8-bit word from ZigZag's per-access costs (read / write): registers 0.095 (W) and 0.021 (O),
-    SRAM 416.16 / 378.4 pJ per 2048 bits (1.6256 / 1.478 pJ a byte), DRAM 700 / 750 pJ per 64 bits (87.5 /
-    93.75 pJ a byte), MAC 0.04 pJ (fills are not charged). The accumulator's 16-bit partial sum
-    counts as one word; multicast and reduction are free, and MAC inputs and weights are `stationary`, as in
-    ZigZag.
+    Energies per 8-bit word from ZigZag's per-access costs (read / write): registers 0.095 (W, one 8-bit access)
+    and 0.021 per 16-bit access of the accumulator (0.0105 a byte), SRAM 416.16 / 378.4 pJ per 2048 bits (1.6256 /
+    1.478 pJ a byte), DRAM 700 / 750 pJ per 64 bits (87.5 / 93.75 pJ a byte), MAC 0.04 pJ; partial sums of
+    `acc.psum_bits` (ZigZag's 16), both ends of every transfer charged, as ZigZag does. The accumulator's partial
+    sum counts as one word of its capacity; multicast and reduction are free, and MAC inputs and weights are
+    `stationary`, as in ZigZag. Port widths (ZigZag's bits a cycle) give the bandwidths.
     """
     wb = acc.word_bits // 8 or 1
     scale = acc.word_bits / 8
     def rw(r, w):
         return dict(energy_pj=tuple(x * scale for x in r), write_pj=tuple(x * scale for x in w))
-    levels = (Memory("O-reg", split_bytes=(0, 0, wb), holds="O", **rw((0, 0, 0.021), (0, 0, 0.021))),
-              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), holds="W", **rw((0, 0.095, 0), (0, 0.095, 0))),
-              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **rw((1.6256, 0, 1.6256), (1.478125, 0, 1.478125))),
+    per_byte = 8 / acc.word_bits  # ZigZag's ports, in bits a cycle, as words
+    levels = (Memory("O-reg", split_bytes=(0, 0, wb), holds="O", **rw((0, 0, 0.0105), (0, 0, 0.0105)),
+                     read_bw=2 * per_byte, write_bw=2 * per_byte, area_mm2=_area(acc.rf_um2_per_byte, wb)),
+              Memory("W-reg", split_bytes=(0, acc.rf_bytes, 0), holds="W", **rw((0, 0.095, 0), (0, 0.095, 0)),
+                     read_bw=per_byte, write_bw=per_byte, area_mm2=_area(acc.rf_um2_per_byte, acc.rf_bytes)),
+              Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", **rw((1.6256, 0, 1.6256), (1.478125, 0, 1.478125)),
+                     read_bw=256 * per_byte, write_bw=256 * per_byte,
+                     area_mm2=_area(acc.sram_um2_per_byte, acc.buffer_bytes)),
               Memory("DRAM", **rw((87.5,) * 3, (93.75,) * 3)))
-    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2, True)
+    return Hierarchy(levels, acc.word_bits, 0.04 * scale, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 2, True,
+                     psum_bits=acc.psum_bits, charge="both-ends")
 
 
 def eyeriss_like(acc: Accelerator) -> Hierarchy:
@@ -352,22 +397,63 @@ def eyeriss_like(acc: Accelerator) -> Hierarchy:
     two capacities (inputs bypass it); a 1 MB SRAM for inputs and outputs (`acc.buffer_bytes`); DRAM. ZigZag
     lets the three RFs (and the two SRAMs) cut the loop nest at different points; here each group shares
     one cut, which keeps the exact search to one level order.
-    Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (psum RF 1.5 / 2.0 per access), 8 KB 10 / 15 pJ and 64 KB
-    20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384 bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ (fills are
-    not charged); the array's network is free and MAC inputs and weights are `stationary`, as in ZigZag.
+    Per 8-bit word (read / write): RFs 1.0 / 1.5 pJ (the psum RF 1.5 / 2.0 per 24-bit access, which holds one 16-bit
+    partial sum: 0.75 / 1.0 a byte), 8 KB 10 / 15 pJ and 64 KB 20 / 25 pJ per 128 bits, 1 MB 100 / 130 pJ per 384
+    bits, DRAM 1000 pJ per 64 bits; MAC 0.5 pJ; partial sums of `acc.psum_bits` (ZigZag's 16), both ends of every
+    transfer charged; the array's network is free and MAC inputs and weights are `stationary`, as in ZigZag.
+    Bandwidths from ZigZag's ports (bits a cycle, all of a level's memories together; a read-write port counts for
+    both): RFs 8 + 8 + 24, W/O SRAMs 128 + 128 (the 64 KB's read or write port, the 8 KB's read-write one), 1 MB 384.
     """
     s = acc.word_bits / 8
-    levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 1.5 * s),
-                     write_pj=(1.5 * s, 1.5 * s, 2.0 * s)),
+    w = 8 / acc.word_bits  # words per bit-a-cycle of a port, x 8
+    sram = acc.sram_um2_per_byte
+    levels = (Memory("PE RFs", split_bytes=(64, 64, 8), energy_pj=(1.0 * s, 1.0 * s, 0.75 * s),
+                     write_pj=(1.5 * s, 1.5 * s, 1.0 * s), read_bw=5 * w, write_bw=5 * w,
+                     area_mm2=_area(acc.rf_um2_per_byte, 64 + 64 + 8)),
               Memory("W/O SRAMs", split_bytes=(0, 64 * KB, 8 * KB), holds="WO", energy_pj=(0, 20 / 16 * s, 10 / 16 * s),
-                     write_pj=(0, 25 / 16 * s, 15 / 16 * s)),
+                     write_pj=(0, 25 / 16 * s, 15 / 16 * s), read_bw=32 * w, write_bw=32 * w,
+                     area_mm2=_area(sram, 72 * KB)),
               Memory("SRAM", size_bytes=acc.buffer_bytes, holds="IO", energy_pj=(100 / 48 * s, 0, 100 / 48 * s),
-                     write_pj=(130 / 48 * s, 0, 130 / 48 * s)),
+                     write_pj=(130 / 48 * s, 0, 130 / 48 * s), read_bw=48 * w, write_bw=48 * w,
+                     area_mm2=_area(sram, acc.buffer_bytes)),
               Memory("DRAM", energy_pj=(125 * s,) * 3, write_pj=(125 * s,) * 3))
-    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1, True)
+    return Hierarchy(levels, acc.word_bits, 0.5 * s, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1, True,
+                     psum_bits=acc.psum_bits, charge="both-ends")
 
 
-PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like}
+def tpu_v4i(acc: Accelerator) -> Hierarchy:
+    """TPU v4i (Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer for Machine Learning with Hardware
+    Support for Embeddings", ISCA 2023), level by level as AccelForge 1.0.467's examples/arches/tpu_v4i.yaml:
+    a one-word weight register per PE (free to read and write), the 128 x 128 array (C over the rows, reduced into
+    the outputs; K over the columns, the inputs multicast), a 4 MB LocalBuffer for inputs and outputs (one of four,
+    one per array: `acc.arrays`), the 128 MB GlobalBuffer (`acc.buffer_bytes`, the fusion buffer) and MainMemory.
+
+    AccelForge's energies are per bit: LocalBuffer 0.249 / 0.293 pJ (read / write), GlobalBuffer 1.88 / 2.36 pJ,
+    MainMemory 7.03 pJ, a MAC 0.084 pJ; GlobalBuffer ports 2048 GB/s read and 1024 GB/s write at 1.05 GHz, the others
+    unlimited. Areas: GlobalBuffer 112 mm2, LocalBuffer 51 mm2 each (both from the paper's Fig. 6), the register
+    85 um2 per PE (AccelForge: 10 % of Fig. 6's 14 mm2 per 128 x 128 array). Both ends of every transfer are
+    charged; no operand is held at the MAC beyond the weight register (not `stationary`).
+    """
+    bits = acc.word_bits
+    def per_word(r, w):
+        return dict(energy_pj=(r * bits,) * 3, write_pj=(w * bits,) * 3)
+    cycle = acc.clock_hz * bits / 8  # bytes a second per word a cycle
+    levels = (Memory("Register", split_bytes=(0, acc.rf_bytes, 0), holds="W", energy_pj=(0, 0, 0),
+                     area_mm2=_area(acc.rf_um2_per_byte, acc.rf_bytes)),
+              Memory("LocalBuffer", size_bytes=4 * MB, holds="IO", **per_word(0.249, 0.293), area_mm2=51.0),
+              Memory("GlobalBuffer", size_bytes=acc.buffer_bytes, **per_word(1.88, 2.36), read_bw=2048e9 / cycle,
+                     write_bw=1024e9 / cycle, area_mm2=112.0),
+              Memory("MainMemory", **per_word(7.03, 7.03)))
+    return Hierarchy(levels, bits, 0.084 * bits / 8, acc.name, pe_array(acc, (0.0, 0.0, 0.0)), 1,
+                     psum_bits=acc.psum_bits, charge="both-ends")
+
+
+PRESETS = {"tpu-like": tpu_like, "eyeriss-like": eyeriss_like, "tpu-v4i": tpu_v4i}
+
+
+def _area(um2_per_byte: float | None, nbytes: int) -> float | None:
+    """mm2 of `nbytes` at `um2_per_byte` (None when the accelerator gives no figure)."""
+    return None if um2_per_byte is None else um2_per_byte * nbytes * 1e-6
 
 
 def _split_bytes(acc: Accelerator) -> tuple[int, int, int]:

@@ -42,6 +42,9 @@ class Layer:
     X, Y are output columns and rows, C input channels and K output channels per group,
     Fw x Fh the window, N the batch. `stride` and `dilation` are (along X, along Y).
     A layer without weights (pooling, LRN) has `has_weights=False`: no kernel buffer.
+    `pad` is the zero border the windows read past the real input, (X begin, X end, Y begin, Y end): the
+    accelerator makes it on chip, so transfers move only real input positions (`real_range`), while a
+    level still stores the padded tile.
     """
 
     X: int = 1
@@ -56,6 +59,7 @@ class Layer:
     groups: int = 1
     has_weights: bool = True
     name: str = ""
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     def __post_init__(self):
         for d in DIMS:
@@ -69,6 +73,16 @@ class Layer:
                 raise EngineError(f"layer '{self.name}': {what} must be two whole numbers >= 1, got {pair!r}")
         if not isinstance(self.groups, int) or self.groups < 1:
             raise EngineError(f"layer '{self.name}': groups must be a whole number >= 1, got {self.groups!r}")
+        object.__setattr__(self, "pad", tuple(self.pad))
+        if len(self.pad) != 4 or any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in self.pad):
+            raise EngineError(f"layer '{self.name}': pad must be four whole numbers >= 0 (X begin, X end, Y begin, "
+                              f"Y end), got {self.pad!r}")
+        for axis in (0, 1):
+            lo, hi = self.real_range(axis)
+            if hi <= lo:
+                raise EngineError(f"layer '{self.name}': pad {self.pad} leaves no real input along "
+                                  f"{'XY'[axis]} (the windows span {hi - lo + sum(self.pad[2 * axis:2 * axis + 2])} "
+                                  "positions)")
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -91,8 +105,18 @@ class Layer:
             return n * k * x * y
         raise EngineError(f"unknown tensor '{tensor}'; choose one of: {', '.join(TENSORS)}")
 
+    def real_range(self, axis: int) -> tuple[int, int]:
+        """The real input positions along `axis` (0: X, 1: Y) in the padded coordinates the windows use: [lo, hi)."""
+        out, win = (self.X, self.Fw) if axis == 0 else (self.Y, self.Fh)
+        extent = (out - 1) * self.stride[axis] + (win - 1) * self.dilation[axis] + 1
+        begin, end = self.pad[2 * axis], self.pad[2 * axis + 1]
+        return begin, extent - end
+
     def size(self, tensor: str) -> int:
-        """Words of `tensor` in one group (the compulsory traffic of that group)."""
+        """Words of `tensor` in one group (the compulsory traffic of that group): for the input the real positions
+        the windows read, without the zero border (`pad`), which is made on chip."""
+        if tensor == "I" and any(self.pad):
+            return self.N * self.C * _real_positions(self, 0) * _real_positions(self, 1)
         return self.footprint(tensor, self.dims)
 
     @property
@@ -115,6 +139,15 @@ class Layer:
             return _lrn_layer(op, out)
         raise GraphError(f"op '{op.name}' ({op.kind}, {op.source_type or 'no ONNX type'}) has no convolution-like "
                          "loop nest to block; blocking covers conv, dwconv, matmul, pool and LRN ops")
+
+
+@cache
+def _real_positions(layer: Layer, axis: int) -> int:
+    """Real input positions along `axis` that some window of the layer reads (`Layer.real_range`)."""
+    outs, taps = (layer.X, layer.Fw) if axis == 0 else (layer.Y, layer.Fh)
+    lo, hi = layer.real_range(axis)
+    coords = np.unique(np.arange(outs)[:, None] * layer.stride[axis] + np.arange(taps)[None, :] * layer.dilation[axis])
+    return int(np.count_nonzero((coords >= lo) & (coords < hi)))
 
 
 def span(outputs, taps, stride: int, dilation: int):
@@ -148,6 +181,26 @@ def _window(op: Op) -> tuple[int, int, tuple[int, int], tuple[int, int]]:
     return k[-1], math.prod(k[:-1]), (s[-1], s[-2]), (d[-1], d[-2])
 
 
+def _pad(graph: Graph, op: Op, x: int, y: int, fw: int, fh: int, stride, dilation) -> tuple[int, int, int, int]:
+    """(X begin, X end, Y begin, Y end) of a 1-D or 2-D window's zero border: the begins from the op's ONNX pads,
+    the ends what the windows reach past the input's last real position (none for a 3-D window, whose depth is
+    folded into Y: its border is then counted as real input)."""
+    shape = graph.tensor(op.inputs[0]).shape
+    spatial = len(shape) - 2
+    if spatial not in (1, 2) or not op.padding:
+        return (0, 0, 0, 0)
+    begins = op.padding[:spatial]
+    axes = [(x, fw, stride[0], dilation[0], begins[-1], shape[-1])]
+    if spatial == 2:
+        axes.append((y, fh, stride[1], dilation[1], begins[0], shape[-2]))
+    out = []
+    for n, f, s, d, begin, size in axes:
+        extent = (n - 1) * s + (f - 1) * d + 1
+        begin = min(begin, extent - 1)
+        out += [begin, max(0, extent - begin - size)]
+    return out[0], out[1], *((out[2], out[3]) if len(out) == 4 else (0, 0))
+
+
 def _conv_layer(graph: Graph, op: Op, out) -> Layer:
     if not op.weights:
         raise GraphError(f"op '{op.name}': a convolution needs its weight tensor to be blocked")
@@ -159,7 +212,7 @@ def _conv_layer(graph: Graph, op: Op, out) -> Layer:
     fw, fh, stride, dilation = _window(op)
     g = op.groups
     return Layer(X=x, Y=y, C=w[1], K=out[1] // g, N=out[0], Fw=fw, Fh=fh, stride=stride, dilation=dilation,
-                 groups=g, name=op.name)
+                 groups=g, name=op.name, pad=_pad(graph, op, x, y, fw, fh, stride, dilation))
 
 
 def _matmul_layer(graph: Graph, op: Op, out) -> Layer:
@@ -179,7 +232,7 @@ def _pool_layer(graph: Graph, op: Op, out) -> Layer:
     x, y, _ = _spatial(out)
     fw, fh, stride, dilation = _window(op)
     return Layer(X=x, Y=y, N=out[0], Fw=fw, Fh=fh, stride=stride, dilation=dilation, groups=out[1],
-                 has_weights=False, name=op.name)
+                 has_weights=False, name=op.name, pad=_pad(graph, op, x, y, fw, fh, stride, dilation))
 
 
 def _lrn_layer(op: Op, out) -> Layer:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
+import numpy as np
+
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, RELEVANT, TENSORS, Layer, span
 from engine.errors import EngineError
@@ -146,14 +148,15 @@ class SpatialView:
         """Distinct tiles of `tensor` in the layer: the tile's positions along the loops that index it."""
         return math.prod(n // a for d, n, a in zip(DIMS, self.dims, tile) if d in RELEVANT[tensor])
 
-    def real(self, tensor: str, tile, inside: bool) -> int:
+    def real(self, tensor: str, tile, inside: bool, clip: bool = False) -> int:
         """Real words of `tensor` summed over every position of a temporal tile (per busy PE inside the array,
-        the array's whole tile outside): padded indices move nothing, so one load of each tile moves this."""
-        return _real_words(self.layer, self.unroll, tensor, tuple(tile), inside)
+        the array's whole tile outside): padded indices move nothing, so one load of each tile moves this. With
+        `clip` the input's zero border is left out too (what DRAM moves: the border is made on chip)."""
+        return _real_words(self.layer, self.unroll, tensor, tuple(tile), inside, clip)
 
-    def moved(self, tensor: str, count: int, tile, inside: bool) -> int:
+    def moved(self, tensor: str, count: int, tile, inside: bool, clip: bool = False) -> int:
         """Real words `count` loads of a temporal tile move (every position is loaded equally often)."""
-        return count // self.positions(tensor, tile) * self.real(tensor, tile, inside)
+        return count // self.positions(tensor, tile) * self.real(tensor, tile, inside, clip)
 
 
 @lru_cache(maxsize=65536)
@@ -172,7 +175,8 @@ def lane_copies(unroll: tuple[int, ...], tensor: str, inside: bool) -> int:
 
 
 @lru_cache(maxsize=65536)
-def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[int, ...], inside: bool) -> int:
+def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[int, ...], inside: bool,
+                clip: bool) -> int:
     """`SpatialView.real`: every real index of a loop that does not slide a window appears once over the positions,
     so the product of the real bounds, times the input's column and row spans with their windows (`window_sum`);
     inside the array each PE lane of a loop that does not index the tensor holds its own copy."""
@@ -182,12 +186,13 @@ def _real_words(layer: Layer, unroll: tuple[int, ...], tensor: str, tile: tuple[
     if tensor != "I":
         return copies * math.prod(getattr(layer, d) for d in DIMS if d in RELEVANT[tensor])
     t = dict(zip(DIMS, tile))
-    return copies * layer.N * layer.C * math.prod(window_sum(layer, unroll, axis, t[out], t[win], inside)
+    return copies * layer.N * layer.C * math.prod(window_sum(layer, unroll, axis, t[out], t[win], inside, clip)
                                                   for axis, (out, win) in enumerate((("X", "Fw"), ("Y", "Fh"))))
 
 
 @lru_cache(maxsize=65536)
-def window_sum(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool) -> int:
+def window_sum(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool,
+               clip: bool = False) -> int:
     """Real input positions along `axis` (0: X with Fw, 1: Y with Fh) summed over the positions of a temporal tile
     of `a` output and `f` window steps (and over the busy PEs inside the array): the last tile of a padded dim is
     partial, and a PE lane past the bound touches nothing."""
@@ -196,9 +201,42 @@ def window_sum(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int,
     stride, dilation = layer.stride[axis], layer.dilation[axis]
     if inside:
         stride, dilation = stride * s[out], dilation * s[win]
-    return sum(m * n * (span(x, w, stride, dilation) if x and w else 0)
-               for x, m in _extents(getattr(layer, out), s[out], a, inside)
-               for w, n in _extents(getattr(layer, win), s[win], f, inside))
+    padded = sum(m * n * (span(x, w, stride, dilation) if x and w else 0)
+                 for x, m in _extents(getattr(layer, out), s[out], a, inside)
+                 for w, n in _extents(getattr(layer, win), s[win], f, inside))
+    return padded - _border_words(layer, unroll, axis, a, f, inside) if clip else padded
+
+
+def _border_words(layer: Layer, unroll: tuple[int, ...], axis: int, a: int, f: int, inside: bool) -> int:
+    """Zero-border positions along `axis` that the tiles of `window_sum` cover, summed like it: padding is made on
+    chip, so these are never moved. Only tiles that reach the border are enumerated (a few per layer)."""
+    if not any(layer.pad[2 * axis:2 * axis + 2]):
+        return 0
+    out, win = (("X", "Fw"), ("Y", "Fh"))[axis]
+    s = dict(zip(DIMS, unroll))
+    outs = _index_groups(getattr(layer, out), s[out], a, inside)
+    taps = _index_groups(getattr(layer, win), s[win], f, inside)
+    stride, dilation = layer.stride[axis], layer.dilation[axis]
+    lo, hi = layer.real_range(axis)
+    o_lo, o_hi = (np.array([g[i] for g in outs]) for i in (0, -1))
+    t_lo, t_hi = (np.array([g[i] for g in taps]) for i in (0, -1))
+    near = ((o_lo[:, None] * stride + t_lo[None, :] * dilation < lo)
+            | (o_hi[:, None] * stride + t_hi[None, :] * dilation >= hi))
+    total = 0
+    for i, j in zip(*np.nonzero(near)):
+        coords = np.unique(outs[i][:, None] * stride + taps[j][None, :] * dilation)
+        total += int(np.count_nonzero((coords < lo) | (coords >= hi)))
+    return total
+
+
+def _index_groups(bound: int, s: int, a: int, inside: bool) -> list[np.ndarray]:
+    """The indices of a dim each tile of `a` temporal steps (unrolled by `s`) covers: the array's whole tile outside
+    the array, one PE lane's strided share inside (empty lanes past the bound left out), as `_extents` counts them."""
+    t = -(-bound // s)
+    starts = range(0, (t // a) * a * s, a * s)
+    if not inside:
+        return [np.arange(p, min(p + a * s, bound)) for p in starts]
+    return [g for p in starts for j in range(s) if len(g := np.arange(p + j, min(p + a * s, bound), s))]
 
 
 def _extents(bound: int, s: int, a: int, inside: bool) -> list[tuple[int, int]]:
@@ -228,11 +266,11 @@ class LevelAccess:
 
     level: str
     tensor: str
-    reads: int  # words this level serves to the level below or to the MACs
-    writes: int  # partial outputs written back into it from below
+    reads: int  # words this level serves to the level below or to the MACs (and, both-ends, reads out upwards)
+    writes: int  # partial outputs written back into it from below (and, both-ends, the fills it receives)
     fills: int  # words it receives from the level above
     stored_words: int  # the tile it keeps (0 where the tensor passes through)
-    energy_pj: float  # reads x read energy + writes x write energy (Eq. 1)
+    energy_pj: float  # reads x read energy + writes x write energy (Eq. 1), partial sums at their width
     passing: int = 0  # words that cross this level between a level below and one above without stopping
 
     @property
@@ -337,9 +375,11 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
     inside = hierarchy.inside
     reads = {(l, T): 0 for l in range(m + 1) for T in TENSORS}
     writes, fills, stored, passing, noc = (dict.fromkeys(reads, 0) for _ in range(5))
-    def moved(T, count, tile, level):
-        """(words, first-fill words) of `count` loads of a tile of T into `level`'s side of the array."""
-        return view.moved(T, count, tile, inside(level)), view.real(T, view.dims, inside(level))
+    pj = dict.fromkeys(reads, 0.0)
+    def moved(T, count, tile, level, clip):
+        """(words, first-fill words) of `count` loads of a tile of T into `level`'s side of the array (`clip`: without
+        the input's zero border, which only DRAM transfers leave out)."""
+        return view.moved(T, count, tile, inside(level), clip), view.real(T, view.dims, inside(level), clip)
 
     for T in layer.tensors:
         held = holders(hierarchy, T)
@@ -357,28 +397,44 @@ def evaluate(layer: Layer, hierarchy: Hierarchy, blocking: Blocking) -> Cost:
                 count = math.prod(t for _, t in above) // run_length(T, above)
                 tile, side = blocking.tiles[child], child
                 stored[child, T] = view.stored(T, tile, inside(child))
-            f_child, size_child = moved(T, count, tile, side)
-            f_src, size_src = (f_child, size_child) if inside(side) == inside(src) else moved(T, count, tile, src)
-            if T == "O":
-                reads[src, T] += f_src - size_src
+            clip = src == m  # DRAM moves only real input positions: the zero border is made on chip
+            f_child, size_child = moved(T, count, tile, side, clip)
+            f_src, size_src = (f_child, size_child) if inside(side) == inside(src) else moved(T, count, tile, src, clip)
+            psum = T == "O" and f_src > size_src  # some output crosses this boundary more than once
+            x = hierarchy.psum_scale if psum else 1.0
+            mem = hierarchy.levels[src]
+            if T == "O":  # written up; read back down, but for each output's first fill (its zero, but both-ends)
+                back = f_src if hierarchy.both_ends and psum else f_src - size_src
+                reads[src, T] += back
                 writes[src, T] += f_src
+                pj[src, T] += x * (back * mem.energy(T) + f_src * mem.write_energy(T))
                 if child is not None:
                     fills[child, T] += f_child - size_child
             else:
                 reads[src, T] += f_src
+                pj[src, T] += f_src * mem.energy(T)
                 if child is not None:
                     fills[child, T] += f_child
+            if hierarchy.both_ends and child is not None:  # the level the tile lands in pays its end too
+                below = max(h for h in held if h < src)
+                f_below = f_child if inside(below) == inside(side) else view.moved(T, count, tile, inside(below), clip)
+                low = hierarchy.levels[below]
+                if T == "O":  # outputs read out on their way up, partial sums written back in
+                    reads[below, T] += f_below
+                    writes[below, T] += f_src - size_src
+                    pj[below, T] += x * (f_below * low.energy(T) + (f_src - size_src) * low.write_energy(T))
+                else:
+                    writes[below, T] += f_below
+                    pj[below, T] += f_below * low.write_energy(T)
             if hierarchy.array is not None and (child is None or inside(child)) and not inside(src):
-                f_pe, size_pe = view.moved(T, count, tile, True), view.real(T, view.dims, True)
+                f_pe, size_pe = view.moved(T, count, tile, True, clip), view.real(T, view.dims, True, clip)
                 noc[src, T] += 2 * f_pe - size_pe if T == "O" else f_pe  # every busy PE's words cross the network
             for k in range(side + 1 if child is not None else 0, src):
                 if hierarchy.levels[k].keeps(T):
                     passing[k, T] += 2 * f_src - size_src if T == "O" else f_src
     overflow = _overflow(layer, hierarchy, stored, m)
     acc = [LevelAccess(hierarchy.levels[l].name, T, g * reads[l, T], g * writes[l, T], g * fills[l, T],
-                       stored[l, T], g * (reads[l, T] * hierarchy.levels[l].energy(T)
-                                          + writes[l, T] * hierarchy.levels[l].write_energy(T)),
-                       g * passing[l, T])
+                       stored[l, T], g * pj[l, T], g * passing[l, T])
            for l in range(m + 1) for T in layer.tensors]
     if hierarchy.array is not None:
         e = dict(zip(TENSORS, hierarchy.array.noc_pj))

@@ -49,6 +49,11 @@ class Routes:
     through: tuple  # per on-chip level: the operands with a through bit there (after its clean bits)
     coef: dict  # (boundary l, T) -> (a_pe, b_pe, a_arr, b_arr): a charge costs a x fills - b x the layer's words
     coef_through: dict  # (boundary l, T) -> the same with the network's words, for a tile passed on from the PEs
+    # (boundary l, "O") -> `coef` and `coef_through` where outputs cross the boundary more than once (partial sums at
+    # their own width, and both-ends their zero reads); `coef` alone is then a lower bound
+    coef_psum: dict
+    coef_through_psum: dict
+    from_dram: frozenset  # (boundary l, T) charged to DRAM: only real input positions move (the border is made on chip)
 
 
 @lru_cache(maxsize=256)
@@ -63,44 +68,92 @@ def operand_routes(layer: Layer, hierarchy: Hierarchy) -> Routes:
     inside = hierarchy.inside
     through = tuple(tuple(T for T in layer.tensors if noc[T] and h0[T] < l and inside(h0[T])
                           and not inside(max(h for h in held[T] if h <= l))) for l in range(m))
-    coef, coef_through = {}, {}
+    coef: dict = {}
+    coef_through: dict = {}
+    coef_psum: dict = {}
+    coef_through_psum: dict = {}
     for l in range(m):
         for T in layer.tensors:
             if h0[T] > l:
                 continue
             below = max(h for h in held[T] if h <= l)
             up = min(h for h in held[T] if h > l)
-            c = [0.0] * 4  # a_pe, b_pe, a_arr, b_arr
-            parent = hierarchy.levels[up]
-            r, w = parent.energy(T), parent.write_energy(T)
-            side = 0 if hierarchy.inside(up) else 2
-            # the parent serves the fills; outputs are written up and read back except their first fill
-            c[side], c[side + 1] = (w + r, r) if T == "O" else (r, 0.0)
-            if hierarchy.array is not None and inside(below) and not inside(up):
-                c[0], c[1] = c[0] + network[T][0], c[1] + network[T][1]  # every busy PE's words cross the network
-            coef[l, T] = tuple(c)
-            if T in through[l]:
-                coef_through[l, T] = (c[0] + network[T][0], c[1] + network[T][1], c[2], c[3])
-    return Routes(h0, flags, through, coef, coef_through)
+            variants = [(coef, coef_through, 1.0, False)]
+            if T == "O" and (hierarchy.psum_scale != 1 or hierarchy.both_ends):
+                variants.append((coef_psum, coef_through_psum, hierarchy.psum_scale, hierarchy.both_ends))
+            for into, into_through, x, zero_reads in variants:
+                c = _charge(hierarchy, T, below, up, x, zero_reads)
+                if hierarchy.array is not None and inside(below) and not inside(up):
+                    c[0], c[1] = c[0] + network[T][0], c[1] + network[T][1]  # every busy PE's words cross the network
+                into[l, T] = tuple(c)
+                if T in through[l]:
+                    into_through[l, T] = (c[0] + network[T][0], c[1] + network[T][1], c[2], c[3])
+    from_dram = frozenset((l, T) for l in range(m) for T in layer.tensors
+                          if h0[T] <= l and min(h for h in held[T] if h > l) == m)
+    return Routes(h0, flags, through, coef, coef_through, coef_psum, coef_through_psum, from_dram)
+
+
+def _charge(hierarchy: Hierarchy, T: str, below: int, up: int, x: float, zero_reads: bool) -> list[float]:
+    """(a_pe, b_pe, a_arr, b_arr) of moving T's tile between holders `below` and `up` (`model.evaluate`'s prices):
+    the parent serves the fills; outputs are written up and read back except their first fill (with `zero_reads`,
+    that too), at `x` times a word's energy; both-ends, the child writes the fills (the partial sums brought back)
+    and reads the outputs out."""
+    c = [0.0] * 4
+    parent, child = hierarchy.levels[up], hierarchy.levels[below]
+    r, w = parent.energy(T), parent.write_energy(T)
+    side = 0 if hierarchy.inside(up) else 2
+    if T == "O":
+        c[side], c[side + 1] = x * (w + r), 0.0 if zero_reads else x * r
+    else:
+        c[side] = r
+    if hierarchy.both_ends:
+        low = 0 if hierarchy.inside(below) else 2
+        if T == "O":
+            c[low] += x * child.energy(T)
+            c[side] += x * child.write_energy(T)
+            c[side + 1] += x * child.write_energy(T)
+        else:
+            c[low] += child.write_energy(T)
+    return c
 
 
 def boundary_charges(layer, grid: TileGrid, routes: Routes, a, b, l: int):
     """Per canonical order, per operand: the energy (pJ) of charging T's refills at boundary l (keyed (T, True)
     too where T may come through the array's network); and `changed`."""
     fills, changed = refill_words(layer, grid, a, b, raw=True)
+    dram = [T for T in layer.tensors if (l, T) in routes.from_dram and grid.moved_dram[T] is not grid.moved[T]]
     priced = [((T, False), routes.coef[l, T]) for T in layer.tensors if (l, T) in routes.coef]
     priced += [((T, True), routes.coef_through[l, T]) for T in routes.through[l]]
-    need_pe = any(c[0] for _, c in priced)
+    psum = {(T, False): routes.coef_psum[l, T] for T in layer.tensors if (l, T) in routes.coef_psum}
+    psum.update({(T, True): routes.coef_through_psum[l, T] for T in routes.through[l] if (l, T) in routes.coef_psum})
+    need_pe = any(c[0] for c in (*(c for _, c in priced), *psum.values()))
     fills_pe = refill_words(layer, grid, a, b, pe=True, raw=True)[0] if need_pe else None
+    if dram:  # loads from DRAM move only the real input, not its zero border
+        real = refill_words(layer, grid, a, b, raw=True, clip=True)[0]
+        real_pe = refill_words(layer, grid, a, b, pe=True, raw=True, clip=True)[0] if need_pe else None
+        for o in range(len(fills)):
+            fills[o] = {**fills[o], **{T: real[o][T] for T in dram}}
+            if fills_pe is not None and real_pe is not None:
+                fills_pe[o] = {**fills_pe[o], **{T: real_pe[o][T] for T in dram}}
+    full = {T: (grid.full_dram if T in dram else grid.full)[T] for T in layer.tensors}
+    full_pe = {T: (grid.full_pe_dram if T in dram else grid.full_pe)[T] for T in layer.tensors}
+
+    def price(coefs, o, T):
+        a_pe, b_pe, a_arr, b_arr = coefs
+        cost = a_arr * per[T] - b_arr * full[T]
+        if a_pe:
+            assert fills_pe is not None  # computed whenever some a_pe is nonzero
+            cost = cost + a_pe * fills_pe[o][T] - b_pe * full_pe[T]
+        return cost
+
     out = []
     for o, per in enumerate(fills):
         costs = {}
-        for (T, crossing), (a_pe, b_pe, a_arr, b_arr) in priced:
-            cost = a_arr * per[T] - b_arr * grid.full[T]
-            if a_pe:
-                assert fills_pe is not None  # computed whenever some a_pe is nonzero
-                cost = cost + a_pe * fills_pe[o][T] - b_pe * grid.full_pe[T]
-            costs[T, crossing] = cost
+        for key, coefs in priced:
+            costs[key] = price(coefs, o, key[0])
+            if key in psum:  # outputs crossing more than once: partial sums
+                costs[key] = np.where(per[key[0]] > full[key[0]] * (1 + 1e-9), price(psum[key], o, key[0]),
+                                      costs[key])
         out.append(costs)
     return out, changed
 

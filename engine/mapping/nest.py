@@ -19,7 +19,7 @@ from engine.accelerator import Accelerator
 from engine.blocking.counts import BLOCKABLE, LevelCount, fits_one, hierarchy_counts
 from engine.blocking.hierarchy import Hierarchy, Memory
 from engine.blocking.layer import TENSORS, Layer
-from engine.energy import op_accesses
+from engine.energy import op_accesses, vector_cost
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
 
@@ -219,10 +219,16 @@ def _from_store(name: str, tile: Layer, tiles: float, hierarchy: Hierarchy) -> O
 
 
 def _vector_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
-    """An op without a loop nest: one pass over its inputs and outputs in the buffer (the dataflow model)."""
+    """An op without a loop nest: one pass over its inputs and outputs in the buffer (the dataflow model's counts),
+    its work on the vector unit (`engine.energy.vector_cost`; a convolution by a computed kernel on the array)."""
     a = op_accesses(graph, op, acc)
     levels = (LevelCount("buffer", a.buffer, 0, a.buffer * acc.energy_pj("buffer"), "buffer"),
               LevelCount("array", a.array, 0, a.array * acc.energy_pj("array"), "array"),
               LevelCount("RF", a.rf, 0, a.rf * acc.energy_pj("rf"), "rf"))
-    return OpNest(op.name, None, 1.0, levels, a.mac, a.mac, a.mac * acc.energy_pj("mac"), a.cycles,
-                  (f"# {op.kind.value}: one pass over its tensors in the buffer",))
+    if op.macs and op.kind is not OpKind.POOL:
+        work, pj, cycles, unit = a.mac, a.mac * acc.energy_pj("mac"), a.cycles, "the PE array"
+    else:
+        vector = vector_cost(graph, op, acc)
+        work, pj, cycles, unit = vector.operations, vector.energy_pj, vector.cycles, "the vector unit"
+    return OpNest(op.name, None, 1.0, levels, work, work, pj, cycles,
+                  (f"# {op.kind.value}: one pass over its tensors in the buffer, its work on {unit}",))

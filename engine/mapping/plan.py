@@ -135,14 +135,14 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     op = graph.op(cost.ops[0])
     if cost.schedule == "folded":  # a layout op its neighbours' addressing absorbs: no pass of its own
         folded = OpNest(op.name, None, 0.0, (), 0, 0, 0.0, 0, ("# folded into its neighbours' addressing",))
-        return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, 0.0, acc)]
+        return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, (0.0, 0.0), acc)]
     nest = lone_nest(graph, op, acc)
     dram = next((c for c in nest.levels if c.kind == "dram"), None)
     if dram is None:  # no loop nest: its traffic is fusion's
         return [_group(cost, "alone", 1, 1, (nest,), cost.dram_bytes, cost.footprint_bytes, capacity,
                        _boundary_pj(cost, hierarchy, acc), acc)]
     options = [_group(cost, "alone", 1, 1, (nest,), round((dram.reads + dram.writes) * acc.word_bits / 8),
-                      cost.footprint_bytes, capacity, 0.0, acc)]
+                      cost.footprint_bytes, capacity, (0.0, 0.0), acc)]
     rows = dict(cost.tile_rows).get(op.name)
     height = height_of(graph.tensors[op.outputs[0]].shape)
     if cost.schedule in ("fused", "layerwise") and rows and cost.row_steps == -(-height // rows):  # no column cuts
@@ -153,23 +153,29 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     return options
 
 
-def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator, *nests: OpNest) -> float:
-    """Energy of a group's DRAM traffic outside its nests: feature maps read and results written as fusion counts
-    them, and the parameter bytes fusion counts beyond what the nests stream (whose reads are in their DRAM rows)."""
-    dram, word = hierarchy.levels[-1], acc.word_bits / 8
-    params = max(0, cost.param_bytes - _streamed_bytes(nests, acc)) / word * dram.energy("W")
-    return cost.fmap_in_bytes / word * dram.energy("I") + params + cost.fmap_out_bytes / word * dram.write_energy("O")
+def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator, *nests: OpNest) -> tuple[float, float]:
+    """(DRAM pJ, fusion-level pJ) of a group's traffic outside its nests: feature maps read and results written as
+    fusion counts them, and the parameter bytes fusion counts beyond what the nests stream (whose reads are in
+    their DRAM rows). Where the hierarchy charges both ends of a transfer (ZigZag's rule), the fusion level also
+    pays for the words written into it from DRAM and read out of it to DRAM."""
+    dram, store, word = hierarchy.levels[-1], fusion_level(hierarchy), acc.word_bits / 8
+    fin, fout = cost.fmap_in_bytes / word, cost.fmap_out_bytes / word
+    params = max(0, cost.param_bytes - _streamed_bytes(nests, acc)) / word
+    dram_pj = fin * dram.energy("I") + params * dram.energy("W") + fout * dram.write_energy("O")
+    if not hierarchy.both_ends:
+        return dram_pj, 0.0
+    return dram_pj, fin * store.write_energy("I") + params * store.write_energy("W") + fout * store.energy("O")
 
 
 def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: tuple[OpNest, ...], dram_bytes: int,
-           footprint: int, capacity: int, dram_pj: float, acc: Accelerator) -> GroupMapping:
+           footprint: int, capacity: int, boundary_pj: tuple[float, float], acc: Accelerator) -> GroupMapping:
     if schedule != "alone":  # the fusion level holds the group's band: its occupancy is the band's footprint
         words = 8 / acc.word_bits
         nests = tuple(replace(n, levels=tuple(
             replace(lv, stored_words=round(footprint * words), capacity_words=round(capacity * words))
             if lv.kind == "buffer" and lv.capacity_words is None else lv for lv in n.levels)) for n in nests)
     energy = dict.fromkeys(COMPONENTS, 0.0)
-    energy["dram"] = dram_pj
+    energy["dram"], energy["buffer"] = boundary_pj
     for n in nests:
         for c in n.levels:
             energy[c.kind] += c.energy_pj
