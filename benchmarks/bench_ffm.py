@@ -225,15 +225,23 @@ def main(argv: list[str]) -> None:
         theirs = ", ".join(f"{c} {v / 1e6:,.0f}" for c, v in r["energy_pj_by_component"].items() if v)
         own = ", ".join(f"{c} {v / 1e6:,.0f}" for c, v in o["energy_pj_by_component"].items() if v)
         print(f"| {r['tokens']:,} | {'fused' if r['fused'] else 'unfused'} | {theirs} | {own} |")
-    print("\nFused groups (FFM: Einsums joined by an intermediate that never reaches MainMemory):\n")
-    for r in runs:
-        if r["fused"]:
-            o = mine[r["tokens"]]["optimus"]
-            print(f"- {r['tokens']:,} tokens: FFM {' | '.join(' '.join(g) for g in r['groups'])}; "
-                  f"ours {' | '.join(' '.join(g) for g in o['groups'])}")
+    fused = [r for r in runs if r["fused"]]
+    if fused:
+        print("\nFused groups (FFM's: Einsums joined by an intermediate that never reaches MainMemory):\n")
+    for r in fused:
+        o = mine[r["tokens"]]["optimus"]
+        print(f"- {r['tokens']:,} tokens: FFM {' | '.join(' '.join(g) for g in r['groups'])}; "
+              f"ours {' | '.join(' '.join(g) for g in o['groups'])}")
+    missing = sorted({r["tokens"] for r in runs} - {r["tokens"] for r in fused})
+    if missing:
+        print(f"\nNo fused FFM run cached at {', '.join(f'{n:,}' for n in missing)} tokens (`--rerun-ffm`).")
     area = runs[0]["area_mm2_by_component"]
     print(f"\nFFM's area of tpu_v4i: {sum(area.values()):,.1f} mm2 ("
-          + ", ".join(f"{c} {v:,.1f}" for c, v in area.items() if v) + ").")
+          + ", ".join(f"{c} {v:,.1f}" for c, v in area.items() if v) + "); the engine has no area model yet.")
+    print("\nWhy the energies differ, term by term: docs/blocking.md, \"Modelling differences from FFM\". FFM's "
+          "seconds are one job's CPU seconds (wall in the same cell) on this 2-core machine shared with other "
+          "sessions; ours are one `evaluate` call (both searches, both pricings and the limit). FFM reruns with "
+          "`.venv/bin/python -m benchmarks.bench_ffm --rerun-ffm` (its CPU seconds above, per run).")
 
 
 if __name__ == "__main__":
