@@ -30,6 +30,7 @@ from pathlib import Path
 
 import engine
 from benchmarks.bench_accelforge import ENV, VERSION, environment, python312
+from engine.blocking.area import area_mm2
 from engine.explore import ACCESS_MODELS
 from engine.graph import Graph, OpKind
 from engine.zoo._builder import Net
@@ -236,8 +237,10 @@ def main(argv: list[str]) -> None:
     if missing:
         print(f"\nNo fused FFM run cached at {', '.join(f'{n:,}' for n in missing)} tokens (`--rerun-ffm`).")
     area = runs[0]["area_mm2_by_component"]
+    our_area = area_mm2(engine.Accelerator.preset("tpu-v4i"))
     print(f"\nFFM's area of tpu_v4i: {sum(area.values()):,.1f} mm2 ("
-          + ", ".join(f"{c} {v:,.1f}" for c, v in area.items() if v) + "); the engine has no area model yet.")
+          + ", ".join(f"{c} {v:,.1f}" for c, v in area.items() if v) + f"); ours of `tpu-v4i`: {sum(our_area.values()):,.1f} "
+          "mm2 (" + ", ".join(f"{c} {v:,.1f}" for c, v in our_area.items() if v) + ").")
     print("\nWhy the energies differ, term by term: docs/blocking.md, \"Modelling differences from FFM\". FFM's "
           "seconds are one job's CPU seconds (wall in the same cell) on this 2-core machine shared with other "
           "sessions; ours are one `evaluate` call (both searches, both pricings and the limit). FFM reruns with "

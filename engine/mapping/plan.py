@@ -180,7 +180,8 @@ def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: 
         for c in n.levels:
             energy[c.kind] += c.energy_pj
         energy["mac"] += n.mac_pj
-    cycles = sum(n.cycles for n in nests)
+    # a nest's steps are one PE array's; `acc.arrays` arrays share each op's loops (the vector unit's are its own)
+    cycles = sum(n.cycles / (acc.arrays if n.layer is not None else 1) for n in nests)
     return GroupMapping(cost.ops, schedule, steps, image_tiles, nests, dram_bytes, footprint, capacity,
                         tuple(energy.items()), cycles / acc.clock_hz, dram_bytes / acc.dram_bandwidth)
 
