@@ -244,6 +244,8 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
-    template.sidebar.extend(sidebar(session))
+    # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
+    # `add_root`), which made a page's first document cost about a second of the server's event loop
+    template.sidebar.append(pn.Column(*sidebar(session), sizing_mode="stretch_width"))
     template.main.append(main_area(session))
     return template

@@ -160,7 +160,8 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
 
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
-    assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
+    # one card: the status line above the tabs; one column of the sidebar's widgets (one root of the document)
+    assert len(page.main) == 1 and len(page.sidebar) == 1 and len(page.sidebar[0]) > 10
     (status, notice), tabs = page.main[0]
     assert not status.visible and not notice.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
