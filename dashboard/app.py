@@ -203,11 +203,10 @@ def sidebar(session: Session) -> list:
 
 def main_area(session: Session) -> pn.Column:
     """The status line above the tabs, in one card; the slow tabs compute only while they are shown."""
-    # dynamic: only the tab on screen is in the browser's document, the others are made when opened. The page's
-    # first document is then a third of the models, and building and sending it held the server's event loop (every
-    # page's) a third as long (BENCHMARKS.md, "a room of users"). Panel's stylesheets for a tab made later come from
-    # this server too (`serve_stylesheets_locally`).
-    tabs = pn.Tabs(sizing_mode="stretch_width", dynamic=True)
+    # every tab stays in the page (not dynamic): Panel 1.9 gives a model changed while its dynamic tab is hidden
+    # (out of the document) its stylesheets from its CDN, which the browser then fetched (docs/dashboard.md, "A room
+    # of users"); the slow tabs compute only while shown all the same
+    tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
     views = {"Fusion": FusionTab(session).panel(compare=ComparePanel(session).panel()),
              "What-if curve": curve_tab(session, active, 1),
