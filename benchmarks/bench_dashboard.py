@@ -117,14 +117,16 @@ def wait_for_port(port: int, seconds: float = 90) -> None:
 
 
 @contextlib.contextmanager
-def served_dashboard(*apps: str, env: dict | None = None):
+def served_dashboard(*apps: str, env: dict | None = None, setup: str = ""):
     """(port, process) of `panel serve` on `apps` (the dashboard by default) with `make serve`'s session options, on
-    a free loopback port, running this checkout's code; stopped on exit (killed if a search outlives 10 s)."""
+    a free loopback port, running this checkout's code (and the `setup` script first, if any); stopped on exit
+    (killed if a search outlives 10 s)."""
     port = _free_port()
     panel = Path(sys.executable).parent / "panel"
     server = subprocess.Popen([str(panel), "serve", *(apps or ("dashboard",)), "--port", str(port), "--address",
                                "127.0.0.1", "--allow-websocket-origin", f"127.0.0.1:{port}",
-                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],
+                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000",
+                               *(("--setup", setup) if setup else ())],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
     try:

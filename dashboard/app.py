@@ -208,8 +208,9 @@ def sidebar(session: Session) -> list:
 
 def main_area(session: Session) -> pn.Column:
     """The status line above the tabs, in one card; the slow tabs compute only while they are shown."""
-    # every tab stays in the page (not dynamic): Panel restyles a pane hidden in a dynamic tab with stylesheets
-    # from its CDN; the slow tabs compute only while shown all the same
+    # every tab stays in the page (not dynamic): Panel 1.9 gives a model changed while its dynamic tab is hidden
+    # (out of the document) its stylesheets from its CDN, which the browser then fetched (docs/dashboard.md, "A room
+    # of users"); the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
     views = {"Fusion": FusionTab(session).panel(compare=ComparePanel(session).panel()),
@@ -247,6 +248,8 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
-    template.sidebar.extend(sidebar(session))
+    # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
+    # `add_root`), which made a page's first document cost about a second of the server's event loop
+    template.sidebar.append(pn.Column(*sidebar(session), sizing_mode="stretch_width"))
     template.main.append(main_area(session))
     return template

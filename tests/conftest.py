@@ -90,8 +90,8 @@ def served(tmp_path_factory):
     yield url, proc
     proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:  # a search still running in a worker thread
+        proc.wait(2)
+    except subprocess.TimeoutExpired:  # Python waits for a search still running in a worker thread: 8 s once
         proc.kill()
         proc.wait(10)
     log.close()

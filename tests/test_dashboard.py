@@ -160,7 +160,8 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
 
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
-    assert len(page.main) == 1 and len(page.sidebar) > 10  # one card: the status line above the tabs
+    # one card: the status line above the tabs; one column of the sidebar's widgets (one root of the document)
+    assert len(page.main) == 1 and len(page.sidebar) == 1 and len(page.sidebar[0]) > 10
     (status, notice), tabs = page.main[0]
     assert not status.visible and not notice.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
@@ -442,10 +443,15 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
         return sorted(zip(data["method"], data["component"], [round(v, 6) for v in data["bottom"]],
                           [round(v, 6) for v in data["top"]]))
 
-    fresh = hv.render(energy_bars(dict(s.report.energy)), backend="bokeh").renderers[0].data_source.data
+    fresh = energy_bars(dict(s.report.energy)).renderers[0].data_source.data
     assert bars(tab.energy._source.data) == bars(fresh)
+    # each method's stack: its components end to end from 0, up to the engine's total energy
+    for method, energy in s.report.energy.items():
+        stack = [(b, t) for m, _, b, t in bars(fresh) if m == method]
+        assert min(b for b, _ in stack) == 0 and max(t for _, t in stack) == pytest.approx(energy.total_pj / 1e6)
+        assert sum(t - b for b, t in stack) == pytest.approx(energy.total_pj / 1e6)
     assert tab.energy._figure.y_range.end >= max(fresh["top"])
-    fresh_latency = hv.render(latency_bars(dict(s.report.energy)), backend="bokeh").renderers[0].data_source.data
+    fresh_latency = latency_bars(dict(s.report.energy)).renderers[0].data_source.data
     assert dict(zip(tab.latency._source.data["method"], tab.latency._source.data["latency_ms"])) == \
         dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))
 
