@@ -674,10 +674,10 @@ def test_a_slow_search_is_preceded_by_the_one_pass_methods_report(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_search(graph, acc, methods, access_model, stop):  # a search that takes a second, like NASNet's
+    def slow_search(graph, acc, methods, access_model, stop, objective):  # a search that takes a second, like NASNet's
         if "optimus" in methods:
             time.sleep(1.0)
-        return real(graph, acc, methods, access_model, stop)
+        return real(graph, acc, methods, access_model, stop, objective)
 
     monkeypatch.setattr(session, "fusion_report", slow_search)
     monkeypatch.setattr(request, "PREFETCH", False)
@@ -706,10 +706,10 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
 
     real = session.fusion_report
 
-    def slow_at_512(graph, acc, methods, access_model, stop):
+    def slow_at_512(graph, acc, methods, access_model, stop, objective):
         if acc.buffer_bytes == 512 * 1024:
             time.sleep(0.6)
-        return real(graph, acc, methods, access_model, stop)
+        return real(graph, acc, methods, access_model, stop, objective)
 
     monkeypatch.setattr(session, "fusion_report", slow_at_512)
     monkeypatch.setattr(request, "PREFETCH", False)

@@ -184,7 +184,9 @@ def _window(op: Op) -> tuple[int, int, tuple[int, int], tuple[int, int]]:
 def _pad(graph: Graph, op: Op, x: int, y: int, fw: int, fh: int, stride, dilation) -> tuple[int, int, int, int]:
     """(X begin, X end, Y begin, Y end) of a 1-D or 2-D window's zero border: the begins from the op's ONNX pads,
     the ends what the windows reach past the input's last real position (none for a 3-D window, whose depth is
-    folded into Y: its border is then counted as real input)."""
+    folded into Y: its border is then counted as real input; none for a window over a constant, which has no input)."""
+    if not op.inputs:
+        return (0, 0, 0, 0)
     shape = graph.tensor(op.inputs[0]).shape
     spatial = len(shape) - 2
     if spatial not in (1, 2) or not op.padding:

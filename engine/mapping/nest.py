@@ -195,6 +195,8 @@ def _tile_layer(layer: Layer, kind: OpKind, rows: int, height: int, images: int,
         if bound % height:
             return None
         change[axis] = bound // height * rows
+        # a band's border along its rows is the first or the last band's: priced as real rows (made on chip anyway)
+        change["pad"] = (0, 0, *layer.pad[2:]) if axis == "X" else (*layer.pad[:2], 0, 0)
     if images < batch:
         if layer.N % batch == 0:
             change["N"] = layer.N // batch * images
