@@ -50,9 +50,6 @@ class OpNest:
     def recomputed_macs(self) -> int:
         return max(0, self.macs - self.useful_macs)
 
-    def level(self, name: str) -> LevelCount | None:
-        return next((c for c in self.levels if c.level == name), None)
-
 
 def fusion_level(hierarchy: Hierarchy) -> Memory:
     """The level that keeps a fused group's tiles: the outermost on-chip one."""
@@ -90,16 +87,16 @@ def op_layer(graph: Graph, op: Op) -> Layer | None:
         return None
 
 
-def lone_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
+def lone_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy) -> OpNest:
     """An op alone in its group: blocked on the whole hierarchy (its DRAM traffic is its blocking's)."""
     layer = op_layer(graph, op)
     if layer is None:
         return _vector_nest(graph, op, acc)
-    c = hierarchy_counts(layer, Hierarchy.from_accelerator(acc), op.name)
+    c = hierarchy_counts(layer, hierarchy, op.name)
     return OpNest(op.name, layer, 1.0, c.levels, c.macs, c.macs, c.mac_pj, c.cycles, c.loop_nest)
 
 
-def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int, images: int,
+def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, row_steps: int, images: int,
               channel_blocks: int = 1, weights_streamed: bool = False) -> OpNest:
     """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
 
@@ -118,8 +115,7 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
     tiles = height / new_rows * batch / images
     if layer is None:
         return _vector_nest(graph, op, acc)
-    whole = Hierarchy.from_accelerator(acc)
-    inner = below_fusion_level(whole, weights_streamed=weights_streamed)
+    inner = below_fusion_level(hierarchy, weights_streamed=weights_streamed)
     tile = _tile_layer(layer, op.kind, new_rows, height, images, batch)
     if tile is None:  # the op's loops do not follow the group's rows: it runs whole once per group
         tile, tiles = layer, 1.0
@@ -127,7 +123,7 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
         block = -(-tile.K // channel_blocks)
         tile, tiles = replace(tile, K=block), tiles * tile.K / block
     if inner is None or not fits_one(tile, inner):
-        return _from_store(op.name, tile, tiles, inner or Hierarchy.from_accelerator(acc))
+        return _from_store(op.name, tile, tiles, inner or hierarchy)
     axis = "X" if op.kind is OpKind.MATMUL else "Y"
     parts = [hierarchy_counts(part, inner, op.name) for part in _cheapest_parts(tile, axis, inner)]
     levels = tuple(replace(same[0], kind="buffer" if same[0].kind == "dram" else same[0].kind,
@@ -138,7 +134,7 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, rows: int, row_steps: int,
                            weight_reads=round(sum(lv.weight_reads for lv in same) * tiles))
                    for same in zip(*(c.levels for c in parts)))
     if weights_streamed:
-        levels = _weights_from_dram(levels, whole.levels[-1])
+        levels = _weights_from_dram(levels, hierarchy.levels[-1])
     lines = [f"# {tiles:g} runs of this band: {new_rows} new of {height} rows ({min(rows, height)} held), "
              f"{images} of {batch} images"]
     for c in parts:

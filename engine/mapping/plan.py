@@ -105,7 +105,7 @@ def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierar
     rows = dict(cost.tile_rows)
     if len(cost.ops) == 1:
         return min(_lone_options(graph, cost, acc, hierarchy, capacity, image_tiles), key=lambda g: g.total_pj)
-    nests = tuple(tile_nest(graph, graph.op(name), acc, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
+    nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
                             weights_streamed=_streams(graph, name, cost)) for name in cost.ops)
     return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
                   cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, *nests), acc)
@@ -136,7 +136,7 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     if cost.schedule == "folded":  # a layout op its neighbours' addressing absorbs: no pass of its own
         folded = OpNest(op.name, None, 0.0, (), 0, 0, 0.0, 0, ("# folded into its neighbours' addressing",))
         return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, (0.0, 0.0), acc)]
-    nest = lone_nest(graph, op, acc)
+    nest = lone_nest(graph, op, acc, hierarchy)
     dram = next((c for c in nest.levels if c.kind == "dram"), None)
     if dram is None:  # no loop nest: its traffic is fusion's
         return [_group(cost, "alone", 1, 1, (nest,), cost.dram_bytes, cost.footprint_bytes, capacity,
@@ -146,7 +146,7 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     rows = dict(cost.tile_rows).get(op.name)
     height = height_of(graph.tensors[op.outputs[0]].shape)
     if cost.schedule in ("fused", "layerwise") and rows and cost.row_steps == -(-height // rows):  # no column cuts
-        banded = tile_nest(graph, op, acc, rows, cost.row_steps, cost.batch_tile, cost.input_passes,
+        banded = tile_nest(graph, op, acc, hierarchy, rows, cost.row_steps, cost.batch_tile, cost.input_passes,
                            _streams(graph, op.name, cost))
         options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,), _dram_bytes(cost, (banded,), acc),
                               cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, banded), acc))
