@@ -767,6 +767,26 @@ def test_input_shapes_typed_in_the_sidebar_reach_the_importer(session):
     assert session.status.object.startswith("bert.onnx: input_shapes names 'ids'")  # the user's file, not our copy
 
 
+EXPORTS = sorted((Path(__file__).parent / "data" / "exports").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", EXPORTS, ids=lambda p: p.stem)
+def test_every_exported_model_uploaded_shows_its_plan_in_the_fusion_tab(path):
+    """Issue 17's done-when, without the browser: each file in tests/data/exports, uploaded, gives a report whose
+    headline, DAG (one box per op), summary table and energy bars the Fusion tab draws; the browser test uploads a
+    few of them through the page."""
+    s = Session(ExplorerState(network="light_squeezenet.onnx"))
+    tab = FusionTab(s)
+    s.on_upload(path.read_bytes(), path.name)
+    assert not s.status.visible, s.status.object
+    rep = s.report
+    assert rep.graph.name == path.stem and s.state.upload_name.endswith("/" + path.name)
+    assert f"{path.stem} (batch {s.state.batch}) on optimus" in tab.headline.object
+    ops = dag_element(rep).select_one({"name": "dag-ops"}).data["op"]
+    assert sorted(ops) == sorted(op.name for op in rep.graph.ops)
+    assert "<table" in tab.table.object and set(tab.energy._source.data["method"]) == set(rep.energy)
+
+
 def test_an_upload_is_named_in_the_url_and_kept_while_a_page_holds_it():
     from dashboard import uploads
 
