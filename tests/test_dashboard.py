@@ -601,11 +601,18 @@ def _pieces(xs, ys) -> list[np.ndarray]:
     return [p[~np.isnan(p[:, 0])] for p in np.split(shape, np.where(np.isnan(shape[:, 0]))[0])]
 
 
-def _inside(piece: np.ndarray, point, margin: float = 1e-6) -> bool:
-    """Whether `point` is inside the counter-clockwise convex polygon `piece` (left of every edge, by `margin`)."""
+def _inside_each(piece: np.ndarray, points: np.ndarray, margin: float = 1e-6) -> np.ndarray:
+    """For each of `points` (n x 2), whether it is inside the counter-clockwise convex polygon `piece` (left of
+    every edge, by `margin`)."""
     edges = np.roll(piece, -1, axis=0) - piece
-    cross = edges[:, 0] * (point[1] - piece[:, 1]) - edges[:, 1] * (point[0] - piece[:, 0])
-    return bool((cross >= -margin).all())
+    cross = (edges[None, :, 0] * (points[:, None, 1] - piece[None, :, 1])
+             - edges[None, :, 1] * (points[:, None, 0] - piece[None, :, 0]))
+    return (cross >= -margin).all(axis=1)
+
+
+def _inside(piece: np.ndarray, point, margin: float = 1e-6) -> bool:
+    """Whether `point` is inside the counter-clockwise convex polygon `piece`."""
+    return bool(_inside_each(piece, np.asarray([point], dtype=float), margin)[0])
 
 
 def test_no_groups_outline_covers_another_groups_op():
@@ -619,14 +626,16 @@ def test_no_groups_outline_covers_another_groups_op():
         regions = outline_table(graph, plan.groups)
         pos = layered_layout(graph)
         group_of = {op: i for i, grp in enumerate(plan.groups) for op in grp}
+        ops = list(pos)
+        # each box's centre and its corners, a unit in: five points per op, op k's at rows 5k .. 5k+4
+        points = np.array([(x + dx * (BOX_W / 2 - 1), y + dy * (BOX_H / 2 - 1)) for x, y in pos.values()
+                           for dx, dy in ((0, 0), (-1, -1), (-1, 1), (1, -1), (1, 1))])
         covered = set()
         for i, row in enumerate(regions.itertuples()):
-            pieces = _pieces(row.xs, row.ys)
-            for op, (x, y) in pos.items():  # the box's centre and its corners, a unit in
-                points = [(x, y), *((x + dx * (BOX_W / 2 - 1), y + dy * (BOX_H / 2 - 1)) for dx in (-1, 1)
-                                    for dy in (-1, 1))]
-                if group_of[op] != i and any(_inside(p, q, -1e-6) for p in pieces for q in points):
-                    covered.add(op)
+            hit = np.zeros(len(points), dtype=bool)
+            for piece in _pieces(row.xs, row.ys):
+                hit |= _inside_each(piece, points, -1e-6)
+            covered |= {op for k, op in enumerate(ops) if group_of[op] != i and hit[5 * k:5 * k + 5].any()}
         assert not covered, (name, len(covered), sorted(covered)[:5])
 
 
