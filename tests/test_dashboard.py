@@ -984,20 +984,29 @@ def test_a_drag_released_on_the_last_released_step_shows_that_step():
     assert s.state.buffer_kb == 181
 
 
-class _SlowSocket:
-    """A page's websocket for Panel's message queue: each write takes `write_s`; `write_lock` is the one Bokeh's own
-    messages (the replies to the browser's) hold while they are written."""
+class _HeldSocket:
+    """A page's websocket for Panel's message queue: its first write lasts until the test ends it (`end_first`),
+    later ones end at once; `write_lock` is the one Bokeh's own messages (the replies to the browser's) hold while
+    they are written. The test orders every step by events, not by the machine's speed."""
 
-    def __init__(self, write_s: float):
+    def __init__(self):
         import tornado.locks
 
-        self.write_lock, self.write_s, self.written = tornado.locks.Lock(), write_s, []
+        self.write_lock, self.written, self._first = tornado.locks.Lock(), [], None
 
     def write(self, conn, msg):
         import asyncio
 
         self.written.append(msg)
-        return [asyncio.ensure_future(asyncio.sleep(self.write_s))]
+        done = asyncio.get_running_loop().create_future()
+        if self._first is None:
+            self._first = done
+        else:
+            done.set_result(None)
+        return [done]
+
+    def end_first(self):
+        self._first.set_result(None)
 
 
 class _Page:
@@ -1016,28 +1025,46 @@ class _Connection:
         return events
 
 
+async def _until(condition, what: str):
+    """Let the event loop run until `condition()` holds (bounded, so a defect fails rather than hangs)."""
+    import asyncio
+
+    for _ in range(20_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never happened: {what}")
+
+
 def _messages_written_while_the_socket_was_busy(dispatch) -> list:
     """Panel's queue with `dispatch` as its dispatcher: a report's message queued while an earlier one is written
-    and the socket is locked by a reply until just after that write ends; the messages the socket got."""
+    and the socket is locked by a reply until just after that write ends; the messages the socket got once every
+    write task has ended (or, for a dispatcher that delivers it, once the second message is written)."""
     import asyncio
 
     from panel.io import document
 
-    socket = _SlowSocket(write_s=0.05)
+    socket = _HeldSocket()
     conn = _Connection(socket)
     doc = _Page()
     saved = document.extra_socket_handlers.copy(), document._dispatch_msgs
 
+    def tasks():
+        return list(document._write_tasks.get(doc, []))
+
     async def run():
-        document.extra_socket_handlers[_SlowSocket] = socket.write
+        document.extra_socket_handlers[_HeldSocket] = socket.write
         document._dispatch_msgs = dispatch
         document.schedule_write_events(doc, [conn], ["report at 128 KB"])
-        await asyncio.sleep(0.01)  # its write is under way
+        await _until(lambda: socket.written, "the first write starts")
+        first = tasks()[0]
         await socket.write_lock.acquire()  # a reply to the browser's release is being written
         document.schedule_write_events(doc, [conn], ["report at 181 KB"])  # queued: the socket is busy
-        await asyncio.sleep(0.055)  # the first write ends; the reply a moment later
-        socket.write_lock.release()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0)
+        socket.end_first()  # the first write ends while the reply still holds the socket
+        await _until(first.done, "the first dispatch ends")
+        socket.write_lock.release()  # the reply a moment later
+        await _until(lambda: len(socket.written) == 2 or all(t.done() for t in tasks()), "every write task ends")
 
     try:
         asyncio.run(run())
