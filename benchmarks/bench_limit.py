@@ -29,9 +29,9 @@ def gpt3_block(flash: bool) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
     FlashAttention holds query and output rows (the scores stream); FLAT holds whole score rows.
     Element-wise ops and softmax statistics are left out, as the paper does.
     """
-    held = 2 * F if flash else None
-    qk = Stage("bmm_QK", L, F, L, heads=HEADS, copies=BATCH, shared=False, row_elems=held)
-    qkv = Stage("bmm_QKV", L, L, F, heads=HEADS, copies=BATCH, shared=False, row_elems=held)
+    held = F + 1 if flash else None
+    qk = Stage("bmm_QK", L, F, L, heads=HEADS, copies=BATCH, shared=False, row_elems=held or 1 + L)
+    qkv = Stage("bmm_QKV", L, L, F, heads=HEADS, copies=BATCH, shared=False, row_elems=held or L + 1)
     chain = (Stage("Q_proj", L, D, D, copies=BATCH), qk, qkv, Stage("Final_proj", L, D, D, copies=BATCH),
              Stage("mm_1", L, D, C, copies=BATCH), Stage("mm_2", L, C, D, copies=BATCH))
     return chain, (Stage("K_proj", L, D, D, copies=BATCH), Stage("V_proj", L, D, D, copies=BATCH))
