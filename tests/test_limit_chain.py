@@ -83,3 +83,15 @@ def test_pipelined_fusion_needs_more_buffer_than_sequential():
     pipe = [fused_bytes(chain, n, pipelined=True) for n in sizes]
     assert all(p is None or s is not None and s <= p for s, p in zip(seq, pipe))
     assert any(s != p for s, p in zip(seq, pipe))
+
+
+def test_a_stage_of_no_tokens_names_the_stage():
+    import engine
+
+    with pytest.raises(engine.EngineError, match="stage 'Q_proj': rows must be .* at least 1.* got 0"):
+        Stage("Q_proj", 0, 4096, 4096)
+    with pytest.raises(engine.EngineError, match="stage 'bmm_QK': heads .* got -2"):
+        Stage("bmm_QK", 2048, 128, 2048, heads=-2)
+    chain = (Stage("a", 64, 32, 128), Stage("b", 64, 128, 16))
+    # the least row tile: one column of a's output, b's whole row of 16 accumulated, one element of b's weights
+    assert fused_bytes(chain, 34) is None and fused_bytes(chain, 36) is not None  # 18 words of 2 bytes

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 
+from engine.errors import EngineError
 from engine.limit.einsum import at, gemm, ski_slope
 
 
@@ -39,6 +40,13 @@ class Stage:
     copies: int = 1
     shared: bool = True
     row_elems: int | None = None
+
+    def __post_init__(self):
+        for field in ("rows", "k", "n", "heads", "copies"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise EngineError(f"stage '{self.name}': {field} must be a whole number of at least 1 (tokens, "
+                                  f"reduction, output columns, heads, sequences), got {value!r}")
 
     @property
     def held_per_row(self) -> int:
