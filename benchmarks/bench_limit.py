@@ -153,11 +153,39 @@ def beside_plans() -> str:
     return "\n".join(lines)
 
 
+LANGUAGE_MODELS = ("bert_base", "gpt2", "vit_b_16", "gpt3_6.7b_block", "llama3_8b_prefill", "llama3_8b_decode")
+
+
+def language_models(sizes_kb=CURVE_BUFFERS_KB) -> str:
+    """Every zoo transformer and LLM against the tight fused limit at every size of the what-if curve."""
+    lines = ["### Transformers and LLMs against the tight fused limit (MB, batch 1, `optimus` preset, 16-bit)", "",
+             "`bound`: `tight` where the segmentation sets the fused limit, `valid` where the per-op bound does. "
+             "`search`: the plan's status (`optimal`: no partition of the cost model moves less, so a gap above "
+             "1.10x is the bound's, not the plan's).", "",
+             "| network | buffer | optimus | fused limit | bound | per-op bound | optimus / limit | search |",
+             "|---|---:|---:|---:|---|---:|---:|---|"]
+    base = engine.Accelerator.preset("optimus")
+    for name in LANGUAGE_MODELS:
+        g = engine.load_network(name)
+        for kb in sizes_kb:
+            acc = base.with_buffer(kb * KB)
+            try:
+                plan = fuse(g, acc, method="optimus")
+            except engine.EngineError:
+                lines.append(f"| {name} | {kb} KB | does not run | | | | | |")
+                continue
+            lim = engine.limit.network(g, acc)
+            lines.append(f"| {name} | {kb} KB | {plan.dram_bytes / 1e6:,.1f} | {lim.fused_bytes / 1e6:,.1f} | "
+                         f"{lim.fused_kind} | {lim.valid_bytes / 1e6:,.1f} | {plan.dram_bytes / lim.fused_bytes:.3f} | "
+                         f"{plan.status} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     print("## Attainable limit (Orojenesis ski-slope), `engine.limit`\n")
     print("Figures from Huang et al., \"Mind the Gap\" (ISCA 2024), next to ours; docs/limit.md says where and why they "
           "differ. GB = 1e9 bytes, MiB = 2^20 bytes, 2-byte words.\n")
-    for part in (reproduction, gemm_first_principle, beside_plans, speed):
+    for part in (reproduction, gemm_first_principle, beside_plans, language_models, speed):
         print(part())
         print()
 

@@ -221,6 +221,8 @@ def test_the_report_and_the_curve_carry_the_limits():
         lim = engine.limit.network(g, acc.with_buffer(kb * KB))
         assert rows[LIMIT_ROWS[0]] == lim.layerwise_bytes / 1e6 and rows[LIMIT_ROWS[1]] == lim.fused_bytes / 1e6
         assert rows["optimus"] >= rows[LIMIT_ROWS[1]]
+        # the per-op bound beside the tight one only where it is lower
+        assert rows.get(LIMIT_ROWS[2]) == (lim.valid_bytes / 1e6 if lim.valid_bytes < lim.fused_bytes else None)
 
 
 def test_gpt3_block_and_attention_reproduce_orojenesis():
