@@ -8,7 +8,7 @@ fmaps in input+output buffers and parameters in the weight buffer).
 ski-slope at the buffer (ops.py), so the plan costs at least their sum. With split buffers
 the curve is read at the sum of both (a schedule uses no more room than that).
 
-*Fused.* Any partition into groups costs, per group, its fmaps in and out plus its
+*Fused, per op* (`NetworkLimit.valid_bytes`). Any partition into groups costs, per group, its fmaps in and out plus its
 parameters times their loads (Eq. 3). Summed over groups:
 (1) every network input that is read is read once and every network output is written
     once, at least (intermediates may stay on chip: the Oracle's fmaps);
@@ -28,6 +28,10 @@ So each op adds the smaller of (3)'s reloads and (4)'s excess over compulsory to
 reloads, which (3) does not bound in a group). What this omits: fmaps that must leave the chip because no group holding both
 their producer and consumer fits (the bound lets every intermediate stay), and the
 reloads an op's group shares with other members beyond its own.
+
+*Fused, tight* (`segments.py`): the graph's chains cut into fused pieces, each cut tensor out and
+back, each piece's weights and streamed operands reloaded per sub-group its footprint forces; the
+fused limit is the larger of the two.
 """
 
 from __future__ import annotations
@@ -64,7 +68,10 @@ class NetworkLimit:
     layerwise_meaning: ClassVar[str] = ("no plan that runs every op on its own moves less: each op at its "
                                         "best tiling for this buffer (the Orojenesis ski-slope), summed")
     fused_meaning: ClassVar[str] = ("no plan of fused groups moves less: network inputs, outputs and weights "
-                                    "once, plus the weight reloads this buffer forces on each op")
+                                    "once, plus the least any cut of the graph's chains into fused pieces costs "
+                                    "(tensors out and back at the cuts, weights and streamed keys and values "
+                                    "reloaded per sub-group), and at least the weight reloads this buffer forces "
+                                    "on each op")
 
 
 def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:

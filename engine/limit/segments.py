@@ -206,32 +206,35 @@ def _find(parent, i: int) -> int:
 
 def _links(model: FusionModel) -> list[Link]:
     """Every link: a tensor made by an op (with no other output) and read by other ops, as they read it through
-    folded layout ops (a one-in, one-out view read alone); not streamed, not a network output."""
+    folded layout ops (a one-in, one-out view read alone); not streamed, not a network output. A folded split read
+    alone (a packed QKV projection's heads) gives one link per part it passes on, each its own bytes: the maker's
+    group writes at least that part and its reader's group reads it when they differ."""
     out = []
     for p in range(model.n):
-        if model.folds[p] or len(model.outs[p]) != 1:
-            continue
-        j = model.outs[p][0]
-        nbytes = model.tbytes[j]
-        while True:
-            readers = model.consumer_mask[j]
-            if model.is_graph_output[j] or model.stream[j] or not readers:
-                j = -1
-                break
-            c = readers.bit_length() - 1
-            if readers.bit_count() > 1 or not (model.folds[c] and len(model.outs[c]) == 1 and len(model.ins[c]) == 1):
-                break
-            j = model.outs[c][0]
-            nbytes = min(nbytes, model.tbytes[j])
-        if j < 0 or not nbytes:
-            continue
-        ops = FusionModel.members(model.consumer_mask[j])
-        if any(model.folds[c] for c in ops):
-            continue  # a layout op that does not fold away alone (a head split into several) leaves its tensors free
-        geo = model.tgeo[j]
-        rows = geo.h if geo is not None else 1
-        out.append(Link(p, tuple(ops), nbytes, model.held[j] * rows, model.held[j]))
+        if not model.folds[p] and len(model.outs[p]) == 1:
+            out.extend(_follow(model, p, model.outs[p][0], model.tbytes[model.outs[p][0]]))
     return out
+
+
+def _follow(model: FusionModel, p: int, j: int, nbytes: int) -> list[Link]:
+    """The links of tensor j (made by op p, or a view of what it made) through folded layout ops read alone."""
+    while True:
+        readers = model.consumer_mask[j]
+        if model.is_graph_output[j] or model.stream[j] or not readers or not nbytes:
+            return []
+        c = readers.bit_length() - 1
+        if readers.bit_count() > 1 or not (model.folds[c] and len(model.ins[c]) == 1):
+            break
+        if len(model.outs[c]) > 1:  # a split: each part its own link
+            return [ln for o in model.outs[c] for ln in _follow(model, p, o, min(nbytes, model.tbytes[o]))]
+        j = model.outs[c][0]
+        nbytes = min(nbytes, model.tbytes[j])
+    ops = FusionModel.members(model.consumer_mask[j])
+    if any(model.folds[c] for c in ops):
+        return []  # a layout op that does not fold away alone (it has other inputs) leaves its tensors free
+    geo = model.tgeo[j]
+    rows = geo.h if geo is not None else 1
+    return [Link(p, tuple(ops), nbytes, model.held[j] * rows, model.held[j])]
 
 
 def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
