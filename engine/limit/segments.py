@@ -74,6 +74,7 @@ class Streamed:
     made: bool  # made by an op (no read counted in the once-term) or a network input (one read counted)
     written: bool  # its maker's group must write it when another group reads it (one reader all along)
     need: int | float  # elements of one image any group that makes it whole holds (`_needs`)
+    producer: int  # the op that makes the tensor read (-1: a network input); it and its ancestors are the cone
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +90,7 @@ class Segments:
     passes: tuple[bool, ...]  # per op: may chunk whatever its producers keep (element-wise on token matrices)
     inplace: tuple[bool, ...]
     covered: tuple[bool, ...]
+    cone: tuple[int, ...]  # per op: the mask of it and its ancestors
     free_links: int  # links left out of every component (counted free)
     cuts: tuple[Cuts, ...] = ()  # per kind of component: its pieces under every subset of cut links
 
@@ -100,6 +102,9 @@ class Piece:
     ops: tuple[int, ...]
     whole: int
     finest: int
+    # per streamed operand its members read, in order: (whole-image, finest) elements of the tiles outside the
+    # operand's cone, which shrink with the row steps while a cone that makes the operand whole does not
+    rest: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,13 +130,14 @@ def segments_of(model: FusionModel) -> Segments:
         whole.append((full * model.out_h[i], chunk * model.out_h[i]))
         finest.append((full * model.floor[i], chunk * model.floor[i]))
     needs = _needs(model)
-    streamed = tuple(tuple(Streamed(*_source(model, j), needs[j]) for j in model.ins[i] if model.stream_elems[j])
-                     for i in range(n))
+    streamed = tuple(tuple(Streamed(*_source(model, j), needs[j], model.producer[j]) for j in model.ins[i]
+                           if model.stream_elems[j]) for i in range(n))
     read = tuple(tuple((j, model.held[j] * model.geo(j).h, model.held[j]) for j in model.ins[i]
                        if model.covered[i] and (model.producer[j] < 0 or not model.covered[model.producer[j]]))
                  for i in range(n))
+    cone = tuple(model.anc[i] | 1 << i for i in range(n))
     seg = Segments((), tables, tuple(whole), tuple(finest), streamed, read, tuple(model.passes), tuple(model.inplace),
-                   tuple(model.covered), free)
+                   tuple(model.covered), cone, free)
     kinds: dict[tuple, int] = {}
     keyed: list[Component] = []
     cuts: list[Cuts] = []
@@ -147,7 +153,9 @@ def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> 
     """What `_component_bits` reads of a component, with its ops numbered from 0 (equal for identical layers)."""
     pos = {i: k for k, i in enumerate(ops)}
     local: dict[int, int] = {}  # tensors read from outside, numbered in the component (two ops may read one)
-    per_op = tuple((seg.whole[i], seg.finest[i], seg.streamed[i],
+    per_op = tuple((seg.whole[i], seg.finest[i],
+                    tuple((st.nbytes, st.elems, st.made, st.written, st.need) for st in seg.streamed[i]),
+                    tuple(tuple(pos[k] for k in ops if _in_cone(seg, st, k)) for st in seg.streamed[i]),
                     tuple((local.setdefault(j, len(local)), w, f) for j, w, f in seg.read[i]),
                     seg.passes[i], seg.inplace[i], seg.covered[i],
                     seg.tables[i].params, seg.tables[i].whole, seg.tables[i].compulsory, seg.tables[i].steps)
@@ -331,12 +339,23 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     whole = max(whole + sum(ln.whole for ln in fed) + sum(w for w, _ in outside.values()),
                 max((seg.tables[i].whole for i in ops), default=0))
     finest += sum(ln.finest for ln in fed) + sum(f for _, f in outside.values())
-    return Piece(ops, whole, finest)
+    rest = []
+    for st in (st for i in ops for st in seg.streamed[i]):
+        out = [i for i in ops if not _in_cone(seg, st, i)]
+        apart = [ln for ln in fed if not _in_cone(seg, st, ln.readers[0])]
+        rest.append((sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
+                     sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
+    return Piece(ops, whole, finest, tuple(rest))
+
+
+def _in_cone(seg: Segments, st: Streamed, i: int) -> bool:
+    """Whether op i makes streamed operand `st` or is one of its ancestors."""
+    return st.producer >= 0 and bool(seg.cone[st.producer] >> i & 1)
 
 
 def _piece_bits(seg: Segments, piece: Piece, cap: Capacity, reach: int, batch: int, word_bits: int) -> float:
     """The least excess bits of a piece: one op alone or in a group; several ops in one group (INF if they cannot)."""
-    grouped = _grouped_bits(seg, piece.ops, piece.whole, piece.finest, cap, batch, word_bits)
+    grouped = _grouped_bits(seg, piece, cap, batch, word_bits)
     if len(piece.ops) > 1:
         return grouped
     op = seg.tables[piece.ops[0]]
@@ -345,24 +364,42 @@ def _piece_bits(seg: Segments, piece: Piece, cap: Capacity, reach: int, batch: i
     return max(0.0, min(alone, grouped))
 
 
-def _grouped_bits(seg: Segments, ops: tuple[int, ...], whole: int, finest: int, cap: Capacity, batch: int,
-                  word_bits: int) -> float:
-    """Excess bits of ops held in one group: weights and streamed operands reloaded once per sub-group beyond
-    their once (Eq. 3), when they cannot stay, and a streamed operand's write by the group that makes it."""
+def _grouped_bits(seg: Segments, piece: Piece, cap: Capacity, batch: int, word_bits: int) -> float:
+    """Excess bits of ops held in one group: weights and streamed operands loaded once per sub-group (Eq. 3)
+    unless they all stay beside the tiles (the cost model keeps a group's parameters and streamed operands
+    together or not at all), and a streamed operand's write by the group that makes it.
+
+    A streamed operand is either read from outside or made whole in the group: then its cone holds `need`
+    elements at every row step and the piece's tiles outside the cone share what is left, which forces more
+    sub-groups (the least over both choices of every operand)."""
+    ops, finest = piece.ops, piece.finest
     if len(ops) > 1 and not all(seg.covered[i] for i in ops):
         return INF
     if finest > cap.fmap:
         return INF
-    loads = max(1, -(-batch * whole // max(1, cap.fmap)))
+    base = max(1, -(-batch * piece.whole // max(1, cap.fmap)))
     params = sum(seg.tables[i].params for i in ops)
-    room = cap.fmap - finest if cap.shared else cap.param
-    bits = 0 if params <= room else (loads - 1) * params * word_bits
-    for i in ops:
-        for s in seg.streamed[i]:
-            if s.elems <= room or max(s.need, finest) <= cap.fmap:
-                continue  # it may stay on chip, or be made whole beside the tiles
-            bits += ((loads if s.made else loads - 1) + s.written) * s.nbytes * 8
-    return bits
+    streams = list(zip((st for i in ops for st in seg.streamed[i]), piece.rest))
+    best = INF
+    for inside in product((False, True), repeat=len(streams)):
+        loads, held, loaded = base, finest, params
+        for (st, (r_whole, r_finest)), made in zip(streams, inside):
+            if not made:
+                loaded += st.elems
+                continue
+            if st.need + r_finest > cap.fmap:
+                break  # the cone and the tiles beside it do not fit
+            loads = max(loads, -(-batch * r_whole // max(1, int(cap.fmap - st.need))))
+            held = max(held, int(st.need) + r_finest)
+        else:
+            stays = loaded <= (cap.fmap - held if cap.shared else cap.param)
+            bits = 0 if stays else (loads - 1) * params * word_bits
+            for (st, _), made in zip(streams, inside):
+                if not made:  # read once if it stays (none counted yet if an op makes it), else once per sub-group
+                    reads = 1 if stays else loads
+                    bits += (reads - (not st.made) + st.written) * st.nbytes * 8
+            best = min(best, bits)
+    return best
 
 
 def _footprint(seg: Segments, ops: tuple[int, ...], inner: tuple[Link, ...]) -> tuple[int, int]:
