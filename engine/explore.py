@@ -258,7 +258,9 @@ def allocate_for_budget(graph: Graph, acc: Accelerator, method: str, budget, tim
     return allocate(graph, nbytes, method=method, time_limit_s=time_limit_s, word_bits=acc.word_bits), nbytes
 
 
-LIMIT_ROWS = ("limit_layerwise", "limit_fused")  # curve rows of engine.limit's two bounds, when asked for
+# curve rows of engine.limit's bounds, when asked for: layer by layer, fused (tight where the segmentation sets it),
+# and the per-op fused bound where it lies below the tight one
+LIMIT_ROWS = ("limit_layerwise", "limit_fused", "limit_fused_valid")
 
 
 def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB, *,
@@ -271,7 +273,8 @@ def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_
                limits: bool = False) -> tuple[dict, ...]:
     """`buffer_curve`'s rows at one size: each method's DRAM MB, then the Oracle's (the dashboard draws each size as it comes).
 
-    `limits` adds the layer-by-layer and fused limits (engine.limit) as methods LIMIT_ROWS, after the Oracle.
+    `limits` adds the layer-by-layer and fused limits (engine.limit) as methods LIMIT_ROWS, after the Oracle: the
+    fused one as `NetworkLimit.fused_bytes`, and its per-op bound `valid_bytes` too where that is lower.
     """
     from engine.fusion import fuse, oracle_bytes
     from engine.limit import network
@@ -283,6 +286,7 @@ def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_
     rows.append({"buffer_kb": buffer_kb, "method": "oracle", "dram_mb": oracle_bytes(graph, acc) / 1e6})
     if limits:
         lim = network(graph, sized)
+        bounds = (lim.layerwise_bytes, lim.fused_bytes, lim.valid_bytes if lim.valid_bytes < lim.fused_bytes else None)
         rows += [{"buffer_kb": buffer_kb, "method": name, "dram_mb": nbytes / 1e6}
-                 for name, nbytes in zip(LIMIT_ROWS, (lim.layerwise_bytes, lim.fused_bytes))]
+                 for name, nbytes in zip(LIMIT_ROWS, bounds) if nbytes is not None]
     return tuple(rows)

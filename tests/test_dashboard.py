@@ -339,9 +339,12 @@ def test_the_curve_comes_in_size_by_size_and_leaves_out_sizes_the_network_cannot
     left_out = [int(s.split(" KB")[0].replace(",", "")) for s in skipped]
     assert left_out[:1] == [8] and "cannot run even alone" in skipped[0]
     assert sorted(set(curve["buffer_kb"])) == [kb for kb in CURVE_BUFFERS_KB if kb not in left_out]
-    assert set(curve["method"]) == {"none", "oracle", "limit_layerwise", "limit_fused"}
+    # the per-op fused bound is drawn where it lies below the tight one (the chains' segmentation)
+    assert set(curve["method"]) == {"none", "oracle", "limit_layerwise", "limit_fused", "limit_fused_valid"}
     at = curve.pivot(index="buffer_kb", columns="method", values="dram_mb")
     assert (at["limit_fused"] <= at["limit_layerwise"] + 1e-9).all() and (at["limit_layerwise"] <= at["none"] + 1e-9).all()
+    valid = at["limit_fused_valid"].dropna()
+    assert len(valid) and (valid < at["limit_fused"][valid.index]).all()
 
 
 def test_allocation_timeline_for_a_named_budget():

@@ -174,7 +174,11 @@ def test_limits_reach_the_oracle_once_the_buffer_holds_everything():
         g = zoo.build(name, 1)
         acc = engine.Accelerator.preset("optimus").with_buffer(1024 * 1024 * KB)
         lim = engine.limit.network(g, acc)
-        assert lim.fused_bytes == lim.oracle_bytes == oracle_bytes(g, acc)
+        assert lim.valid_bytes == lim.oracle_bytes == oracle_bytes(g, acc)
+        # the segmentation adds what no plan avoids: ViT-B/16's patch flatten and class-token slice run alone (outside
+        # the tile model), so the tensors around them go out and back in; optimus reaches it (1.81 MB above the Oracle)
+        assert lim.fused_bytes == fuse(g, acc, method="optimus").dram_bytes
+        assert lim.fused_bytes - lim.oracle_bytes == {"vit_b_16": 1_812_480}.get(name, 0)
         covered = model_of(g, acc).covered
         compulsory = sum(g.bytes_of(op.inputs, 16) + g.bytes_of(
             [t for t in op.outputs if g.consumers(t) or t in g.outputs], 16) + g.weight_bytes(op.name, 16)
@@ -217,28 +221,36 @@ def test_the_report_and_the_curve_carry_the_limits():
         lim = engine.limit.network(g, acc.with_buffer(kb * KB))
         assert rows[LIMIT_ROWS[0]] == lim.layerwise_bytes / 1e6 and rows[LIMIT_ROWS[1]] == lim.fused_bytes / 1e6
         assert rows["optimus"] >= rows[LIMIT_ROWS[1]]
+        # the per-op bound beside the tight one only where it is lower
+        assert rows.get(LIMIT_ROWS[2]) == (lim.valid_bytes / 1e6 if lim.valid_bytes < lim.fused_bytes else None)
 
 
-def test_gpt3_block_and_attention_reproduce_orojenesis_within_20_percent():
-    # Huang et al. Sec. VII (GPT-3-6.7B block, 2048 tokens x batch 16): fusion 2.5x fewer accesses at 50 MB and
-    # 5.6x above 320 MB; FlashAttention-style tiling > 6x fewer than FLAT's at 16 MB, equal at 32 MB
+def test_gpt3_block_and_attention_reproduce_orojenesis():
+    # Huang et al. Sec. VII (GPT-3-6.7B block, 2048 tokens x batch 16, 2-byte words), the paper's templates
+    # (Fig. 16-17) and its sequential buffer rule (Sec. V-B): fusion 2.5x fewer accesses at 50 MB, 4.7 G fewer;
+    # up to 5.6x above 320 MB; FlashAttention-style tiling > 6x fewer than FLAT's at 16 MB, equal at 32 MB
     from benchmarks.bench_limit import MIB, gpt3_block
     from engine.limit.chain import fused_bytes, segmented_bytes, unfused_bytes
 
     chain, side = gpt3_block(flash=True)
-    for mib, paper in ((50, 2.5), (512, 5.6)):
-        ratio = unfused_bytes(chain + side, mib * MIB) / (segmented_bytes(chain, mib * MIB)
-                                                          + unfused_bytes(side, mib * MIB))
-        assert ratio == pytest.approx(paper, rel=0.2), mib
+
+    def ratio_and_saving(nbytes):
+        un = unfused_bytes(chain + side, nbytes)
+        fu = segmented_bytes(chain, nbytes) + unfused_bytes(side, nbytes)
+        return un / fu, (un - fu) / 2  # two-byte accesses saved
+
+    ratio, saving = ratio_and_saving(50 * MIB)
+    assert ratio == pytest.approx(2.5, rel=0.08) and saving == pytest.approx(4.7e9, rel=0.03)
+    ratio, saving = ratio_and_saving(512 * MIB)
+    assert ratio == pytest.approx(5.6, rel=0.05) and saving == pytest.approx(6e9, rel=0.03)
+    assert ratio_and_saving(352 * MIB)[0] < 4.9 < 5.8 < ratio_and_saving(369_139_712)[0]  # 352.04 MiB on
     flash, flat = gpt3_block(flash=True)[0][1:3], gpt3_block(flash=False)[0][1:3]
-    assert fused_bytes(flat, 16 * MIB + 4) / fused_bytes(flash, 16 * MIB + 4) > 6
-    assert fused_bytes(flat, 16 * MIB) / fused_bytes(flash, 16 * MIB) == pytest.approx(6, rel=0.21)
-    assert fused_bytes(flat, 33 * MIB) == fused_bytes(flash, 33 * MIB) < fused_bytes(flat, 32 * MIB)
-    # with row tiles that divide the 2048 tokens (perfect factors, as the paper's Timeloop-style mapper tiles):
-    # FlashAttention 512-row tiles (2.68 GB) against FLAT's 64-row ones (17.72 GB) at 16 MiB: 6.6x
-    factored = [fused_bytes(f, 16 * MIB, factors=True) for f in (flat, flash)]
-    assert factored == [17_716_740_096, 2_684_354_560]
-    assert factored[0] / factored[1] > 6
+    for nbytes in (16_000_000, 16 * MIB):
+        assert fused_bytes(flat, nbytes) / fused_bytes(flash, nbytes) == 6.0
+    assert fused_bytes(flat, 32 * MIB) / fused_bytes(flash, 32 * MIB) == 5.0
+    assert fused_bytes(flat, 33 * MIB) == fused_bytes(flash, 33 * MIB)  # K and V of a sequence (32 MiB) + a row tile
+    # with row tiles that divide the 2048 tokens (perfect factors, as the paper's Timeloop-style mapper tiles)
+    assert [fused_bytes(f, 16 * MIB, factors=True) for f in (flat, flash)] == [17_716_740_096, 1_610_612_736]
 
 
 def test_a_fused_chain_reaches_its_inputs_outputs_and_weights_once_and_segments_never_lose_to_unfused():

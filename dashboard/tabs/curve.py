@@ -28,8 +28,10 @@ PROGRESS = "computing the buffer-size curve..."
 LIMIT_NOTE = ("Dashed lines are floors, not plans. *oracle*: every weight and network input and output crossing once. "
               "*limit_layerwise*: the least traffic of any plan that runs every op on its own, each op's output "
               "written to DRAM and read back by the next; a floor for `none`, not for fused plans, which keep those "
-              "tensors on chip, so where fusion pays they lie below it. *limit_fused*: the floor for fused plans "
-              "(docs/limit.md).")
+              "tensors on chip, so where fusion pays they lie below it. *limit_fused*: the floor for fused plans, "
+              "tight where the graph's chains are cut into fused pieces (what cutting, reloading weights and "
+              "streaming keys and values cost at the least); *limit_fused_valid*, where it lies lower: the per-op "
+              "floor it improves on (docs/limit.md).")
 XLIM = (CURVE_BUFFERS_KB[0] / 1.25, CURVE_BUFFERS_KB[-1] * 1.25)  # the whole range from the first size drawn
 
 

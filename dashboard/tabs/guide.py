@@ -27,7 +27,7 @@ the groups that differ outlined thickly.""",
 tensor crossing once) as the floor no plan can beat. A bigger buffer lets bigger groups fit, so traffic
 falls in steps; click a point to move the slider there. Methods and the Oracle: {OPTIMUS}. *limit_layerwise* and
 *limit_fused* are the least traffic any schedule could reach, op by op and with fusion: lower bounds after
-{LIMIT}.""",
+{LIMIT}. Where *limit_fused_valid* shows, it is the looser per-op floor that *limit_fused* improves on.""",
     "Memory timeline": f"""How a scratchpad of the chosen budget holds the tensors over time: each rectangle is a
 tensor's address range (up) for the steps it stays on chip (across); triangles mark spills to DRAM and
 retrievals. COSMA orders ops, places tensors and picks what to spill in one ILP, against four simple

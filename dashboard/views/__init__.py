@@ -28,8 +28,9 @@ def numbers():
 # One colour per method wherever DRAM traffic is drawn against buffer size (the what-if curve, the Sweep tab), so a
 # method is recognised from one plot to the other; the bounds are dashed (`method_lines`).
 METHOD_COLOURS = {"none": "#9c755f", "dnnvm": "#f28e2b", "efficient_s": "#59a14f", "optimus": "#4e79a7",
-                  "online": "#b07aa1", "oracle": "#e15759", "limit_layerwise": "#76b7b2", "limit_fused": "#edc948"}
-BOUNDS = ("oracle", "limit_layerwise", "limit_fused")  # lower bounds, not plans
+                  "online": "#b07aa1", "oracle": "#e15759", "limit_layerwise": "#76b7b2", "limit_fused": "#edc948",
+                  "limit_fused_valid": "#bab0ac"}
+BOUNDS = ("oracle", "limit_layerwise", "limit_fused", "limit_fused_valid")  # lower bounds, not plans
 CURVE_TOOLTIPS = [("method", "@method"), ("buffer", "@buffer_kb{0,0} KB"), ("DRAM traffic", "@dram_mb{0,0.000} MB")]
 
 

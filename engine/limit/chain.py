@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 
+from engine.errors import EngineError
 from engine.limit.einsum import at, gemm, ski_slope
 
 
@@ -39,6 +40,13 @@ class Stage:
     copies: int = 1
     shared: bool = True
     row_elems: int | None = None
+
+    def __post_init__(self):
+        for field in ("rows", "k", "n", "heads", "copies"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise EngineError(f"stage '{self.name}': {field} must be a whole number of at least 1 (tokens, "
+                                  f"reduction, output columns, heads, sequences), got {value!r}")
 
     @property
     def held_per_row(self) -> int:
@@ -68,32 +76,77 @@ def unfused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int =
 
 
 def fused_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16, *,
-                factors: bool = False) -> int | None:
-    """Least traffic of the whole chain fused in row tiles at the buffer, or None when no row tile fits.
+                factors: bool = False, pipelined: bool = False) -> int | None:
+    """Least traffic of the whole chain fused in row tiles at the buffer (the paper's FFMT, Sec. V), or None when
+    no row tile fits.
 
-    `factors`: row tiles that divide the rows only (perfect factorisation, as Timeloop-style mappers tile)."""
-    return _fused(stages, buffer_bytes * 8 // word_bits, word_bits, factors)
+    Templates by position (Fig. 17): the first Einsum TiledKN (its input one element deep, its output in chunks
+    of n0 columns: its input is read once per chunk, N2), the second TiledK (it reads the n0-column chunk and
+    accumulates whole output rows), the middle ones Full (whole input and output rows), the last TiledN (whole
+    input rows, one output column at a time); a stage with `row_elems` keeps that row (an attention strategy's
+    own tiles) and takes no chunk. Each Einsum's weights are held for the whole chain (their room reserved) or
+    streamed once per row tile, M1 times (Sec. V-C). Sequential fusion (one Einsum at a time) needs the held
+    weights, one element of each streamed one, and the largest Einsum's row tiles; `pipelined` (all at once,
+    Sec. V-B) one element per streamed Einsum instead of one in all. `factors`: row tiles that divide the rows
+    only (perfect factorisation, as Timeloop-style mappers tile)."""
+    return _fused(stages, buffer_bytes * 8 // word_bits, word_bits, factors, pipelined)
 
 
 @lru_cache(maxsize=4096)
-def _fused(stages: tuple[Stage, ...], room: int, word_bits: int, factors: bool = False) -> int | None:
+def _fused(stages: tuple[Stage, ...], room: int, word_bits: int, factors: bool = False,
+           pipelined: bool = False) -> int | None:
     rows = stages[0].rows
     first, last = stages[0], stages[-1]
-    io = first.heads * first.copies * rows * first.k + last.heads * last.copies * rows * last.n
-    per_row = max(s.held_per_row for s in stages)
+    out0 = first.heads * first.n
+    into = first.heads * first.copies * rows * first.k
+    out = last.heads * last.copies * rows * last.n
     best = None
-    for hold in product((False, True), repeat=len(stages)):
-        reserved = sum(s.weight_elems() // (1 if s.shared else s.copies) for s, h in zip(stages, hold) if h)
-        m0 = min(rows, (room - reserved - 1) // per_row) if room - reserved - 1 >= per_row else 0
-        while factors and m0 > 1 and rows % m0:
-            m0 -= 1
-        if m0 < 1:
-            continue
-        tiles = -(-rows // m0)
-        loads = sum(s.weight_elems() * (1 if h else tiles * (s.copies if s.shared else 1)) for s, h in zip(stages, hold))
-        elems = io + loads
-        best = elems if best is None else min(best, elems)
+    for chunks in _chunk_counts(stages):
+        n0 = -(-out0 // chunks)
+        per_row = [_row(stages, e, n0) for e in range(len(stages))]
+        for hold in product((False, True), repeat=len(stages)):
+            reserved = sum(s.weight_elems() // (1 if s.shared else s.copies) for s, h in zip(stages, hold) if h)
+            if pipelined:  # every Einsum's tiles at once: one element of each streamed operand beside the held ones
+                reserved += sum(not h for h in hold)
+            # sequential: Einsum e alone needs its row tiles and, when it streams its weights, one element of them
+            m0 = min(rows, min((room - reserved - (not h and not pipelined)) // r for r, h in zip(per_row, hold)))
+            while factors and m0 > 1 and rows % m0:
+                m0 -= 1
+            if m0 < 1:
+                continue
+            tiles = -(-rows // m0)
+            loads = sum(s.weight_elems() * (1 if h else tiles * (s.copies if s.shared else 1))
+                        for s, h in zip(stages, hold))
+            elems = into * chunks + out + loads
+            best = elems if best is None else min(best, elems)
     return None if best is None else -(-best * word_bits // 8)
+
+
+def _chunk_counts(stages: tuple[Stage, ...]) -> list[int]:
+    """Every distinct N2(0): how many column chunks the first Einsum's output takes (1 when the second stage keeps
+    a fixed row: it needs its input whole)."""
+    if len(stages) < 2 or stages[1].row_elems is not None or stages[0].row_elems is not None:
+        return [1]
+    n = stages[0].heads * stages[0].n
+    return sorted({-(-n // j) for j in range(1, n + 1)})
+
+
+def _row(stages: tuple[Stage, ...], e: int, n0: int) -> int:
+    """Elements per row tile of Einsum e under its template (Fig. 16-17) when the first Einsum makes n0-column chunks."""
+    s = stages[e]
+    full = s.held_per_row
+    if s.row_elems is not None:
+        return full
+    inp, out = s.heads * s.k, s.heads * s.n
+    if e == 0:
+        return 1 + n0  # TiledKN: one input element, an output chunk
+    if e == 1:
+        if n0 == stages[0].heads * stages[0].n and e == len(stages) - 1:
+            return inp + 1  # no chunks: the last Einsum takes TiledN
+        return n0 + out  # TiledK: the chunk in, whole output rows accumulated
+    if e == len(stages) - 1:
+        return inp + 1  # TiledN: whole input rows, an output column at a time
+    return full
 
 
 def segmented_bytes(stages: tuple[Stage, ...], buffer_bytes: int, word_bits: int = 16) -> int | None:

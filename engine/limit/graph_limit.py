@@ -8,7 +8,7 @@ fmaps in input+output buffers and parameters in the weight buffer).
 ski-slope at the buffer (ops.py), so the plan costs at least their sum. With split buffers
 the curve is read at the sum of both (a schedule uses no more room than that).
 
-*Fused.* Any partition into groups costs, per group, its fmaps in and out plus its
+*Fused, per op* (`NetworkLimit.valid_bytes`). Any partition into groups costs, per group, its fmaps in and out plus its
 parameters times their loads (Eq. 3). Summed over groups:
 (1) every network input that is read is read once and every network output is written
     once, at least (intermediates may stay on chip: the Oracle's fmaps);
@@ -28,6 +28,10 @@ So each op adds the smaller of (3)'s reloads and (4)'s excess over compulsory to
 reloads, which (3) does not bound in a group). What this omits: fmaps that must leave the chip because no group holding both
 their producer and consumer fits (the bound lets every intermediate stay), and the
 reloads an op's group shares with other members beyond its own.
+
+*Fused, tight* (`segments.py`): the graph's chains cut into fused pieces, each cut tensor out and
+back, each piece's weights and streamed operands reloaded per sub-group its footprint forces; the
+fused limit is the larger of the two.
 """
 
 from __future__ import annotations
@@ -37,32 +41,44 @@ from typing import ClassVar
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError
-from engine.fusion.cost import Capacity, oracle_bytes
+from engine.fusion.cost import Capacity, model_of, oracle_bytes
 from engine.graph import Graph
 from engine.limit.einsum import at
 from engine.limit.ops import tables
+from engine.limit.segments import excess_bits as excess_bits_of
+from engine.limit.segments import segments_of
 
 
 @dataclass(frozen=True)
 class NetworkLimit:
-    """Lower bounds on DRAM traffic at one buffer size (bytes), next to the Oracle."""
+    """Lower bounds on DRAM traffic at one buffer size (bytes), next to the Oracle.
+
+    `fused_bytes` is the larger of two bounds on every plan: the segmentation of the graph's chains
+    (`segments.py`) and the per-op bound `valid_bytes` (this module's docstring); `fused_kind` says
+    which one it is: "tight" (the segmentation, above the per-op bound) or "valid".
+    """
 
     buffer_bytes: int
     layerwise_bytes: int
     fused_bytes: int
     oracle_bytes: int
+    valid_bytes: int = 0
+    fused_kind: str = "valid"
 
     layerwise_meaning: ClassVar[str] = ("no plan that runs every op on its own moves less: each op at its "
                                         "best tiling for this buffer (the Orojenesis ski-slope), summed")
     fused_meaning: ClassVar[str] = ("no plan of fused groups moves less: network inputs, outputs and weights "
-                                    "once, plus the weight reloads this buffer forces on each op")
+                                    "once, plus the least any cut of the graph's chains into fused pieces costs "
+                                    "(tensors out and back at the cuts, weights and streamed keys and values "
+                                    "reloaded per sub-group), and at least the weight reloads this buffer forces "
+                                    "on each op")
 
 
 def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:
     """Both limits of `graph` on `acc` at its buffer size (the per-op curves are cached per graph and word width)."""
     bits = acc.word_bits
     cap = Capacity.of(acc)
-    ops = tables(graph, bits)
+    ops = tables(graph, bits, model_of(graph, acc).tp)
     room = cap.fmap + (0 if cap.shared else cap.param)  # elements any schedule can hold at once
     reach = -(-room * bits // 8)  # a mapping of E <= room elements needs ceil(E * bits / 8) <= this many bytes
     layerwise = 0
@@ -80,8 +96,11 @@ def network_limit(graph: Graph, acc: Accelerator) -> NetworkLimit:
             extra = min(extra, (loads - 1) * op.params * bits)
         excess_bits += max(0, extra)
     once = _once_bits(graph, bits)
-    fused = -(-(once + excess_bits) // 8)
-    return NetworkLimit(acc.buffer_bytes, layerwise, fused, oracle_bytes(graph, acc))
+    valid = -(-(once + excess_bits) // 8)
+    model = model_of(graph, acc)
+    chained = -(-(once + excess_bits_of(segments_of(model), cap, reach, graph.batch, bits)) // 8)
+    kind = "tight" if chained > valid else "valid"
+    return NetworkLimit(acc.buffer_bytes, layerwise, max(valid, chained), oracle_bytes(graph, acc), valid, kind)
 
 
 def _once_bits(graph: Graph, bits: int) -> int:

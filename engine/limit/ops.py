@@ -42,9 +42,9 @@ class OpTable:
 
 
 @lru_cache(maxsize=16)
-def tables(graph: Graph, word_bits: int) -> tuple[OpTable, ...]:
-    """Every op's table, in topological order (cached per graph and word width; independent of the buffer)."""
-    model = model_for(graph, Throughput(), word_bits)
+def tables(graph: Graph, word_bits: int, tp: Throughput | None = None) -> tuple[OpTable, ...]:
+    """Every op's table, in topological order (cached per graph, word width and PE array; independent of the buffer)."""
+    model = model_for(graph, tp or Throughput(), word_bits)
     return tuple(_table(model, i) for i in range(model.n))
 
 
