@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import Blocking
+from engine.blocking.model import Blocking, evaluate
 from engine.blocking.optimizer import block
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
@@ -81,20 +81,48 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
     return hierarchy_counts(layer, Hierarchy.from_accelerator(acc), op.name)
 
 
-def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "") -> OpAccessCounts:
-    """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy)."""
+def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "", *,
+                     weights_once: bool = False) -> OpAccessCounts:
+    """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy).
+
+    With `weights_once`, the least-energy blocking among those that read each weight from the top level exactly once
+    (a fused group's streamed weights: the weight block outermost at the top, the band's rows inside it).
+    """
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
                   groups=layer.groups, has_weights=layer.has_weights, pad=layer.pad)
-    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy))
+    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy, weights_once and layer.has_weights))
+
+
+def once_penalty_pj(layer: Layer, hierarchy: Hierarchy) -> float:
+    """pJ added to each weight word read from the top level so that the least-energy blocking reads each weight
+    once where it can: more than an extra read of a weight word can save, i.e. eight accesses (every operand read
+    and written at both ends) at the dearest per-word energy of the hierarchy for each MAC that word feeds."""
+    dearest = max(max(m.energy_pj) for m in hierarchy.levels)
+    dearest = max(dearest, *(max(m.write_pj) for m in hierarchy.levels if m.write_pj),
+                  *(hierarchy.array.noc_pj if hierarchy.array else ()), hierarchy.mac_pj)
+    return 1.0 + 8 * dearest * layer.macs / max(1, layer.footprint("W", layer.dims))
+
+
+def _weights_dearer(hierarchy: Hierarchy, pj: float) -> Hierarchy:
+    """`hierarchy` with `pj` more on each weight word read from its top level."""
+    top = hierarchy.levels[-1]
+    i, w, o = top.energy_pj
+    return replace(hierarchy, levels=(*hierarchy.levels[:-1], replace(top, energy_pj=(i, w + pj, o))))
 
 
 @lru_cache(maxsize=4096)
-def _counts(layer: Layer, hierarchy: Hierarchy):
+def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False):
     rf_skipped = not fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
-    best = block(layer, hierarchy)
-    hierarchy, cost = best.hierarchy, best.cost
+    if weights_once:  # the search sees the penalty; the counts are priced at the true energies
+        best = block(layer, _weights_dearer(hierarchy, once_penalty_pj(layer, hierarchy)))
+        searched = best.hierarchy
+        hierarchy = replace(searched, levels=(*searched.levels[:-1], hierarchy.levels[-1]))
+        cost = evaluate(layer, hierarchy, best.blocking)
+    else:
+        best = block(layer, hierarchy)
+        hierarchy, cost = best.hierarchy, best.cost
     rows = []
     for l, mem in enumerate(hierarchy.levels):
         mine = [a for a in cost.accesses if a.level == mem.name]
