@@ -95,8 +95,9 @@ def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "", *,
 
 def once_penalty_pj(layer: Layer, hierarchy: Hierarchy) -> float:
     """pJ added to each weight word read from the top level so that the least-energy blocking reads each weight
-    once where it can: more than an extra read of a weight word can save, i.e. eight accesses (every operand read
-    and written at both ends) at the dearest per-word energy of the hierarchy for each MAC that word feeds."""
+    once: sized against what re-reading a weight word can spare, eight accesses (every operand read and written at
+    both ends) at the dearest per-word energy of the hierarchy for each MAC that word feeds (checked against brute
+    force in the tests, not proven)."""
     dearest = max(max(m.energy_pj) for m in hierarchy.levels)
     dearest = max(dearest, *(max(m.write_pj) for m in hierarchy.levels if m.write_pj),
                   *(hierarchy.array.noc_pj if hierarchy.array else ()), hierarchy.mac_pj)
@@ -110,16 +111,29 @@ def _weights_dearer(hierarchy: Hierarchy, pj: float) -> Hierarchy:
     return replace(hierarchy, levels=(*hierarchy.levels[:-1], replace(top, energy_pj=(i, w + pj, o))))
 
 
+def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
+    """The least-energy blocking that reads each weight once from the top: searched with `once_penalty_pj` on every
+    weight word read there, raised until the blocking found reads no weight twice; with its hierarchy (the level order
+    it was found on, at the true energies) and its cost."""
+    top = hierarchy.levels[-1]
+    weights = layer.groups * layer.footprint("W", layer.dims)
+    penalty = once_penalty_pj(layer, hierarchy)
+    while True:
+        best = block(layer, _weights_dearer(hierarchy, penalty))
+        searched = replace(best.hierarchy, levels=(*best.hierarchy.levels[:-1], top))
+        cost = evaluate(layer, searched, best.blocking)
+        if sum(a.reads for a in cost.accesses if a.level == top.name and a.tensor == "W") <= weights or penalty > 1e15:
+            return best, searched, cost
+        penalty *= 16
+
+
 @lru_cache(maxsize=4096)
 def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False):
     rf_skipped = not fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
     if weights_once:  # the search sees the penalty; the counts are priced at the true energies
-        best = block(layer, _weights_dearer(hierarchy, once_penalty_pj(layer, hierarchy)))
-        searched = best.hierarchy
-        hierarchy = replace(searched, levels=(*searched.levels[:-1], hierarchy.levels[-1]))
-        cost = evaluate(layer, hierarchy, best.blocking)
+        best, hierarchy, cost = _weights_read_once(layer, hierarchy)
     else:
         best = block(layer, hierarchy)
         hierarchy, cost = best.hierarchy, best.cost

@@ -36,8 +36,8 @@ class Memory:
     their accesses go to the next level up that holds them. A level pays, as in Yang's Eq. 1, for the
     words it serves to the level below and the partial sums written back into it (fills from above are
     not charged); reads at `energy_pj`, writes at `write_pj` (I, W, O) when given, else at `energy_pj`.
-    `read_bw` and `write_bw` are the words the level reads or writes per cycle, all its ports together (None: not
-    limiting), for a latency model; `area_mm2` its silicon (per PE for a level inside the array; None: not given).
+    `read_bw` and `write_bw` are the words the level reads or writes per cycle, all its ports together (per PE for a
+    level inside the array; None: not limiting), for the mapping's latency; `area_mm2` its silicon (per PE for a level inside the array; None: not given).
     """
 
     name: str
