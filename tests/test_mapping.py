@@ -307,18 +307,27 @@ def test_a_level_whose_ports_cannot_keep_up_bounds_the_groups_latency():
 
 
 @pytest.mark.parametrize("network, kb", [("llama3_8b_prefill", 8192), ("resnet50", 1024), ("gpt3_6.7b_block", 64),
-                                         ("llama3_8b_decode_kv8191", 1024)])
+                                         ("llama3_8b_decode_kv8191", 1024), ("shufflenet_v2_x1_0", 1024)])
 def test_the_mapping_moves_the_bytes_the_plan_counts(network, kb):
     """Every group of more than one op, and every lone op in fusion's own bands, moves exactly fusion's DRAM bytes;
-    a lone op takes its own blocking on the whole hierarchy only where that moves no more (it may move fewer)."""
+    a lone op takes its own blocking on the whole hierarchy only where that moves no more (it may move fewer). An op
+    fusion does not model is counted at its compulsory traffic, a floor its blocking may need more than."""
     g, acc = engine.load_network(network), engine.Accelerator.preset("optimus").with_buffer(kb * 1024)
     for method in ("none", "optimus"):
         plan = engine.fuse(g, acc, method=method)
         mapped = map_plan(g, plan, acc)
+        above = []
         for group, cost in zip(mapped.groups, plan.costs):
-            assert group.dram_bytes <= cost.dram_bytes if group.schedule == "alone" else \
-                group.dram_bytes == cost.dram_bytes, (group.ops, group.schedule)
-        if network.startswith("llama3_8b_prefill") and method == "optimus":
+            if cost.schedule == "unmodelled":
+                assert group.schedule == "alone" and group.dram_bytes >= cost.dram_bytes
+                above += [group.ops] if group.dram_bytes > cost.dram_bytes else []
+            elif group.schedule == "alone":
+                assert group.dram_bytes <= cost.dram_bytes, group.ops
+            else:
+                assert group.dram_bytes == cost.dram_bytes, (group.ops, group.schedule)
+        # ShuffleNet-V2's two depthwise convolutions reading a 5-D view of their input (outside fusion's tile model)
+        assert len(above) == (2 if network == "shufflenet_v2_x1_0" else 0)
+        if network == "llama3_8b_prefill" and method == "optimus":
             # the fused MLP bands re-read no weight: 51.3 GB, as fusion counts (the mapping used to move 144 GB)
             assert mapped.dram_bytes == plan.dram_bytes == 51_316_021_760
             mlp = mapped.group_of("model.layers.0.mlp.gate_proj")
