@@ -190,7 +190,10 @@ def ours(tokens: int) -> dict[str, dict]:
     wall, cpu = time.perf_counter(), time.process_time()
     report = engine.evaluate(graph, acc, methods=("none", "optimus"), access_model=model)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {method: {"energy_pj_by_component": report.energy[method].as_dict(),
+    mapped = report.mappings or {}
+    ports = {method: sum(dict(g.level_s).get("GlobalBuffer", 0.0) for g in mapped[method].groups)
+             if method in mapped else None for method in ("none", "optimus")}
+    return {method: {"globalbuffer_s": ports[method], "energy_pj_by_component": report.energy[method].as_dict(),
                      "energy_pj": report.energy[method].total_pj, "dram_bytes": report.plans[method].dram_bytes,
                      "latency_s": report.energy[method].latency_s, "groups": report.plans[method].groups,
                      "wall_s": wall, "cpu_s": cpu, "acc": acc.name, "model": model} for method in ("none", "optimus")}
@@ -226,6 +229,19 @@ def main(argv: list[str]) -> None:
         theirs = ", ".join(f"{c} {v / 1e6:,.0f}" for c, v in r["energy_pj_by_component"].items() if v)
         own = ", ".join(f"{c} {v / 1e6:,.0f}" for c, v in o["energy_pj_by_component"].items() if v)
         print(f"| {r['tokens']:,} | {'fused' if r['fused'] else 'unfused'} | {theirs} | {own} |")
+    print("\nThe GlobalBuffer's ports (tpu_v4i.yaml: 2,048 GB/s read, 1,024 GB/s write, apart; the only on-chip "
+          "level with a limit), in us: FFM's from its actions over the run (the larger of reads and writes over their "
+          "ports), ours summed over the groups of the mapping (`GroupMapping.level_s`); neither bounds an Einsum or "
+          "group here.\n")
+    print("| tokens | plan | FFM reads | FFM writes | FFM GlobalBuffer | ours GlobalBuffer |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for r in runs:
+        o = mine[r["tokens"]]["optimus" if r["fused"] else "none"]
+        reads = r["actions"].get("GlobalBuffer read", 0.0) / (8 * 2048e9)  # bits over bits a second
+        writes = r["actions"].get("GlobalBuffer write", 0.0) / (8 * 1024e9)
+        own = "-" if o["globalbuffer_s"] is None else f"{o['globalbuffer_s'] * 1e6:,.1f}"
+        print(f"| {r['tokens']:,} | {'fused' if r['fused'] else 'unfused'} | {reads * 1e6:,.1f} | {writes * 1e6:,.1f} "
+              f"| {max(reads, writes) * 1e6:,.1f} | {own} |")
     fused = [r for r in runs if r["fused"]]
     if fused:
         print("\nFused groups (FFM's: Einsums joined by an intermediate that never reaches MainMemory):\n")

@@ -95,3 +95,20 @@ def test_fused_groups_join_einsums_through_on_chip_intermediates():
     assert fused_groups(einsums, {"x": 8, "w": 8, "z": 4, "out": 8}) == [["A", "B"], ["C"]]
     assert fused_groups(einsums, {"x": 8, "w": 8, "y": 8, "z": 4, "out": 8}) == [["A"], ["B"], ["C"]]
     assert fused_groups(einsums, {"x": 8, "w": 8, "out": 8}) == [["A", "B", "C"]]
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if not r["fused"]], ids=run_id)
+def test_our_unfused_mappings_latency_is_ffms_einsum_by_einsum_each_a_roofline_over_the_levels(run):
+    from engine.mapping import map_plan
+
+    acc, _ = our_accelerator()
+    g = ffm_block(run["tokens"])
+    mapped = map_plan(g, fuse(g, acc, method="none"), acc)
+    bound = {"MAC": "compute", "ScalarUnit": "compute", "MainMemory": "DRAM"}  # FFM's component -> our bound
+    for einsum in EINSUMS[1:]:  # FFM's I is a copy of the input our graph has no op for
+        group = mapped.group_of(einsum)
+        names = [name for name, _ in group.bounds_s]
+        assert names == ["compute", "DRAM", "GlobalBuffer"]  # tpu_v4i.yaml limits the GlobalBuffer's ports only
+        assert group.latency_s == max(seconds for _, seconds in group.bounds_s)
+        assert group.latency_s == pytest.approx(run["latency_s_by_einsum"][einsum], rel=2e-3)
+        assert group.bottleneck == bound[run["bottleneck_by_einsum"][einsum]]

@@ -195,12 +195,14 @@ def test_tpu_v4i_evaluates_with_the_blocking_access_model():
 
 
 def test_area_per_component():
-    """tpu-v4i: GlobalBuffer 112 mm2, four LocalBuffers of 51 and four scalar units of 8.7 (AccelForge, from the
-    paper's Fig. 6 and die photo), 65,536 PEs of 850 um2 and their 85 um2 weight registers: 412.1 mm2. optimus at
+    """tpu-v4i: GlobalBuffer 112 mm2, four LocalBuffers of 51 together and four scalar units of 8.7 (AccelForge, from
+    the paper's Fig. 6 and die photo), 65,536 PEs of 850 um2 and their 85 um2 weight registers: 259.1 mm2, FFM's
+    area of tpu_v4i.yaml component by component (benchmarks/data/ffm_gpt3.json). optimus at
     Orojenesis's 40 nm figures: 128 KB at 2.59 um2 a byte, 256 PEs of 332.25 um2 and 64 B registers each."""
     v4i = area_mm2(engine.Accelerator.preset("tpu-v4i"))
-    assert v4i == pytest.approx({"Register": 5.57056, "LocalBuffer": 204.0, "GlobalBuffer": 112.0,
+    assert v4i == pytest.approx({"Register": 5.57056, "LocalBuffer": 51.0, "GlobalBuffer": 112.0,
                                  "PE array": 55.7056, "vector unit": 34.8})
+    assert sum(v4i.values()) == pytest.approx(259.07616)
     optimus = area_mm2(engine.Accelerator.preset("optimus"))
     assert optimus == pytest.approx({"RF": 256 * 64 * 2.59e-6, "buffer": 131072 * 2.59e-6, "PE array": 256 * 332.25e-6})
     for name in engine.Accelerator.presets():

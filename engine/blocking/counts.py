@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, TENSORS, Layer
-from engine.blocking.model import Blocking
+from engine.blocking.model import Blocking, evaluate
 from engine.blocking.optimizer import block
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
@@ -81,20 +81,62 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
     return hierarchy_counts(layer, Hierarchy.from_accelerator(acc), op.name)
 
 
-def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "") -> OpAccessCounts:
-    """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy)."""
+def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "", *,
+                     weights_once: bool = False) -> OpAccessCounts:
+    """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy).
+
+    With `weights_once`, the least-energy blocking among those that read each weight from the top level exactly once
+    (a fused group's streamed weights: the weight block outermost at the top, the band's rows inside it).
+    """
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
                   groups=layer.groups, has_weights=layer.has_weights, pad=layer.pad)
-    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy))
+    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy, weights_once and layer.has_weights))
+
+
+def once_penalty_pj(layer: Layer, hierarchy: Hierarchy) -> float:
+    """pJ added to each weight word read from the top level so that the least-energy blocking reads each weight
+    once: sized against what re-reading a weight word can spare, eight accesses (every operand read and written at
+    both ends) at the dearest per-word energy of the hierarchy for each MAC that word feeds (checked against brute
+    force in the tests, not proven)."""
+    dearest = max(max(m.energy_pj) for m in hierarchy.levels)
+    dearest = max(dearest, *(max(m.write_pj) for m in hierarchy.levels if m.write_pj),
+                  *(hierarchy.array.noc_pj if hierarchy.array else ()), hierarchy.mac_pj)
+    return 1.0 + 8 * dearest * layer.macs / max(1, layer.footprint("W", layer.dims))
+
+
+def _weights_dearer(hierarchy: Hierarchy, pj: float) -> Hierarchy:
+    """`hierarchy` with `pj` more on each weight word read from its top level."""
+    top = hierarchy.levels[-1]
+    i, w, o = top.energy_pj
+    return replace(hierarchy, levels=(*hierarchy.levels[:-1], replace(top, energy_pj=(i, w + pj, o))))
+
+
+def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
+    """The least-energy blocking that reads each weight once from the top: searched with `once_penalty_pj` on every
+    weight word read there, raised until the blocking found reads no weight twice; with its hierarchy (the level order
+    it was found on, at the true energies) and its cost."""
+    top = hierarchy.levels[-1]
+    weights = layer.groups * layer.footprint("W", layer.dims)
+    penalty = once_penalty_pj(layer, hierarchy)
+    while True:
+        best = block(layer, _weights_dearer(hierarchy, penalty))
+        searched = replace(best.hierarchy, levels=(*best.hierarchy.levels[:-1], top))
+        cost = evaluate(layer, searched, best.blocking)
+        if sum(a.reads for a in cost.accesses if a.level == top.name and a.tensor == "W") <= weights or penalty > 1e15:
+            return best, searched, cost
+        penalty *= 16
 
 
 @lru_cache(maxsize=4096)
-def _counts(layer: Layer, hierarchy: Hierarchy):
+def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False):
     rf_skipped = not fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
-    best = block(layer, hierarchy)
-    hierarchy, cost = best.hierarchy, best.cost
+    if weights_once:  # the search sees the penalty; the counts are priced at the true energies
+        best, hierarchy, cost = _weights_read_once(layer, hierarchy)
+    else:
+        best = block(layer, hierarchy)
+        hierarchy, cost = best.hierarchy, best.cost
     rows = []
     for l, mem in enumerate(hierarchy.levels):
         mine = [a for a in cost.accesses if a.level == mem.name]

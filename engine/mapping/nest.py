@@ -105,7 +105,9 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     Sec. 5.2, whose footprint fusion sized the band by): each band computes ceil(H / row_steps) new rows of every
     op, reading the kept halo rows of its input again from the fusion level. A lone op's layer-wise schedule makes
     its output channels in `channel_blocks` blocks per band (the buffer holds one block of them). With
-    `weights_streamed` the weights come from DRAM as the nest reads them (a "DRAM" level of the nest's own).
+    `weights_streamed` the weights pass by from DRAM (a "DRAM" level of the nest's own), each read once per band as
+    fusion counts them: the least-energy nest of those whose weight block is outermost at the fusion level, with
+    the band's rows (held there) streaming past each block.
     """
     layer = op_layer(graph, op)
     out = graph.tensors[op.outputs[0]].shape
@@ -125,7 +127,9 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     if inner is None or not fits_one(tile, inner):
         return _from_store(op.name, tile, tiles, inner or hierarchy)
     axis = "X" if op.kind is OpKind.MATMUL else "Y"
-    parts = [hierarchy_counts(part, inner, op.name) for part in _cheapest_parts(tile, axis, inner)]
+    # streamed weights are read once per band (fusion's count): one nest, the weight block outermost at the store
+    bands = (tile,) if weights_streamed else _cheapest_parts(tile, axis, inner)
+    parts = [hierarchy_counts(part, inner, op.name, weights_once=weights_streamed) for part in bands]
     levels = tuple(replace(same[0], kind="buffer" if same[0].kind == "dram" else same[0].kind,
                            reads=round(sum(lv.reads for lv in same) * tiles),
                            writes=round(sum(lv.writes for lv in same) * tiles),

@@ -16,7 +16,7 @@ from engine.blocking.hierarchy import Hierarchy
 from engine.energy import COMPONENTS, EnergyBreakdown
 from engine.fusion.cost import GroupCost
 from engine.fusion.plan import FusionPlan
-from engine.graph import Graph
+from engine.graph import Graph, OpKind
 from engine.mapping.nest import OpNest, fusion_level, height_of, lone_nest, tile_nest
 
 
@@ -27,7 +27,9 @@ class GroupMapping:
     `schedule` is "fused" (the group runs in `row_steps` bands of `image_tiles` batch tiles, its tiles held in
     the fusion level: `footprint_bytes` of `capacity_bytes`), "bands" (one op in fusion's layer-wise bands, its
     band blocked below the fusion level) or "alone" (one op blocked on the whole hierarchy).
-    `bottleneck` names what bounds its latency: "compute" or "DRAM".
+    `level_s` is each on-chip level's transfer time (its reads and writes at its read and write bandwidth, separate
+    ports: the larger of the two), for the levels whose bandwidth is given; `bottleneck` names what bounds its
+    latency: "compute", "DRAM" or such a level (a roofline per level, as AccelForge's FFM models it).
     """
 
     ops: tuple[str, ...]
@@ -41,14 +43,20 @@ class GroupMapping:
     energy_pj: tuple[tuple[str, float], ...]  # (component, pJ) in COMPONENTS order
     compute_s: float
     memory_s: float
+    level_s: tuple[tuple[str, float], ...] = ()  # (on-chip level, transfer seconds), innermost first
+
+    @property
+    def bounds_s(self) -> tuple[tuple[str, float], ...]:
+        """Every bound on the group's latency: its compute, its DRAM transfers, each bandwidth-limited level's."""
+        return (("compute", self.compute_s), ("DRAM", self.memory_s), *self.level_s)
 
     @property
     def latency_s(self) -> float:
-        return max(self.compute_s, self.memory_s)
+        return max(t for _, t in self.bounds_s)
 
     @property
     def bottleneck(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "DRAM"
+        return max(self.bounds_s, key=lambda bound: bound[1])[0]
 
     @property
     def total_pj(self) -> float:
@@ -61,9 +69,12 @@ class GroupMapping:
         """The group's loops at the fusion level, as text."""
         if self.schedule == "alone":
             return (f"# {self.ops[0]} alone: blocked on the whole hierarchy, DRAM included",)
+        streamed = [n.op for n in self.nests if any(lv.kind == "dram" for lv in n.levels)]
+        passing = (f"    # weights of {', '.join(streamed)} pass by from DRAM, each read once per band: in each nest "
+                   "the weight block is outermost and the band's rows stream past it",) if streamed else ()
         return (f"for image_tile in range({self.image_tiles}):", f"  for band in range({self.row_steps}):",
                 f"    # the fusion level holds {self.footprint_bytes:,} of {self.capacity_bytes:,} bytes: "
-                "the band's inputs, intermediates and outputs",
+                "the band's inputs, intermediates and outputs", *passing,
                 *(f"    run {n.op}" for n in self.nests))
 
 
@@ -103,12 +114,14 @@ def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierar
     capacity = fusion_level(hierarchy).bounded_bytes
     image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
     rows = dict(cost.tile_rows)
-    if len(cost.ops) == 1:
-        return min(_lone_options(graph, cost, acc, hierarchy, capacity, image_tiles), key=lambda g: g.total_pj)
+    if len(cost.ops) == 1:  # the least energy of the mappings that move no more than the plan counts
+        options = _lone_options(graph, cost, acc, hierarchy, capacity, image_tiles)
+        within = [g for g in options if g.dram_bytes <= cost.dram_bytes] or options
+        return min(within, key=lambda g: g.total_pj)
     nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
                             weights_streamed=_streams(graph, name, cost)) for name in cost.ops)
     return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
-                  cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, *nests), acc)
+                  cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *nests), hierarchy, acc)
 
 
 def _streams(graph: Graph, name: str, cost: GroupCost) -> bool:
@@ -135,47 +148,80 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
     op = graph.op(cost.ops[0])
     if cost.schedule == "folded":  # a layout op its neighbours' addressing absorbs: no pass of its own
         folded = OpNest(op.name, None, 0.0, (), 0, 0, 0.0, 0, ("# folded into its neighbours' addressing",))
-        return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, (0.0, 0.0), acc)]
+        return [_group(cost, "alone", 1, 1, (folded,), cost.dram_bytes, 0, capacity, _Boundary(), hierarchy, acc)]
     nest = lone_nest(graph, op, acc, hierarchy)
     dram = next((c for c in nest.levels if c.kind == "dram"), None)
     if dram is None:  # no loop nest: its traffic is fusion's
         return [_group(cost, "alone", 1, 1, (nest,), cost.dram_bytes, cost.footprint_bytes, capacity,
-                       _boundary_pj(cost, hierarchy, acc), acc)]
-    options = [_group(cost, "alone", 1, 1, (nest,), round((dram.reads + dram.writes) * acc.word_bits / 8),
-                      cost.footprint_bytes, capacity, (0.0, 0.0), acc)]
+                       _boundary(cost, hierarchy, acc), hierarchy, acc)]
+    bias = _bias_words(graph, op.name, nest)  # read once beside the nest, as fusion counts them with the parameters
+    options = [_group(cost, "alone", 1, 1, (nest,), round((dram.reads + dram.writes + bias) * acc.word_bits / 8),
+                      cost.footprint_bytes, capacity, _bias_boundary(bias, hierarchy), hierarchy, acc)]
     rows = dict(cost.tile_rows).get(op.name)
     height = height_of(graph.tensors[op.outputs[0]].shape)
-    if cost.schedule in ("fused", "layerwise") and rows and cost.row_steps == -(-height // rows):  # no column cuts
-        banded = tile_nest(graph, op, acc, hierarchy, rows, cost.row_steps, cost.batch_tile, cost.input_passes,
-                           _streams(graph, op.name, cost))
-        options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,), _dram_bytes(cost, (banded,), acc),
-                              cost.footprint_bytes, capacity, _boundary_pj(cost, hierarchy, acc, banded), acc))
+    if cost.schedule in ("fused", "layerwise") and rows:
+        steps = 1 if cost.row_steps == 1 else -(-height // rows)  # one step: the whole op is the band
+        blocks = cost.row_steps // steps  # a matmul's blocks of output columns (a GEMM's layer-wise schedule)
+        if steps * blocks == cost.row_steps and (blocks == 1 or op.kind is OpKind.MATMUL):  # no image column cuts
+            banded = tile_nest(graph, op, acc, hierarchy, rows, steps, cost.batch_tile, max(blocks, cost.input_passes),
+                               _streams(graph, op.name, cost))
+            options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,),
+                                  _dram_bytes(cost, (banded,), acc), cost.footprint_bytes, capacity,
+                                  _boundary(cost, hierarchy, acc, banded), hierarchy, acc))
     return options
 
 
-def _boundary_pj(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator, *nests: OpNest) -> tuple[float, float]:
-    """(DRAM pJ, fusion-level pJ) of a group's traffic outside its nests: feature maps read and results written as
-    fusion counts them, and the parameter bytes fusion counts beyond what the nests stream (whose reads are in
-    their DRAM rows). Where the hierarchy charges both ends of a transfer (ZigZag's rule), the fusion level also
-    pays for the words written into it from DRAM and read out of it to DRAM."""
+def _bias_words(graph: Graph, name: str, nest: OpNest) -> int:
+    """Words of the op's parameters its loop nest does not read (its bias): the parameters fusion counts beyond
+    the nest's weights."""
+    layer = nest.layer
+    kernel = layer.groups * layer.footprint("W", layer.dims) if layer is not None else 0
+    return max(0, sum(graph.tensors[w].elements for w in graph.op(name).weights) - kernel)
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """A group's traffic between DRAM and the fusion level outside its nests: pJ at each end, and the words written
+    into and read out of the fusion level where the hierarchy charges both ends of a transfer."""
+
+    dram_pj: float = 0.0
+    store_pj: float = 0.0
+    store_writes: float = 0.0
+    store_reads: float = 0.0
+
+
+def _bias_boundary(words: int, hierarchy: Hierarchy) -> _Boundary:
+    """Reading `words` bias words from DRAM into the fusion level."""
+    dram, store = hierarchy.levels[-1], fusion_level(hierarchy)
+    if not hierarchy.both_ends:
+        return _Boundary(words * dram.energy("W"))
+    return _Boundary(words * dram.energy("W"), words * store.write_energy("W"), words)
+
+
+def _boundary(cost: GroupCost, hierarchy: Hierarchy, acc: Accelerator, *nests: OpNest) -> _Boundary:
+    """A group's traffic outside its nests: feature maps read and results written as fusion counts them, and the
+    parameter bytes fusion counts beyond what the nests stream (whose reads are in their DRAM rows). Where the
+    hierarchy charges both ends of a transfer (ZigZag's rule), the fusion level also pays for the words written
+    into it from DRAM and read out of it to DRAM."""
     dram, store, word = hierarchy.levels[-1], fusion_level(hierarchy), acc.word_bits / 8
     fin, fout = cost.fmap_in_bytes / word, cost.fmap_out_bytes / word
     params = max(0, cost.param_bytes - _streamed_bytes(nests, acc)) / word
     dram_pj = fin * dram.energy("I") + params * dram.energy("W") + fout * dram.write_energy("O")
     if not hierarchy.both_ends:
-        return dram_pj, 0.0
-    return dram_pj, fin * store.write_energy("I") + params * store.write_energy("W") + fout * store.energy("O")
+        return _Boundary(dram_pj)
+    return _Boundary(dram_pj, fin * store.write_energy("I") + params * store.write_energy("W") + fout * store.energy("O"),
+                     fin + params, fout)
 
 
 def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: tuple[OpNest, ...], dram_bytes: int,
-           footprint: int, capacity: int, boundary_pj: tuple[float, float], acc: Accelerator) -> GroupMapping:
+           footprint: int, capacity: int, boundary: _Boundary, hierarchy: Hierarchy, acc: Accelerator) -> GroupMapping:
     if schedule != "alone":  # the fusion level holds the group's band: its occupancy is the band's footprint
         words = 8 / acc.word_bits
         nests = tuple(replace(n, levels=tuple(
             replace(lv, stored_words=round(footprint * words), capacity_words=round(capacity * words))
             if lv.kind == "buffer" and lv.capacity_words is None else lv for lv in n.levels)) for n in nests)
     energy = dict.fromkeys(COMPONENTS, 0.0)
-    energy["dram"], energy["buffer"] = boundary_pj
+    energy["dram"], energy["buffer"] = boundary.dram_pj, boundary.store_pj
     for n in nests:
         for c in n.levels:
             energy[c.kind] += c.energy_pj
@@ -183,7 +229,36 @@ def _group(cost: GroupCost, schedule: str, steps: int, image_tiles: int, nests: 
     # a nest's steps are one PE array's; `acc.arrays` arrays share each op's loops (the vector unit's are its own)
     cycles = sum(n.cycles / (acc.arrays if n.layer is not None else 1) for n in nests)
     return GroupMapping(cost.ops, schedule, steps, image_tiles, nests, dram_bytes, footprint, capacity,
-                        tuple(energy.items()), cycles / acc.clock_hz, dram_bytes / acc.dram_bandwidth)
+                        tuple(energy.items()), cycles / acc.clock_hz, dram_bytes / acc.dram_bandwidth,
+                        _level_seconds(nests, boundary, hierarchy, acc))
+
+
+def _level_seconds(nests: tuple[OpNest, ...], boundary: _Boundary, hierarchy: Hierarchy,
+                   acc: Accelerator) -> tuple[tuple[str, float], ...]:
+    """Each on-chip level's transfer time where its bandwidth is given: the larger of its reads over its read
+    bandwidth and its writes over its write bandwidth (separate ports, as AccelForge's tpu_v4i GlobalBuffer). A
+    level below the fusion level has a copy per PE array, a level inside the array one per PE, each with that
+    bandwidth. A pass over the buffer (a nest without loops) reads and writes the fusion level."""
+    on_chip = hierarchy.on_chip
+    index = {mem.name: i for i, mem in enumerate(on_chip)}
+    top = len(on_chip) - 1
+    reads, writes = [0.0] * len(on_chip), [0.0] * len(on_chip)
+    reads[top], writes[top] = boundary.store_reads, boundary.store_writes
+    for n in nests:
+        for lv in n.levels:
+            at = index.get(lv.level, top if lv.kind == "buffer" else None)
+            if at is not None:
+                reads[at] += lv.reads
+                writes[at] += lv.writes
+    out = []
+    for i, mem in enumerate(on_chip):
+        if mem.read_bw is None and mem.write_bw is None:
+            continue
+        copies = (acc.arrays if i < top else 1) * (hierarchy.array.pes if hierarchy.array and hierarchy.inside(i) else 1)
+        cycles = max(reads[i] / (mem.read_bw * copies) if mem.read_bw else 0.0,
+                     writes[i] / (mem.write_bw * copies) if mem.write_bw else 0.0)
+        out.append((mem.name, cycles / acc.clock_hz))
+    return tuple(out)
 
 
 def _breakdown(groups: tuple[GroupMapping, ...], acc: Accelerator) -> EnergyBreakdown:
