@@ -127,3 +127,19 @@ def test_a_search_that_runs_out_of_memory_is_an_engine_error(monkeypatch):
     monkeypatch.setitem(engine.fusion.METHODS, "dnnvm", (exhausted, "restricted"))
     with pytest.raises(engine.EngineError, match="graph 'chain_20' \\(20 ops\\) needs more memory .* method 'dnnvm'"):
         engine.fuse(chain(20), ACC, method="dnnvm")
+
+
+@pytest.mark.parametrize("name", ["inception_v3", "transformer"])
+def test_the_limits_tables_read_window_by_window_are_the_whole_graphs(name, small_windows, monkeypatch):
+    """Past the window limit each op's ski-slope, compulsory bytes and reload inputs come from its window's model:
+    the same as from one model of the whole graph (no weight here is shared across windows)."""
+    from engine.limit import ops
+
+    graph = engine.load_network(name)
+    assert len(graph.ops) > windowed.WINDOW_ABOVE
+    ops.tables.cache_clear()
+    windowed_tables = ops.tables(graph, ACC.word_bits)
+    ops.tables.cache_clear()
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 10_000)
+    assert ops.tables(graph, ACC.word_bits) == windowed_tables
+    ops.tables.cache_clear()

@@ -18,8 +18,8 @@ from engine.fusion.sized import SizedModel
 # (AmoebaNet-D at 64 MB, 3.0 M); one tensor read by 1,000 small ops would need 170 M (hours).
 WORK_LIMIT = 8_000_000
 # Ops visited in all over a graph fused window by window (`engine.fusion.windowed`), shared among its windows by
-# their ops: each visit costs 5-10 us in Python, so a chain of 100,000 ops spends seconds here, not hours
-WINDOWED_WORK = 1_000_000
+# their ops: each visit costs 5-10 us in Python, so a chain of 100,000 ops spends a few seconds here, not hours
+WINDOWED_WORK = 300_000
 
 
 def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:

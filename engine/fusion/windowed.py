@@ -36,11 +36,11 @@ from engine.graph import Graph, OpKind
 WINDOW_ABOVE = 2048  # graphs with more ops (no zoo network: ResNet-1202 has 1,807) are fused window by window
 WINDOW_OPS = 128  # ops per window at most
 _CUT_AVOID = frozenset({OpKind.RESHAPE, OpKind.SPLIT, OpKind.CONCAT, OpKind.SOFTMAX, OpKind.MATMUL})
-# kinds whose cost reads their producers (a layout op folds into them, attention keys its softmax on its
-# matmuls, a token view follows its reshape): a window does not start at one while another cut is as narrow
+# kinds whose cost reads their neighbours (a layout op folds into them unless its output is returned, attention
+# keys its softmax on its matmuls, a token view follows its reshape): no cut beside one while another cut is as narrow
 
 
-def _spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+def spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     """Per activation: the index of the op that makes it (absent for network inputs), of its first and last reader."""
     made: dict[str, int] = {}
     first: dict[str, int] = {}
@@ -57,7 +57,7 @@ def _spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]
 def crossings(graph: Graph, word_bits: int) -> list[int]:
     """Bytes crossing each cut 0..n: the activations made before op `cut` (or network inputs) and read from it on."""
     n = len(graph.ops)
-    made, _, last = _spans(graph)
+    made, _, last = spans(graph)
     diff = [0] * (n + 2)
     for t, reader in last.items():
         first = made.get(t, -1) + 1
@@ -73,8 +73,8 @@ def crossings(graph: Graph, word_bits: int) -> list[int]:
 
 def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int], ...]:
     """Consecutive op ranges [lo, hi) of at most `max_ops` ops, each ending where the fewest bytes cross among the
-    last half of its possible ends (the latest such end; an op of `_CUT_AVOID` starts a window only if every
-    end there starts one)."""
+    last half of its possible ends (the latest such end; an op of `_CUT_AVOID` starts or ends a window only if
+    every end there has one on either side)."""
     n, cross = len(graph.ops), crossings(graph, word_bits)
     found, lo = [], 0
     while lo < n:
@@ -82,17 +82,18 @@ def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int]
             found.append((lo, n))
             break
         ends = range(lo + max(1, max_ops // 2), lo + max_ops + 1)
-        hi = min(ends, key=lambda c: (graph.ops[c].kind in _CUT_AVOID, cross[c], -c))
+        hi = min(ends, key=lambda c: (graph.ops[c].kind in _CUT_AVOID or graph.ops[c - 1].kind in _CUT_AVOID,
+                                      cross[c], -c))
         found.append((lo, hi))
         lo = hi
     return tuple(found)
 
 
-def window_graph(graph: Graph, lo: int, hi: int, spans, *, lower: bool = False) -> Graph:
+def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
     """Ops lo..hi-1 as a graph: what earlier ops made (and network inputs) are its inputs; its outputs are what the
     network returns and, unless `lower` (a bound's window: writes to later windows are not counted), what later
     ops read."""
-    _, _, last = spans
+    _, _, last = lives
     ops = graph.ops[lo:hi]
     own = {t for op in ops for t in op.outputs}
     ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
@@ -103,12 +104,12 @@ def window_graph(graph: Graph, lo: int, hi: int, spans, *, lower: bool = False) 
                  graph.batch)
 
 
-def bound_model(graph: Graph, lo: int, hi: int, spans, acc: Accelerator, views, shared: set[str]) -> FusionModel:
+def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, shared: set[str]) -> FusionModel:
     """The window's model for `engine.fusion.bound`: tensors made in earlier windows (or network inputs read in
     other windows too) free and held at min(T_c, C) channels (none where a layout op made them, which shares
     its input's buffer), and the weights several ops of the network share free (the caller counts them once)."""
-    made, first, last = spans
-    sub = window_graph(graph, lo, hi, spans, lower=True)
+    made, first, last = lives
+    sub = window_graph(graph, lo, hi, lives, lower=True)
     tp = dataflow.of(acc)
     free = {w: 0 for op in sub.ops for w in op.weights if w in shared}
     for t in sub.inputs:
@@ -133,10 +134,10 @@ def shared_weights(graph: Graph) -> set[str]:
 def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) -> int:
     """A proven lower bound on every valid partition's traffic: each plan window's `bound` windows, with what earlier
     plan windows made free, plus the shared weights once."""
-    spans, views, shared = _spans(graph), tensor_views(graph), shared_weights(graph)
+    lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
     for lo, hi in windows:
-        total += bound.lower_bound_of(bound_model(graph, lo, hi, spans, acc, views, shared), cap).bytes
+        total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
     return total
 
 
@@ -149,8 +150,8 @@ def fuse_windows(graph: Graph, acc: Accelerator, method: str, solve: Callable[[G
     """
     start = time.perf_counter()
     windows = cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
-    spans = _spans(graph)
-    plans = [solve(window_graph(graph, lo, hi, spans)) for lo, hi in windows]
+    lives = spans(graph)
+    plans = [solve(window_graph(graph, lo, hi, lives)) for lo, hi in windows]
     costs = tuple(c for p in plans for c in p.costs)
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
