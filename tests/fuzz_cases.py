@@ -3,7 +3,8 @@
 `cases(seed, count)` yields (label, bytes): small valid models (a CNN, a transformer block with exporter-style
 shape arithmetic, the onnx package's light SqueezeNet) with one mutation each: byte flips, truncation, dangling
 names, cycles, zero/negative/huge attributes and dims, wrong dtypes, unknown ops and domains, duplicate names,
-initializers of the wrong size, huge declared shapes, shape bombs, external data pointing anywhere, bad metadata.
+initializers of the wrong size, huge declared shapes, shape bombs, external data pointing anywhere, bad metadata;
+and size stress (`STRESS`): residual chains, fans and Concats of thousands of ops.
 """
 
 from __future__ import annotations
@@ -87,17 +88,18 @@ def _transformer() -> onnx.ModelProto:
     return model
 
 
-def cases(seed: int, count: int):
-    """`count` (label, file bytes) pairs, the same for the same seed."""
+def cases(seed: int, count: int, *, scale: float = 1.0):
+    """`count` (label, file bytes) pairs, the same for the same seed; the size-stress mutations (`STRESS`) at
+    `scale` times their sizes (the in-suite test's are small, with the engine's size limits lowered alike)."""
     rng = random.Random(seed)
     bases = base_models()
-    mutations = sorted(MUTATIONS)
+    mutations = sorted(MUTATIONS) + sorted(STRESS)
     for n in range(count):
         base = bases[n % len(bases)]
         kind = mutations[rng.randrange(len(mutations))]
         model = onnx.ModelProto()
         model.CopyFrom(base)
-        data = MUTATIONS[kind](model, rng)
+        data = STRESS[kind](model, rng, scale) if kind in STRESS else MUTATIONS[kind](model, rng)
         yield f"{n}:{base.graph.name}:{kind}", data if isinstance(data, bytes) else model.SerializeToString()
 
 
@@ -264,6 +266,37 @@ def _fan_out(model, rng):
     g.output.append(helper.make_tensor_value_info("fan_sum", TensorProto.FLOAT, None))
 
 
+def _residual_chain(model, rng, scale):
+    """Thousands of (Relu, Add of the block's input) after the first node: a chain past the fusion's window limit."""
+    g = model.graph
+    last = g.node[0].output[0]
+    for k in range(max(1, round(rng.choice((1_100, 2_100, 12_000, 60_000)) * scale))):
+        g.node.append(helper.make_node("Relu", [last], [f"res_r{k}"], name=f"res_r{k}"))
+        g.node.append(helper.make_node("Add", [last, f"res_r{k}"], [f"res_a{k}"], name=f"res_a{k}"))
+        last = f"res_a{k}"
+    g.output.append(helper.make_tensor_value_info(last, TensorProto.FLOAT, None))
+
+
+def _wide_fan(model, rng, scale):
+    """One tensor read by thousands of Relus, joined by one Sum."""
+    g = model.graph
+    src = g.node[0].output[0]
+    outs = [f"wfan{k}" for k in range(max(2, round(rng.choice((600, 2_500, 12_000, 100_000)) * scale)))]
+    g.node.extend(helper.make_node("Relu", [src], [o], name=o) for o in outs)
+    g.node.append(helper.make_node("Sum", outs, ["wfan_sum"], name="wfan_sum"))
+    g.output.append(helper.make_tensor_value_info("wfan_sum", TensorProto.FLOAT, None))
+
+
+def _wide_concat(model, rng, scale):
+    """Thousands of Relus of one tensor joined by one Concat along the channels."""
+    g = model.graph
+    src = g.node[0].output[0]
+    outs = [f"wcat{k}" for k in range(max(2, round(rng.choice((3_000, 25_000)) * scale)))]
+    g.node.extend(helper.make_node("Relu", [src], [o], name=o) for o in outs)
+    g.node.append(helper.make_node("Concat", outs, ["wcat"], name="wcat", axis=1))
+    g.output.append(helper.make_tensor_value_info("wcat", TensorProto.FLOAT, None))
+
+
 def _empty(model, rng):
     """Only reshapes (Flatten), or nothing at all."""
     g = model.graph
@@ -277,6 +310,8 @@ MUTATIONS = {"flip": _flip, "truncate": _truncate, "dangling": _dangling, "cycle
              "duplicate": _duplicate, "initializer_size": _initializer_size, "shape_bomb": _shape_bomb,
              "external": _external, "metadata": _metadata, "opset": _opset, "identity_chain": _identity_chain,
              "fan_out": _fan_out, "empty": _empty}
+# size stress: graphs past the engine's size limits (windowed fusion, the limit's tables, allocation's clock)
+STRESS = {"residual_chain": _residual_chain, "wide_fan": _wide_fan, "wide_concat": _wide_concat}
 
 
 def run_case(path: Path) -> tuple[str, str]:

@@ -365,9 +365,11 @@ def test_a_plan_the_checker_rejects_is_never_handed_out(monkeypatch):
     m_r = budgets(g, word_bits=BITS)[0]
     real = allocation.solve_cosma
 
-    def broken(*args, **kwargs):  # a solver plan with a retrieval that starts no placement
+    def broken(*args, **kwargs):  # a solver plan with a retrieval that starts no placement (whichever plan came)
         got = real(*args, **kwargs)
-        return replace(got, retrievals=tuple(got.retrievals) + ((got.placements[0].tensor, len(got.order) - 1),))
+        starts = {(p.tensor, p.first_step) for p in got.placements}
+        bad = next((p.tensor, t) for p in got.placements for t in range(len(got.order)) if (p.tensor, t) not in starts)
+        return replace(got, retrievals=tuple(got.retrievals) + (bad,))
 
     monkeypatch.setattr(allocation, "solve_cosma", broken)
     a = allocate(g, m_r, word_bits=BITS, time_limit_s=5)

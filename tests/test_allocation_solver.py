@@ -203,3 +203,26 @@ def test_joining_segments_drops_the_retrieval_of_a_tensor_that_stayed_on_chip():
                             retrievals=(("a", 0),))  # written out and back at the boundary: two stays
     joined = cosma._join([(0, first), (2, moved)], ["optimal", "optimal"], [0.0, 0.0])
     assert len(joined.placements) == 2 and joined.retrievals == (("a", 2),)
+
+
+def test_lifetimes_and_models_past_their_deadline_stop_instead_of_overrunning_it():
+    """The free schedule's lifetimes (quadratic in the tensors live at a step) and every model's build look at the
+    clock: past the deadline they raise OutOfTime, which `allocate` turns into the best plan found so far."""
+    from engine.allocation.lifetimes import OutOfTime, analyse
+
+    prob = problem_of(random_dag(3, 14, max_size=6, two_outputs=0.0), 64)
+    assert analyse(prob).pairs  # in time: the pairs
+    with pytest.raises(OutOfTime):
+        analyse(prob, deadline=0.0)
+    with pytest.raises(OutOfTime):
+        model.build(prob, deadline=0.0)
+    assert model.OutOfTime is OutOfTime  # the name callers catch
+
+
+def test_a_limit_shorter_than_the_free_models_setup_gives_the_best_plan_so_far():
+    import engine
+
+    g = engine.load_network("nasnet_a_mobile")  # its free model takes seconds to set up: the limit comes first
+    a = allocate(g, budgets(g)[0], time_limit_s=0.05)
+    a.validate()
+    assert a.status == "time_limit" and a.offchip_bytes == check(a, g) > 0

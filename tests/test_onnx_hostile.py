@@ -196,18 +196,27 @@ def test_cli_binds_input_shapes(tmp_path, capsys):
     assert "batch 2" in capsys.readouterr().out
 
 
-def test_fuzz_only_engine_errors(tmp_path):
+def test_fuzz_only_engine_errors(tmp_path, monkeypatch):
     """200 seeded mutations of three small models through load_network, fuse, evaluate, allocate, partition and
-    plan_modules: each loads and runs, or stops with EngineError (benchmarks/fuzz_onnx.py runs thousands)."""
+    plan_modules: each loads and runs, or stops with EngineError (benchmarks/fuzz_onnx.py runs thousands). The
+    size-stress cases come at 1/100 of the benchmark's sizes, with windowed fusion from 100 ops on."""
+    from engine.fusion import windowed
+    from tests.fuzz_cases import STRESS
+
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 100)
+    monkeypatch.setattr(windowed, "WINDOW_OPS", 40)
     path = tmp_path / "case" / "model.onnx"
     path.parent.mkdir()
     outcomes = {}
-    for label, data in cases(7, 200):
+    stressed = 0
+    for label, data in cases(7, 200, scale=0.01):
         path.write_bytes(data)
         outcome, detail = run_case(path)
         assert outcome in ("ok", "engine_error"), (label, detail)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        stressed += label.rsplit(":", 1)[1] in STRESS and outcome == "ok"
     assert outcomes["ok"] > 30 and outcomes["engine_error"] > 100  # both paths exercised
+    assert stressed >= 10  # size-stress cases that ran every step
 
 
 def test_a_name_that_is_not_utf8_is_refused(tmp_path):

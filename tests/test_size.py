@@ -8,8 +8,8 @@ import pytest
 
 import engine
 from benchmarks.bench_size import chain, concat, fan_out, wide_depthwise
-from engine.fusion import bound
-from engine.fusion.cost import model_of
+from engine.fusion import bound, optimus, windowed
+from engine.fusion.cost import least_bytes, model_of
 
 ACC = engine.Accelerator.preset("optimus")
 
@@ -18,12 +18,21 @@ def _costs_add_up(graph, plan):
     return plan.dram_bytes == sum(engine.fusion.group_cost(graph, g, ACC).dram_bytes for g in plan.groups)
 
 
+@pytest.fixture
+def small_windows(monkeypatch):
+    """Windowed fusion from 100 ops on, in windows of at most 40: the benchmark's regime at a test's size."""
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 100)
+    monkeypatch.setattr(windowed, "WINDOW_OPS", 40)
+
+
 @pytest.mark.parametrize("graph", [chain(300), fan_out(60), concat(300), wide_depthwise(2**24)],
                          ids=lambda g: g.name)
-def test_big_shapes_give_a_plan_for_every_method(graph):
+def test_big_shapes_give_a_plan_for_every_method(graph, small_windows):
+    """The chain and the Concat fused in windows (Efficient-S on the whole of either: 11 CPU s, all within its
+    work limit); the fan and the depthwise Conv whole."""
     for method in ("dnnvm", "efficient_s", "optimus"):
         plan = engine.fuse(graph, ACC, method=method)
-        assert plan.status in ("optimal", "restricted", "beam") and _costs_add_up(graph, plan)
+        assert plan.status in ("optimal", "restricted", "beam", "windowed") and _costs_add_up(graph, plan)
         assert sorted(op for g in plan.groups for op in g) == sorted(op.name for op in graph.ops)
 
 
@@ -37,12 +46,57 @@ def test_evaluate_on_a_wide_fan_out_returns_every_plan():
     assert set(report.plans) == {"dnnvm", "efficient_s", "optimus"} and not report.errors
 
 
-def test_a_graph_over_the_fusion_limit_is_an_engine_error_before_any_table_is_built(monkeypatch):
-    monkeypatch.setattr(engine.fusion, "MAX_OPS", 100)
-    with pytest.raises(engine.EngineError, match="graph 'chain_102' has 102 ops; fusion takes at most 100"):
-        engine.fuse(chain(102), ACC)
-    with pytest.raises(engine.EngineError, match="at most 100"):
-        engine.evaluate(chain(102), ACC)
+@pytest.mark.parametrize("graph", [chain(300), fan_out(150), concat(240)], ids=lambda g: g.name)
+def test_a_graph_past_the_window_limit_gets_a_valid_plan_within_its_proven_gap(graph, small_windows, monkeypatch):
+    """Windowed: every op in one group, costs as the whole graph's cost model says, and bound <= optimum <= plan."""
+    plan = engine.fuse(graph, ACC)
+    assert plan.status == "windowed" and _costs_add_up(graph, plan)
+    assert sorted(op for g in plan.groups for op in g) == sorted(op.name for op in graph.ops)
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 10_000)
+    best = engine.fuse(graph, ACC)  # the whole search: exact on these
+    assert best.status == "optimal"
+    assert 0 < plan.lower_bound_bytes <= best.dram_bytes <= plan.dram_bytes and plan.gap >= 0
+
+
+def test_windows_cut_where_least_crosses_and_every_window_is_a_range(small_windows):
+    graph = fan_out(150)  # the fan's readers and the conv: the Sum's inputs pile up until the last window
+    found = windowed.cuts(graph, ACC.word_bits, max_ops=40)
+    assert found[0][0] == 0 and found[-1][1] == len(graph.ops) and all(a[1] == b[0] for a, b in zip(found, found[1:]))
+    assert all(20 <= hi - lo <= 40 for lo, hi in found[:-1]) and found[-1][1] - found[-1][0] <= 40
+    cross = windowed.crossings(graph, ACC.word_bits)
+    x = graph.tensors[graph.ops[0].outputs[0]].nbytes(ACC.word_bits)
+    assert cross[1] == x and cross[41] == x + 40 * x  # the conv's output, then 40 Relu outputs besides it
+    for lo, hi in found[:-1]:
+        assert cross[hi] == min(cross[c] for c in range(lo + 20, lo + 41))
+
+
+def test_a_windowed_transformer_costs_as_the_whole_graph_says(small_windows):
+    """Cuts avoid layout ops and attention's matmuls, so each group costs in its window what it does in the graph."""
+    graph = engine.load_network("transformer")
+    for method in ("optimus", "dnnvm", "efficient_s"):
+        plan = engine.fuse(graph, ACC, method=method)
+        assert _costs_add_up(graph, plan), method
+    assert plan.status in ("restricted", "beam")
+
+
+def test_efficient_s_shares_its_work_among_the_windows_and_says_when_it_stopped(small_windows, monkeypatch):
+    from engine.fusion import efficient_s
+
+    monkeypatch.setattr(efficient_s, "WINDOWED_WORK", 300)
+    plan = engine.fuse(chain(300), ACC, method="efficient_s")
+    assert plan.status == "beam" and _costs_add_up(chain(300), plan)
+
+
+def test_a_bound_window_of_ops_that_share_no_tensor_is_their_once_loaded_bytes(small_windows):
+    """The shortcut for apart ops is never above the search it replaces (a proven bound stays proven)."""
+    from engine.fusion.cost import Capacity
+
+    model = model_of(concat(12), ACC)
+    cap = Capacity.of(ACC)
+    assert bound._unlinked(model, 0, 12) and not bound._unlinked(model, 0, 13)
+    sub = bound.window_model(model, 0, 12)
+    searched = optimus.chain_search(sub, cap, limits=bound.EXACT, bound_only=True).total
+    assert sum(least_bytes(sub, 1 << i) for i in range(12)) == searched  # each ReLU's input and output, once
 
 
 def test_window_crossings_match_their_definition_and_long_graphs_get_windows_greedily(monkeypatch):
@@ -73,3 +127,19 @@ def test_a_search_that_runs_out_of_memory_is_an_engine_error(monkeypatch):
     monkeypatch.setitem(engine.fusion.METHODS, "dnnvm", (exhausted, "restricted"))
     with pytest.raises(engine.EngineError, match="graph 'chain_20' \\(20 ops\\) needs more memory .* method 'dnnvm'"):
         engine.fuse(chain(20), ACC, method="dnnvm")
+
+
+@pytest.mark.parametrize("name", ["inception_v3", "transformer"])
+def test_the_limits_tables_read_window_by_window_are_the_whole_graphs(name, small_windows, monkeypatch):
+    """Past the window limit each op's ski-slope, compulsory bytes and reload inputs come from its window's model:
+    the same as from one model of the whole graph (no weight here is shared across windows)."""
+    from engine.limit import ops
+
+    graph = engine.load_network(name)
+    assert len(graph.ops) > windowed.WINDOW_ABOVE
+    ops.tables.cache_clear()
+    windowed_tables = ops.tables(graph, ACC.word_bits)
+    ops.tables.cache_clear()
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 10_000)
+    assert ops.tables(graph, ACC.word_bits) == windowed_tables
+    ops.tables.cache_clear()

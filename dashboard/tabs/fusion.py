@@ -40,7 +40,9 @@ SUMMARY_NOTE = ("*× Oracle*: the plan's DRAM traffic over the Oracle's (every t
                 "plan the method's own rules allow (one pass, or the on-line variant's pruning), `unfused` every op "
                 "alone, `refined` a method's plan moved to a local optimum of the chosen objective (energy, latency or "
                 "EDP of its mapping), `beam` a search "
-                "cut short past its limits (NAS cells). *proven gap*: how far above a proven lower bound a beam's "
+                "cut short past its limits (NAS cells), `windowed` a graph of thousands of ops fused window by window "
+                "(cut where the least crosses). *proven gap*: how far above a proven lower bound a beam's or a "
+                "windowed "
                 "plan may be; `-` where there is none to give.")
 LEGEND_CSS = """
 table.legend { border-collapse: collapse; font-size: 12px; }

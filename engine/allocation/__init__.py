@@ -46,9 +46,10 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     their name. divide: None (one ILP), "auto" (break nodes chosen automatically) or a
     sequence of break-node op names. A budget below M_R gives status "infeasible" naming
     the op that cannot fit; a time-out gives the best solution found, status "time_limit".
-    `time_limit_s` covers the whole call (MPMF order, spill bound, MIP starts, solves); what no clock stops is
-    the linear set-up and the check of the result (about 0.05 ms an op: 0.1 s on ResNet-1202's 1,807 ops), so a
-    limit far below that is kept only to within it.
+    `time_limit_s` covers the whole call (MPMF order, spill bound, MIP starts, lifetimes, model builds, solves:
+    past it the best plan so far is the answer); what no clock stops is the linear set-up and the check of the
+    result (about 0.03 ms an op of CPU: 0.06 s on ResNet-1202's 1,807 ops), so a limit far below that is kept
+    only to within it (BENCHMARKS.md, "Size").
     """
     _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
     start = time.perf_counter()

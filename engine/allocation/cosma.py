@@ -161,11 +161,21 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
             return _plan_now(graph, here, known[order], lb, began, need_order if prob.order is None else None,
                              include_params=include_params, word_bits=word_bits)
         if prob.order is None and whole and len(orders) == 1:
-            lb, best = _relaxation(prob, lb, until, share, solver)
+            try:
+                lb, best = _relaxation(prob, lb, until, share, solver)
+            except model.OutOfTime:  # the limit came while its lifetimes were found: the plans so far
+                return _plan_now(graph, here, known[order], lb, began, need_order,
+                                 include_params=include_params, word_bits=word_bits)
             orders += [best] if best is not None and best != order else []
     price = lambda o: math.inf if known[o] is None else atbound.cost(replace(prob, order=o), known[o])  # noqa: E731
-    m, stats = _solve_models(graph, prob, lb, need_order, share, until, known, min(known, key=price), whole=whole,
-                             include_params=include_params, word_bits=word_bits, solver=solver)
+    first = min(known, key=price)
+    try:
+        m, stats = _solve_models(graph, prob, lb, need_order, share, until, known, first, whole=whole,
+                                 include_params=include_params, word_bits=word_bits, solver=solver)
+    except model.OutOfTime:  # the limit came while the first model was built: the plans so far
+        return _plan_now(graph, replace(prob, order=first), known[first], lb, began,
+                         need_order if prob.order is None else None, include_params=include_params,
+                         word_bits=word_bits)
     return (solution.read(m) if stats.has_solution else None), stats
 
 
@@ -192,7 +202,7 @@ def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple
     tenth of the share; over RELAX_MAX_STEPS tensor-steps, the relaxation stage by stage (`staged_bound`, in
     half the share: an LLM's 32 layers are one attention and one MLP stage to solve), whose order
     joins its stages' relaxed plans."""
-    life = analyse(prob)
+    life = analyse(prob, deadline=until)
     if sum(w.last - w.first + 1 for w in life.tensors.values()) > RELAX_MAX_STEPS:
         staged, order = staged_bound(prob, life, solver=solver, time_limit_s=_seconds(until, share / 2))
         return max(lb, staged), order
@@ -215,10 +225,11 @@ def _solve_models(graph: Graph, prob, lb: int, need_order, share: float, until: 
     """
     opts = _SolveOpts(include_params=include_params, word_bits=word_bits, solver=solver, known=known)
     if prob.order is not None:
-        return _solve_model(graph, model.build(prob), lb, until, share, need_order, None, whole=whole, **opts)
+        return _solve_model(graph, model.build(prob, deadline=until), lb, until, share, need_order, None,
+                            whole=whole, **opts)
     began = time.perf_counter()
-    fixed = model.build(replace(prob, order=first))
-    life = analyse(prob)  # the free model's windows and pairs, before deciding to build it
+    fixed = model.build(replace(prob, order=first), deadline=until)
+    life = analyse(prob, deadline=until)  # the free model's windows and pairs, before deciding to build it
     guess = (time.perf_counter() - began) * model.size(life) / max(model.size(fixed.life), 1)
     left = until - time.perf_counter()
     hopeless = SETUP_FACTOR * guess > left / 2  # no search before half the time is gone
@@ -272,8 +283,13 @@ def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, l
     ops = set(prob.ops)
     spread = tuple(op for op in need_order(0.5) if op in ops)
     stopped, tried = stats.status == "time_limit", 1
+    other = None
     if spread != fixed.problem.order:
-        other = model.build(replace(prob, order=spread))
+        try:
+            other = model.build(replace(prob, order=spread), deadline=until)
+        except model.OutOfTime:  # no time left for the second order: the first order's plan stands
+            stopped = True
+    if other is not None:
         other, got = _solve_model(graph, other, _own_bound(other.problem, lb, until, share, opts["solver"]), until,
                                   share, need_order, None, whole=whole, **opts)
         stopped, tried = stopped or got.status == "time_limit", 2

@@ -11,6 +11,8 @@ end when later segments read it.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -35,12 +37,19 @@ class Lifetimes:
     pairs: dict[int, list[tuple[str, str]]]
 
 
-def analyse(problem: Problem) -> Lifetimes:
-    """Windows and co-residency pairs of `problem` (exact lifetimes when its order is fixed)."""
+class OutOfTime(Exception):
+    """The deadline passed while a model (or its lifetimes) was being built (the caller falls back to a plan it has)."""
+
+
+def analyse(problem: Problem, *, deadline: float = math.inf) -> Lifetimes:
+    """Windows and co-residency pairs of `problem` (exact lifetimes when its order is fixed).
+
+    Raises OutOfTime once `deadline` (a perf_counter time) has passed: the pairs are quadratic in the tensors live
+    at a step (NASNet-A Mobile's free schedule: seconds)."""
     anc = ancestors(problem)
     ops = _op_windows(problem, anc)
     tensors = _tensor_windows(problem, ops)
-    return Lifetimes(ops, tensors, _pairs(problem, tensors, anc))
+    return Lifetimes(ops, tensors, _pairs(problem, tensors, anc, deadline))
 
 
 def forced(problem: Problem) -> bool:
@@ -109,7 +118,8 @@ def _starts(problem: Problem, a: str):
     return problem.consumers[a]
 
 
-def _pairs(problem: Problem, tensors: dict[str, Window], anc: dict[str, int]) -> dict[int, list[tuple[str, str]]]:
+def _pairs(problem: Problem, tensors: dict[str, Window], anc: dict[str, int],
+           deadline: float) -> dict[int, list[tuple[str, str]]]:
     index = {op: i for i, op in enumerate(problem.ops)}
     ends = {a: _ends(problem, a) for a in tensors}
     starts = {a: _starts(problem, a) for a in tensors}
@@ -125,6 +135,8 @@ def _pairs(problem: Problem, tensors: dict[str, Window], anc: dict[str, int]) ->
     apart: dict[tuple[str, str], bool] = {}
     pairs = {}
     for t, here in live.items():
+        if time.perf_counter() > deadline:
+            raise OutOfTime(f"lifetimes of {len(problem.ops)} ops not found by the deadline")
         keep = []
         for a, b in combinations(here, 2):
             if (a, b) not in apart:

@@ -23,15 +23,11 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from engine.allocation.lifetimes import Lifetimes, analyse
+from engine.allocation.lifetimes import Lifetimes, OutOfTime, analyse
 from engine.allocation.problem import Problem
 
 OFFCHIP, PEAK = "offchip", "peak"
 CHECK_EVERY = 1024  # Eq. 10 pairs between two looks at the clock while building
-
-
-class OutOfTime(Exception):
-    """The deadline passed while the model was being built (the caller falls back to a plan it has)."""
 
 
 @dataclass
@@ -78,7 +74,7 @@ def build(problem: Problem, *, objective: str = OFFCHIP, deadline: float = math.
     `addresses` Eq. 9-11 are left out (the capacity row stays): a relaxation whose
     optimum is a lower bound on Eq. 12 (`bound.relaxed_bound`).
     """
-    life = life or analyse(problem)
+    life = life or analyse(problem, deadline=deadline)
     m = Model(problem, life, objective, pulp.LpProblem("cosma", pulp.LpMinimize),
               idx={a: i for i, a in enumerate(problem.tensors)}, deadline=deadline, addresses=addresses)
     groups = [_add_variables, _add_single_action, _add_preserve_after_resident, _add_creation, _add_one_op_per_step,

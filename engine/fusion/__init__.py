@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from functools import partial
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
-from engine.fusion import dnnvm, efficient_s, none, online, optimus, sized
+from engine.fusion import dnnvm, efficient_s, none, online, optimus, sized, windowed
 from engine.fusion.bound import lower_bound
 from engine.fusion.cost import RELOADS, Capacity, GroupCost, group_cost, model_of, oracle_bytes
 from engine.fusion.plan import FusionPlan, build_plan, check_runnable
@@ -30,12 +32,9 @@ METHODS = {
     "online": (online.search, "restricted"),
 }
 
-# The most ops a graph may have to be fused: the compiled search keeps ops x ops words of candidates (512 MB
-# here) and every group is a bitmask over all ops, so past it memory, not the buffer, decides (BENCHMARKS.md, "Size")
-MAX_OPS = 8192
 MAX_COUNT = 1 << 60  # bytes x positions of a tensor the compiled cost model multiplies (int64, with 8x to spare)
 
-__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "MAX_OPS", "RELOADS"]
+__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
 
 
 def _check_in_range(graph: Graph, acc: Accelerator) -> None:
@@ -62,19 +61,23 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     (`plan.lower_bound_bytes`, `engine.fusion.bound`; seconds on NAS cells); False skips it.
     `polish` re-solves an optimus beam's plan window by window (`engine.fusion.polish`: never
     worse; 0-8 % less traffic on NASNet for 0.1-2.6 s more); False keeps the beam's plan.
-    Exact plans are left as they are.
+    Exact plans are left as they are. A graph of more than `windowed.WINDOW_ABOVE` ops is fused window by
+    window (`engine.fusion.windowed`): an optimus plan then says "windowed", with its proven bound.
     """
     if not isinstance(graph, Graph) or not isinstance(acc, Accelerator):
         raise EngineError(f"fuse needs an engine.Graph and an engine.Accelerator, got {type(graph).__name__} and "
                           f"{type(acc).__name__} (load one with engine.load_network and engine.Accelerator.preset)")
-    if len(graph.ops) > MAX_OPS:
-        raise EngineError(f"graph '{graph.name}' has {len(graph.ops):,} ops; fusion takes at most {MAX_OPS:,} (the "
-                          f"search's candidate table is ops x ops words: {8 * len(graph.ops) ** 2 / 2**30:.1f} GB "
-                          f"here); fuse the network in parts of at most {MAX_OPS:,} ops")
     _check_in_range(graph, acc)
     if not isinstance(method, str) or method not in METHODS:
         raise UnknownNameError("fusion method", str(method), METHODS)
     try:
+        if len(graph.ops) > windowed.WINDOW_ABOVE:
+            def solve(part: Graph) -> FusionPlan:  # one window: Efficient-S's work shared among the windows by ops
+                share = efficient_s.WINDOWED_WORK * len(part.ops) // len(graph.ops)
+                search = partial(efficient_s.search, work_limit=max(1, share)) if method == "efficient_s" else None
+                return _fuse(part, acc, method, reloads, False, polish, search)
+
+            return windowed.fuse_windows(graph, acc, method, solve, cap=Capacity.of(acc, reloads), with_bound=bound)
         return _fuse(graph, acc, method, reloads, bound, polish)
     except MemoryError:  # a table past what the process may allocate: refused before it was filled
         raise EngineError(f"graph '{graph.name}' ({len(graph.ops):,} ops) needs more memory than this process may "
@@ -82,9 +85,12 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
                           f"groups), or fuse the network in parts") from None
 
 
-def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool) -> FusionPlan:
-    """`fuse` once its arguments are checked: the model, the method's search, its polish and bound, the plan."""
-    search, status = METHODS[method]
+def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool,
+          search: Callable[[sized.SizedModel], tuple[list[int], int, bool]] | None = None) -> FusionPlan:
+    """`fuse` once its arguments are checked: the model, the method's search (or `search` in its place), its polish
+    and bound, the plan."""
+    search = search or METHODS[method][0]
+    status = METHODS[method][1]
     start = time.perf_counter()
     at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once
     check_runnable(at, acc.name)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.fusion import sized
-from engine.fusion.cost import Capacity
+from engine.fusion.cost import Capacity, least_bytes
 from engine.fusion.model import FusionModel
 from engine.fusion.optimus import Limits, chain_search
 from engine.graph import Graph
@@ -59,16 +59,35 @@ def lower_bound(at: sized.SizedModel, *, budget: int = BUDGET) -> LowerBound:
     return at.results.get_or_make(("lower bound", budget), lambda: _lower_bound(at.model, at.cap, budget))
 
 
-def _lower_bound(model: FusionModel, cap: Capacity, budget: int) -> LowerBound:
-    """`lower_bound` computed afresh."""
-    cuts = windows(model, budget=budget)
-    total: float = shared_weight_bytes(model)  # plus each window's least sum of bounds (`Chain.total`)
+def lower_bound_of(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -> LowerBound:
+    """`lower_bound` of a model no `SizedModel` keeps (a window of `engine.fusion.windowed`), uncached, its windows
+    placed greedily (each as long as the budget allows)."""
+    return _lower_bound(model, cap, budget, _greedy(model, budget))
+
+
+def _lower_bound(model: FusionModel, cap: Capacity, budget: int,
+                 cuts: tuple[tuple[int, int], ...] | None = None) -> LowerBound:
+    """`lower_bound` computed afresh (over `cuts`, else `windows`)."""
+    placed = tuple(windows(model, budget=budget)) if cuts is None else cuts
+    shared = shared_weight_bytes(model)
+    total: float = shared  # plus each window's least sum of bounds (`Chain.total`)
     evaluated = 0
-    for lo, hi in cuts:
-        found = chain_search(window_model(model, lo, hi), cap, limits=EXACT, bound_only=True)
+    for lo, hi in placed:  # a window of all ops is the model itself when no weight is shared
+        sub = model if not shared and (lo, hi) == (0, model.n) else window_model(model, lo, hi)
+        if _unlinked(model, lo, hi):  # every piece's ops apart: each op's once-loaded bytes, no search needed
+            total += sum(least_bytes(sub, 1 << i) for i in range(sub.n))
+            continue
+        found = chain_search(sub, cap, limits=EXACT, bound_only=True)
         total += found.total
         evaluated += found.evaluated
-    return LowerBound(int(total), tuple(cuts), evaluated)
+    return LowerBound(int(total), placed, evaluated)
+
+
+def _unlinked(model: FusionModel, lo: int, hi: int) -> bool:
+    """Whether no two of the ops lo..hi-1 share a tensor: then every piece is apart, and its bound is at least the
+    sum of its ops' once-loaded bytes (fmaps and parameters once, `cost.least_bytes`), which a lone op never beats."""
+    inside = (1 << hi) - (1 << lo)
+    return hi - lo > 1 and not any(model.link[i] & inside & ~(1 << i) for i in range(lo, hi))
 
 
 def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]]:
@@ -82,11 +101,7 @@ def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
     long as the budget allows, which costs one window's down-sets per window instead of per op)."""
     n = model.n
     if n > PLACE_DP_OPS:
-        cuts, lo = [], 0
-        while lo < n:
-            cuts.append((lo, _ends(model, lo, budget)[-1]))
-            lo = cuts[-1][1]
-        return tuple(cuts)
+        return _greedy(model, budget)
     cross = _crossings(model)
     best = [(0, 0)] + [(INF, 0)] * n  # cut position -> (bytes given away up to it, windows)
     back = [0] * (n + 1)
@@ -100,6 +115,16 @@ def _place(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
         cuts.append((back[hi], hi))
         hi = back[hi]
     return tuple(cuts[::-1])
+
+
+def _greedy(model: FusionModel, budget: int) -> tuple[tuple[int, int], ...]:
+    """Windows each as long as the budget allows, from the first op on."""
+    cuts: list[tuple[int, int]] = []
+    lo = 0
+    while lo < model.n:
+        cuts.append((lo, _ends(model, lo, budget)[-1]))
+        lo = cuts[-1][1]
+    return tuple(cuts)
 
 
 def _ends(model: FusionModel, lo: int, budget: int) -> list[int]:
@@ -143,12 +168,15 @@ def window_model(model: FusionModel, lo: int, hi: int) -> FusionModel:
     ops = graph.ops[lo:hi]
     inside = (1 << hi) - (1 << lo)
     made = {t for op in ops for t in op.outputs}
-    free = {w: 0 for i in range(lo, hi) if model.shares_weights[i] for w in model.weights[i]}
+    free = {w: 0 for i in range(lo, hi) for w in model.weights[i] if model.shares_weights[i] or w in model.free}
     border = []
     for t in dict.fromkeys(t for op in ops for t in op.inputs if t not in made):
         j = model.tindex[t]
         p, geo = model.producer[j], model.tgeo[j]
         border.append(t)
+        if t in model.free:  # free in the model itself (a window of engine.fusion.windowed): as it is there
+            free[t] = model.held[j]
+            continue
         if p < 0 and not model.consumer_mask[j] & ~inside:
             continue  # a network input read in this window only: read here, at full depth
         free[t] = 0 if geo is None or (p >= 0 and model.inplace[p]) else min(model.tp.t_c, geo.channels) * geo.w

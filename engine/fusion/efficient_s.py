@@ -17,6 +17,9 @@ from engine.fusion.sized import SizedModel
 # Ops visited over all segments before longer segments stop being tried: 2.7x the most any zoo network needs
 # (AmoebaNet-D at 64 MB, 3.0 M); one tensor read by 1,000 small ops would need 170 M (hours).
 WORK_LIMIT = 8_000_000
+# Ops visited in all over a graph fused window by window (`engine.fusion.windowed`), shared among its windows by
+# their ops: each visit costs 5-10 us in Python, so a chain of 100,000 ops spends a few seconds here, not hours
+WINDOWED_WORK = 300_000
 
 
 def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
@@ -28,10 +31,12 @@ def prior_fits(model: FusionModel, mask: int, cap: Capacity) -> bool:
     return tiles + p_elems <= cap.fmap if cap.shared else tiles <= cap.fmap and p_elems <= cap.param
 
 
-def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]:
+def segments(at: SizedModel, sequence: list[int], *, work_limit: int | None = None) -> tuple[list[int], int, bool]:
     """Least-traffic cut of `sequence` into contiguous groups, the number of segments evaluated, and whether the
-    cut is exact (False: past `WORK_LIMIT` ops visited, the remaining starts tried single ops only)."""
+    cut is exact (False: past `work_limit` ops visited, `WORK_LIMIT` unless given, the remaining starts tried
+    single ops only)."""
     model, cap = at.model, at.cap
+    work_limit = WORK_LIMIT if work_limit is None else work_limit
     inf = float("inf")
     best = [0] + [inf] * len(sequence)
     cut = [0] * (len(sequence) + 1)
@@ -44,7 +49,7 @@ def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]
             mask |= 1 << sequence[j]
             evaluated += 1
             work += j - i + 1
-            if j > i and (work > WORK_LIMIT or not prior_fits(model, mask, cap)):
+            if j > i and (work > work_limit or not prior_fits(model, mask, cap)):
                 break  # the prior footprint only grows as the segment grows
             if j > i and not model.is_connected(mask):
                 continue
@@ -56,9 +61,9 @@ def segments(at: SizedModel, sequence: list[int]) -> tuple[list[int], int, bool]
         i = cut[j]
         groups.append(sum(1 << sequence[t] for t in range(i, j)))
         j = i
-    return groups[::-1], evaluated, work <= WORK_LIMIT
+    return groups[::-1], evaluated, work <= work_limit
 
 
-def search(at: SizedModel) -> tuple[list[int], int, bool]:
-    """Efficient-S on the graph's topological order."""
-    return segments(at, list(range(at.model.n)))
+def search(at: SizedModel, *, work_limit: int | None = None) -> tuple[list[int], int, bool]:
+    """Efficient-S on the graph's topological order, past `work_limit` ops visited trying single ops only."""
+    return segments(at, list(range(at.model.n)), work_limit=work_limit)

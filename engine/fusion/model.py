@@ -85,6 +85,7 @@ class FusionModel:
         # reads (`tensor_views`), and `online` the attention softmaxes (`_attention`; their second pass not
         # charged), when a window's graph cannot tell
         free = free or {}
+        self.free = free
         self.graph, self.tp, self.word_bits = graph, tp, word_bits
         ops = graph.ops
         self.n = len(ops)

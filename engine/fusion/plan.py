@@ -22,10 +22,11 @@ class FusionPlan:
     baseline or the on-line variant finds in its own smaller space), "unfused", or
     "beam" (the down-set search outgrew `optimus.Limits` and kept its most promising
     states, and `fuse` re-solved optimus's window by window unless `polish=False`: a valid plan,
-    not a proven optimum), or "refined" (moved from a method's plan to a local optimum of the energy,
+    not a proven optimum), "windowed" (a graph of more than `windowed.WINDOW_ABOVE` ops fused window by window,
+    `engine.fusion.windowed`: a valid plan whose groups never cross a window's edge), or "refined" (moved from a method's plan to a local optimum of the energy,
     latency or energy-delay product of its mapping, `engine.mapping.refine`). `lower_bound_bytes` is a proven lower bound on the least
     traffic over the whole fusion space: `dram_bytes` itself when "optimal", the windows
-    bound of `engine.fusion.bound` when "beam", None otherwise.
+    bound of `engine.fusion.bound` when "beam" or "windowed", None otherwise.
     """
 
     method: str

@@ -15,13 +15,14 @@ the cost model charges at least (`cost.least_bytes`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.errors import EngineError
+from engine.fusion import windowed
 from engine.fusion.cost import least_bytes
 from engine.fusion.dataflow import Throughput
-from engine.fusion.model import FusionModel, TensorGeo, model_for
+from engine.fusion.model import FusionModel, TensorGeo, model_for, tensor_views
 from engine.graph import Graph, OpKind
 from engine.limit.einsum import SAME, Einsum, Rank, ski_slope
 
@@ -43,9 +44,23 @@ class OpTable:
 
 @lru_cache(maxsize=16)
 def tables(graph: Graph, word_bits: int, tp: Throughput | None = None) -> tuple[OpTable, ...]:
-    """Every op's table, in topological order (cached per graph, word width and PE array; independent of the buffer)."""
-    model = model_for(graph, tp or Throughput(), word_bits)
-    return tuple(_table(model, i) for i in range(model.n))
+    """Every op's table, in topological order (cached per graph, word width and PE array; independent of the buffer).
+
+    Past `windowed.WINDOW_ABOVE` ops they are read window by window (`engine.fusion.windowed`: one model of every
+    op keeps ops x ops bitmasks, 5.9 GB at 100,000 ops): a table reads its op alone, which its window's model holds
+    as the whole graph's does, except that a weight shared with another window's op is not counted as reloaded."""
+    tp = tp or Throughput()
+    if len(graph.ops) <= windowed.WINDOW_ABOVE:
+        model = model_for(graph, tp, word_bits)
+        return tuple(_table(model, i) for i in range(model.n))
+    lives, views, shared = windowed.spans(graph), tensor_views(graph), windowed.shared_weights(graph)
+    found = []
+    for lo, hi in windowed.cuts(graph, word_bits, max_ops=windowed.WINDOW_OPS):
+        model = FusionModel(windowed.window_graph(graph, lo, hi, lives), tp, word_bits, views=views)
+        for i, op in enumerate(model.graph.ops):
+            table = _table(model, i)
+            found.append(replace(table, params=0, whole=0) if shared.intersection(op.weights) else table)
+    return tuple(found)
 
 
 def op_table(graph: Graph, op_name: str, word_bits: int) -> OpTable:

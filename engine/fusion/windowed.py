@@ -1,0 +1,163 @@
+"""Fusion of graphs past what one search holds: windows of the topological order cut where least crosses.
+
+A graph of more than `WINDOW_ABOVE` ops is cut, in its topological order, into ranges of at
+most `WINDOW_OPS` ops (so every prefix of windows is a down-set), each cut placed where the
+fewest bytes cross it (`cuts`). Each window becomes a graph of its own (`window_graph`): the
+tensors made in earlier windows are its inputs, the tensors read in later ones or returned
+are its outputs. The method asked for fuses each window alone, and the windows' groups, in
+order, are a valid plan of the whole graph: each group lies in one window and is valid
+there, and contracting them leaves the graph acyclic because the windows run in order. A
+group costs in its window what it costs in the whole graph (Eq. 3 depends on the group
+alone; the tensors at a cut are a group's inputs and outputs), so the traffic at the cuts
+is counted in full.
+
+The optimum may group across a cut. `engine.fusion.bound`'s windows bound it from below
+with the tensors made in earlier windows free; run inside each plan window, with the
+tensors from earlier plan windows free as well (`bound_model`), their sums plus the weights
+several ops share are a proven lower bound on every valid partition of the whole graph. So
+an optimus plan found this way says "windowed" with that bound, and its gap is what the cuts
+may cost. Every count here is of ops and down-sets, never of seconds: the plan does not
+depend on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from engine.accelerator import Accelerator
+from engine.fusion import bound, dataflow
+from engine.fusion.cost import Capacity
+from engine.fusion.model import FusionModel, tensor_geo, tensor_views
+from engine.fusion.plan import FusionPlan
+from engine.graph import Graph, OpKind
+
+WINDOW_ABOVE = 2048  # graphs with more ops (no zoo network: ResNet-1202 has 1,807) are fused window by window
+WINDOW_OPS = 128  # ops per window at most
+_CUT_AVOID = frozenset({OpKind.RESHAPE, OpKind.SPLIT, OpKind.CONCAT, OpKind.SOFTMAX, OpKind.MATMUL})
+# kinds whose cost reads their neighbours (a layout op folds into them unless its output is returned, attention
+# keys its softmax on its matmuls, a token view follows its reshape): no cut beside one while another cut is as narrow
+
+
+def spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Per activation: the index of the op that makes it (absent for network inputs), of its first and last reader."""
+    made: dict[str, int] = {}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.inputs:
+            first.setdefault(t, i)
+            last[t] = i
+        for t in op.outputs:
+            made[t] = i
+    return made, first, last
+
+
+def crossings(graph: Graph, word_bits: int) -> list[int]:
+    """Bytes crossing each cut 0..n: the activations made before op `cut` (or network inputs) and read from it on."""
+    n = len(graph.ops)
+    made, _, last = spans(graph)
+    diff = [0] * (n + 2)
+    for t, reader in last.items():
+        first = made.get(t, -1) + 1
+        if reader >= first:
+            diff[first] += graph.tensors[t].nbytes(word_bits)
+            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
+    cross, running = [], 0
+    for c in range(n + 1):
+        running += diff[c]
+        cross.append(running)
+    return cross
+
+
+def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int], ...]:
+    """Consecutive op ranges [lo, hi) of at most `max_ops` ops, each ending where the fewest bytes cross among the
+    last half of its possible ends (the latest such end; an op of `_CUT_AVOID` starts or ends a window only if
+    every end there has one on either side)."""
+    n, cross = len(graph.ops), crossings(graph, word_bits)
+    found, lo = [], 0
+    while lo < n:
+        if n - lo <= max_ops:
+            found.append((lo, n))
+            break
+        ends = range(lo + max(1, max_ops // 2), lo + max_ops + 1)
+        hi = min(ends, key=lambda c: (graph.ops[c].kind in _CUT_AVOID or graph.ops[c - 1].kind in _CUT_AVOID,
+                                      cross[c], -c))
+        found.append((lo, hi))
+        lo = hi
+    return tuple(found)
+
+
+def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
+    """Ops lo..hi-1 as a graph: what earlier ops made (and network inputs) are its inputs; its outputs are what the
+    network returns and, unless `lower` (a bound's window: writes to later windows are not counted), what later
+    ops read."""
+    _, _, last = lives
+    ops = graph.ops[lo:hi]
+    own = {t for op in ops for t in op.outputs}
+    ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
+    returned = set(graph.outputs)
+    outs = tuple(t for op in ops for t in op.outputs if t in returned or (not lower and last.get(t, -1) >= hi))
+    names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
+    return Graph(f"{graph.name}[{lo}:{hi}]", ops, tuple(graph.tensors[t] for t in sorted(names)), ins, outs,
+                 graph.batch)
+
+
+def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, shared: set[str]) -> FusionModel:
+    """The window's model for `engine.fusion.bound`: tensors made in earlier windows (or network inputs read in
+    other windows too) free and held at min(T_c, C) channels (none where a layout op made them, which shares
+    its input's buffer), and the weights several ops of the network share free (the caller counts them once)."""
+    made, first, last = lives
+    sub = window_graph(graph, lo, hi, lives, lower=True)
+    tp = dataflow.of(acc)
+    free = {w: 0 for op in sub.ops for w in op.weights if w in shared}
+    for t in sub.inputs:
+        p = made.get(t, -1)
+        if p < 0 and first[t] >= lo and last[t] < hi:
+            continue  # a network input read in this window only: read here, at full depth
+        geo = tensor_geo(views.get(t, graph.tensors[t].shape), acc.word_bits)
+        layout = p >= 0 and graph.ops[p].kind in (OpKind.CONCAT, OpKind.SPLIT, OpKind.RESHAPE)
+        free[t] = 0 if geo is None or layout else min(tp.t_c, geo.channels) * geo.w
+    return FusionModel(sub, tp, acc.word_bits, free=free, views=views)
+
+
+def shared_weights(graph: Graph) -> set[str]:
+    """Weights read by more than one op."""
+    users: dict[str, int] = {}
+    for op in graph.ops:
+        for w in set(op.weights):
+            users[w] = users.get(w, 0) + 1
+    return {w for w, k in users.items() if k > 1}
+
+
+def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) -> int:
+    """A proven lower bound on every valid partition's traffic: each plan window's `bound` windows, with what earlier
+    plan windows made free, plus the shared weights once."""
+    lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
+    total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
+    for lo, hi in windows:
+        total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
+    return total
+
+
+def fuse_windows(graph: Graph, acc: Accelerator, method: str, solve: Callable[[Graph], FusionPlan], *,
+                 cap: Capacity, with_bound: bool) -> FusionPlan:
+    """`solve` (one method's `fuse` on a graph) on each window of `cuts`, joined into one plan of `graph`.
+
+    An optimus plan says "windowed" and, when `with_bound`, carries `lower_bound_bytes`; another method's keeps
+    its status ("beam" if any window's was).
+    """
+    start = time.perf_counter()
+    windows = cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
+    lives = spans(graph)
+    plans = [solve(window_graph(graph, lo, hi, lives)) for lo, hi in windows]
+    costs = tuple(c for p in plans for c in p.costs)
+    statuses = {p.status for p in plans}
+    status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
+    floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
+    return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
+                   dram_bytes=sum(p.dram_bytes for p in plans), fmap_in_bytes=sum(p.fmap_in_bytes for p in plans),
+                   fmap_out_bytes=sum(p.fmap_out_bytes for p in plans), param_bytes=sum(p.param_bytes for p in plans),
+                   groups_evaluated=sum(p.groups_evaluated for p in plans), search_seconds=time.perf_counter() - start,
+                   status=status, lower_bound_bytes=floor)
