@@ -792,7 +792,7 @@ def test_a_closed_pages_report_stops_before_its_next_part():
 
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
     s._closed(None)
-    with pytest.raises(engine.EngineError, match="stopped before the 'dnnvm' search"):
+    with pytest.raises(engine.EngineError, match="the page that asked for this work was closed"):
         s.compute_report(181)  # not cached: a closed page computes nothing more
     asked = []
     with pytest.raises(engine.explore.EvaluationStopped, match="before the 'optimus' search"):
@@ -1111,7 +1111,7 @@ def test_words_and_units_op_counts_kb_of_1024_separators_ties_and_compare_under_
     assert "best plan (optimus, tied with efficient_s)" in headline_text(tie)
     tab = FusionTab(session)
     compare = ComparePanel(session).panel()
-    shown = tab.panel(compare=compare).objects
+    shown = tab.parts(compare=compare)
     bars = next(o for o in shown if isinstance(o, pn.Row) and tab.energy.pane in o.objects)
     assert shown.index(compare) < shown.index(tab.table) < shown.index(bars)
 
@@ -1179,7 +1179,7 @@ def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_a
     ops = figure.select_one({"name": "dag-ops"})
     assert sum(ops in [r.data_source for r in h.renderers] for h in hovers) == 1  # one tooltip over an op
     tab = FusionTab(session)
-    beside = next(o for o in tab.panel().objects if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
+    beside = next(o for o in tab.parts() if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
     assert beside.objects.index(tab.detail.panel) < beside.objects.index(tab.dag.legend)
 
 

@@ -421,14 +421,13 @@ class FusionTab:
             self.session.error = error_text(err)
             self.dag.show(rep)
 
-    def panel(self, compare: pn.viewable.Viewable | None = None) -> pn.Column:
-        """The tab's views, `compare` (compare mode's chooser and DAG) right under the DAG: below the bars, the second
-        DAG was a page away from the first. Beside the DAG the clicked op's loop nest comes first, then the legend:
-        under the legend (up to 900 pixels) it opened below the window."""
+    def parts(self, compare: pn.viewable.Viewable | None = None) -> list:
+        """The tab's views from the top, `compare` (compare mode's chooser and DAG) right under the DAG: below the
+        bars, the second DAG was a page away from the first. Beside the DAG the clicked op's loop nest comes first,
+        then the legend: under the legend (up to 900 pixels) it opened below the window."""
         colour_by = toggles(self.session.state.param.colour_by)
-        return pn.Column(pn.Row(self.headline, self.busy), colour_by,
-                         pn.Row(self.dag.pane, pn.Column(self.detail.panel, self.dag.legend)),
-                         *([compare] if compare is not None else []), self.table,
-                         pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),
-                         pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+        return [pn.Row(self.headline, self.busy), colour_by,
+                pn.Row(self.dag.pane, pn.Column(self.detail.panel, self.dag.legend)),
+                *([compare] if compare is not None else []), self.table,
+                pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),
+                pn.Row(self.energy.pane, self.latency.pane, sizing_mode="stretch_width")]
