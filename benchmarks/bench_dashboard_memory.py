@@ -23,8 +23,8 @@ SESSION_END_S = 3.0  # `make serve` ends an unused session after 1 s; its work s
 def family(pid: int) -> list[int]:
     """The process and its descendants (the dashboard's worker processes), Linux's /proc; those already gone left
     out."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    try:  # each thread's children: the worker processes are started from a worker thread
+        children = [c for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
     except OSError:
         return []
     return [pid] + [p for child in children for p in family(int(child))]

@@ -5,7 +5,7 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 import holoviews as hv
 import panel as pn
@@ -240,8 +240,14 @@ def main_area(session: Session) -> tuple[pn.Column, list]:
                      sizing_mode="stretch_width"), pieces
 
 
+@lru_cache(maxsize=1)
+def bokeh_backend() -> None:
+    """HoloViews' Bokeh backend, loaded once per process (0.03-0.1 CPU s of the event loop for each page before)."""
+    hv.extension("bokeh")
+
+
 FUSION_FIRST = 3  # the Fusion tab's first piece: headline, colouring, DAG; then compare mode, the table and the bars
-SIDEBAR_FIRST = "#### Methods"  # the page's shell holds the sidebar's widgets above this heading; a piece adds the rest
+SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets above this heading; the second, the rest
 
 
 def _fill(frame: pn.Column, parts) -> None:
@@ -254,7 +260,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
 
     In a server the page's document starts as a shell and is filled in pieces once the browser has it
     (`dashboard.pieces`); elsewhere (tests, notebooks) it is whole at once."""
-    hv.extension("bokeh")
+    bokeh_backend()
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
@@ -280,13 +286,18 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    widgets = sidebar(session)
-    split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
-    side = pn.Column(*widgets[:split], sizing_mode="stretch_width")
+    side, widgets = pn.Column(sizing_mode="stretch_width"), []  # the widgets are made by the first of its pieces
+
+    def sidebar_part(first: bool) -> list:
+        if first:
+            widgets[:] = sidebar(session)
+        split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
+        return widgets[:split] if first else widgets[split:]
+
     template.sidebar.append(side)
     main, pieces = main_area(session)
     template.main.append(main)
-    pieces.insert(0, partial(_fill, side, lambda: widgets[split:]))
+    pieces[:0] = [partial(_fill, side, partial(sidebar_part, True)), partial(_fill, side, partial(sidebar_part, False))]
     if served:
         pn.state.onload(partial(build, pn.state.curdoc, pieces))
     else:

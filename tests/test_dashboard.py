@@ -454,6 +454,9 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
     fresh_latency = latency_bars(dict(s.report.energy)).renderers[0].data_source.data
     assert dict(zip(tab.latency._source.data["method"], tab.latency._source.data["latency_ms"])) == \
         dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))
+    s.state.methods = ["dnnvm", "optimus"]  # other methods: the same chart, its axis and bars set anew
+    assert tab.energy.pane[0].object is figure and list(figure.x_range.factors) == ["dnnvm", "optimus"]
+    assert sorted(set(tab.energy._source.data["method"])) == ["dnnvm", "optimus"]
 
 
 def test_the_tallest_bar_ends_below_the_frame_on_the_first_draw_as_after_a_move():
