@@ -20,10 +20,25 @@ READ_AT = (1, 5, 10, 25, 50, 75, 100)
 SESSION_END_S = 3.0  # `make serve` ends an unused session after 1 s; its work stops at its next step
 
 
+def family(pid: int) -> list[int]:
+    """The process and its descendants (the dashboard's worker processes), Linux's /proc; those already gone left
+    out."""
+    try:  # each thread's children: the worker processes are started from a worker thread
+        children = [c for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+    return [pid] + [p for child in children for p in family(int(child))]
+
+
 def resident_mb(pid: int) -> float:
-    """The process's resident memory, MB (Linux's /proc)."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
+    """The resident memory of the process and its worker processes, MB (Linux's /proc)."""
+    total = 0
+    for member in family(pid):
+        try:
+            total += int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{member}/status").read_text()).group(1))
+        except OSError:  # ended meanwhile
+            pass
+    return total / 1024
 
 
 def memory_over_loads() -> list[tuple[int, float, float]]:

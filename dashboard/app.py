@@ -5,6 +5,8 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 
 from __future__ import annotations
 
+from functools import lru_cache, partial
+
 import holoviews as hv
 import panel as pn
 from bokeh.models import CustomJS
@@ -12,6 +14,7 @@ from bokeh.models import CustomJS
 import engine
 from dashboard import uploads, url
 from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
+from dashboard.pieces import build
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
@@ -206,27 +209,60 @@ def sidebar(session: Session) -> list:
     ]
 
 
-def main_area(session: Session) -> pn.Column:
-    """The status line above the tabs, in one card; the slow tabs compute only while they are shown."""
+def main_area(session: Session) -> tuple[pn.Column, list]:
+    """The status line above the tabs, in one card, each tab an empty frame; and the pieces that fill the frames
+    (`dashboard.pieces`: a server's page gets them one at a time once the browser has it). The slow tabs compute only
+    while they are shown."""
     # every tab stays in the page (not dynamic): Panel 1.9 gives a model changed while its dynamic tab is hidden
     # (out of the document) its stylesheets from its CDN, which the browser then fetched (docs/dashboard.md, "A room
     # of users"); the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    views = {"Fusion": FusionTab(session).panel(compare=ComparePanel(session).panel()),
-             "What-if curve": curve_tab(session, active, 1),
-             "Memory timeline": timeline_tab(session, active, 2),
-             "Tables": tables_tab(session, active, 3),
-             "Sweep": SweepTab().panel()}
-    tabs.extend([(name, pn.Column(guide(name), view, sizing_mode="stretch_width")) for name, view in views.items()])
+    fusion = FusionTab(session)  # made with the page: its preparers run beside the page's first report
+    fusion_views: list = []  # made by the first of its two pieces, shown by both
+
+    def fusion_parts(first: bool) -> list:
+        if first:
+            fusion_views[:] = fusion.parts(compare=ComparePanel(session).panel())
+            return [guide("Fusion"), *fusion_views[:FUSION_FIRST]]
+        return fusion_views[FUSION_FIRST:]
+
+    views = {"Fusion": partial(fusion_parts, True),
+             "What-if curve": lambda: [guide("What-if curve"), curve_tab(session, active, 1)],
+             "Memory timeline": lambda: [guide("Memory timeline"), timeline_tab(session, active, 2)],
+             "Tables": lambda: [guide("Tables"), tables_tab(session, active, 3)],
+             "Sweep": lambda: [guide("Sweep"), SweepTab().panel()]}
+    frames = {name: pn.Column(sizing_mode="stretch_width") for name in views}
+    tabs.extend(list(frames.items()))
+    pieces = [partial(_fill, frames[name], view) for name, view in views.items()]
+    pieces.insert(1, partial(_fill, frames["Fusion"], partial(fusion_parts, False)))
     return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
-                     sizing_mode="stretch_width")
+                     sizing_mode="stretch_width"), pieces
+
+
+@lru_cache(maxsize=1)
+def bokeh_backend() -> None:
+    """HoloViews' Bokeh backend, loaded once per process (0.03-0.1 CPU s of the event loop for each page before)."""
+    hv.extension("bokeh")
+
+
+FUSION_FIRST = 3  # the Fusion tab's first piece: headline, colouring, DAG; then compare mode, the table and the bars
+SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets above this heading; the second, the rest
+
+
+def _fill(frame: pn.Column, parts) -> None:
+    """Add the views `parts()` makes to `frame` (a piece of the page)."""
+    frame.extend(parts())
 
 
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
-    """The page for one session; its state mirrors the URL so a copied link reopens the same view."""
-    hv.extension("bokeh")
-    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+    """The page for one session; its state mirrors the URL so a copied link reopens the same view.
+
+    In a server the page's document starts as a shell and is filled in pieces once the browser has it
+    (`dashboard.pieces`); elsewhere (tests, notebooks) it is whole at once."""
+    bokeh_backend()
+    served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+    if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
@@ -250,6 +286,21 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    template.sidebar.append(pn.Column(*sidebar(session), sizing_mode="stretch_width"))
-    template.main.append(main_area(session))
+    side, widgets = pn.Column(sizing_mode="stretch_width"), []  # the widgets are made by the first of its pieces
+
+    def sidebar_part(first: bool) -> list:
+        if first:
+            widgets[:] = sidebar(session)
+        split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
+        return widgets[:split] if first else widgets[split:]
+
+    template.sidebar.append(side)
+    main, pieces = main_area(session)
+    template.main.append(main)
+    pieces[:0] = [partial(_fill, side, partial(sidebar_part, True)), partial(_fill, side, partial(sidebar_part, False))]
+    if served:
+        pn.state.onload(partial(build, pn.state.curdoc, pieces))
+    else:
+        for piece in pieces:
+            piece()
     return template

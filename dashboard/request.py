@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import panel as pn
+
+from dashboard.pieces import on_loop
+from dashboard.workers import StopCheck
 
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
 PREFETCH = os.environ.get("DASHBOARD_PREFETCH", "1") != "0"
@@ -34,9 +38,15 @@ class ReportRequest:
         """Whether no newer request has been made since, and the page is still open."""
         return self.ticket == self.session.latest_ticket and not self.session.closed
 
+    @property
+    def runner(self):
+        """The session's runner, stopping once this request is superseded: a report not started by then is never
+        computed (the worker is free for the newer one); one already running is finished and cached, not shown."""
+        return replace(self.session.run, stop=StopCheck(lambda: not self.current))
+
     async def run(self):
         """Compute in a worker thread; the last report stays up meanwhile, and a newer request wins."""
-        full = asyncio.ensure_future(asyncio.to_thread(self.session.prepared))
+        full = asyncio.ensure_future(asyncio.to_thread(self.session.prepared, run=self.runner))
         done, _ = await asyncio.wait({full}, timeout=BUSY_AFTER_S)
         if not done:  # a spinner only for waits one notices: toggling it re-lays out the page
             if self.current:  # (a superseded request must not leave it spinning)
@@ -63,7 +73,7 @@ class ReportRequest:
         if not searches or not self.session.methods(quick=True):
             return
         try:
-            quick = await asyncio.to_thread(self.session.prepared, quick=True)
+            quick = await asyncio.to_thread(self.session.prepared, quick=True, run=self.runner)
         except Exception:  # the full report will say what is wrong
             return
         if self.current and not full.done():
@@ -76,16 +86,7 @@ class ReportRequest:
         if doc is None or doc.session_context is None:  # no server (tests, notebooks): no lock to take
             self.session.param.update(**values)
             return
-        done = asyncio.get_running_loop().create_future()
-
-        def update():
-            try:
-                self.session.param.update(**values)
-            finally:
-                done.set_result(None)
-
-        doc.add_next_tick_callback(update)
-        await done
+        await on_loop(doc, partial(self.session.param.update, **values))
 
     async def prefetch(self):
         """Compute the other buffer steps' reports in the background, nearest first.
@@ -100,7 +101,7 @@ class ReportRequest:
                 return
             start = time.perf_counter()
             try:
-                await asyncio.to_thread(self.session.prepared, steps[i])
+                await asyncio.to_thread(self.session.prepared, steps[i], run=self.runner)
             except Exception:  # the same error will be shown if the user goes there
                 return
             if time.perf_counter() - start > PREFETCH_STEP_S:

@@ -10,8 +10,7 @@ import asyncio
 import itertools
 import warnings
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -21,9 +20,11 @@ import param
 import engine
 from dashboard import uploads
 from dashboard.panel_hooks import deliver_every_queued_message, send_frames_at_once
+from dashboard.pieces import on_loop
 from dashboard.request import ReportRequest
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import error_text
+from dashboard.workers import HERE, Runner, StopCheck
 from engine.explore import evaluate
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
@@ -65,25 +66,14 @@ def parse_input_shapes(text: str) -> tuple:
     return tuple(sorted(pairs))
 
 
-@dataclass(frozen=True)
-class StopCheck:
-    """A session's "should this work stop?" question, equal to every other: a cached report is the same whoever
-    asked for it, so the question is left out of the cache's key."""
-
-    ask: Callable[[], bool] = field(compare=False)
-
-    def __call__(self) -> bool:
-        return self.ask()
-
-
-NEVER_STOP = StopCheck(lambda: False)
-
-
 @lru_cache(maxsize=256)
 def fusion_report(graph: engine.Graph, acc: engine.Accelerator, methods: tuple[str, ...], access_model: str,
-                  stop: StopCheck = NEVER_STOP, objective: str = "dram_bytes"):
-    """The report (cached); `stop` ends the computation between its parts (a closed page's work)."""
-    return evaluate(graph, acc, methods=methods, access_model=access_model, objective=objective, should_stop=stop)
+                  run: Runner = HERE, objective: str = "dram_bytes"):
+    """The report (cached), computed by `run` (in a worker process for a server's page); a closed page's work
+    stops between the report's parts, or before it starts."""
+    rep = run(evaluate, graph, acc, methods=methods, access_model=access_model, objective=objective,
+              should_stop=None if run.away else run.stop)
+    return rep if rep.graph is graph else replace(rep, graph=graph)  # this process's graph: views cache by it
 
 
 class Session(param.Parameterized):
@@ -106,6 +96,7 @@ class Session(param.Parameterized):
         self.closed = False  # the page was closed: every computation for it stops at its next step
         me = weakref.ref(self)  # (the check sits in the report cache's keys: it must not keep the session alive)
         self.stop = StopCheck(lambda: me() is None or me().closed)
+        self.run = Runner(away=self._served(), stop=self.stop)  # a server's engine work in its worker processes
         self.status = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
         # what a partial import left out of the upload in use, in the page as long as that upload is
         self.notice = pn.pane.Alert("", alert_type="warning", visible=False, sizing_mode="stretch_width")
@@ -141,17 +132,18 @@ class Session(param.Parameterized):
         """The chosen methods that search (and may be slow)."""
         return tuple(m for m in self.methods() if m in SEARCHES)
 
-    def compute_report(self, buffer_kb: int | None = None, *, quick: bool = False):
-        """The fusion report for the current state, or at another buffer step, or without the searches (cached)."""
+    def compute_report(self, buffer_kb: int | None = None, *, quick: bool = False, run: Runner | None = None):
+        """The fusion report for the current state, or at another buffer step, or without the searches (cached);
+        `run` is where it is computed and when to stop (a request's: stopped once superseded), else the session's."""
         s = self.state
         objective = s.objective if s.access_model == "mapping" else "dram_bytes"  # the others price no mapping
         return fusion_report(self.graph(), s.accelerator(buffer_kb), self.methods(quick=quick), s.access_model,
-                             self.stop, objective)
+                             run or self.run, objective)
 
-    def prepared(self, buffer_kb: int | None = None, *, quick: bool = False):
+    def prepared(self, buffer_kb: int | None = None, *, quick: bool = False, run: Runner | None = None):
         """The report, with every view's data derived from it ready in the caches (run in a worker thread)."""
         key, kb = self._choices(), self.state.buffer_kb if buffer_kb is None else buffer_kb
-        rep = self.compute_report(kb, quick=quick)
+        rep = self.compute_report(kb, quick=quick, run=run)
         for prepare in self.preparers:
             try:
                 prepare(rep)
@@ -266,16 +258,7 @@ class Session(param.Parameterized):
     async def _import_later(self, key: str, safe: str):
         """`_import` in a worker thread (a big model takes seconds), then its outcome under the document lock."""
         outcome = await asyncio.to_thread(self._import, key, safe)
-        done = asyncio.get_running_loop().create_future()
-
-        def use():
-            try:
-                self._use_upload(key, *outcome)
-            finally:
-                done.set_result(None)
-
-        pn.state.curdoc.add_next_tick_callback(use)
-        await done
+        await on_loop(pn.state.curdoc, partial(self._use_upload, key, *outcome))
 
     def _use_upload(self, key: str, error: str, note: str):
         self.uploading = ""

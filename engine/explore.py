@@ -7,6 +7,7 @@ dashboard can show an honest partial result.
 
 from __future__ import annotations
 
+import copyreg
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,15 @@ if TYPE_CHECKING:  # the parts are imported where they run (`evaluate`), so impo
 
 KB = 1024
 CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def read_only(items: dict) -> MappingProxyType:
+    """A read-only view of `items`: how a pickled Report's mappings are made again."""
+    return MappingProxyType(items)
+
+
+# a Report's read-only mappings pickle as copies of their dicts: reports come back from the dashboard's worker processes
+copyreg.pickle(MappingProxyType, lambda proxy: (read_only, (dict(proxy),)))
 
 
 class EvaluationStopped(EngineError):

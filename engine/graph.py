@@ -148,6 +148,11 @@ class Graph:
         ordered = _stable_topological(name, ops, producer)
         return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch)
 
+    def __reduce__(self):
+        """Pickled as its fields alone, without the lookups derived from them (rebuilt on use): a graph crosses to
+        the dashboard's worker processes with each piece of work."""
+        return (Graph, (self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch))
+
     def __hash__(self) -> int:
         """The fields' hash, computed once: caches keyed by graph (`fusion.model.model_for`) hash it per call."""
         return self._hash

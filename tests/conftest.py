@@ -72,7 +72,7 @@ def served(tmp_path_factory):
     log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
                              "--allow-websocket-origin", f"127.0.0.1:{port}",  # default 20 MB messages: uploads come in chunks
-                             "--check-unused-sessions", "1000", "--unused-session-lifetime", "1000"],  # as make serve
+                             "--check-unused-sessions", "1000", "--unused-session-lifetime", "15000"],  # as make serve
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout's code, whatever is installed
     url = f"http://127.0.0.1:{port}/dashboard"

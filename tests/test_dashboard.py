@@ -460,6 +460,9 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
     fresh_latency = latency_bars(dict(s.report.energy)).renderers[0].data_source.data
     assert dict(zip(tab.latency._source.data["method"], tab.latency._source.data["latency_ms"])) == \
         dict(zip(fresh_latency["method"], fresh_latency["latency_ms"]))
+    s.state.methods = ["dnnvm", "optimus"]  # other methods: the same chart, its axis and bars set anew
+    assert tab.energy.pane[0].object is figure and list(figure.x_range.factors) == ["dnnvm", "optimus"]
+    assert sorted(set(tab.energy._source.data["method"])) == ["dnnvm", "optimus"]
 
 
 def test_the_tallest_bar_ends_below_the_frame_on_the_first_draw_as_after_a_move():
@@ -827,7 +830,7 @@ def test_a_closed_pages_report_stops_before_its_next_part():
 
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64))
     s._closed(None)
-    with pytest.raises(engine.EngineError, match="stopped before the 'dnnvm' search"):
+    with pytest.raises(engine.EngineError, match="the page that asked for this work was closed"):
         s.compute_report(181)  # not cached: a closed page computes nothing more
     asked = []
     with pytest.raises(engine.explore.EvaluationStopped, match="before the 'optimus' search"):
@@ -1173,7 +1176,7 @@ def test_words_and_units_op_counts_kb_of_1024_separators_ties_and_compare_under_
     assert "best plan (optimus, tied with efficient_s)" in headline_text(tie)
     tab = FusionTab(session)
     compare = ComparePanel(session).panel()
-    shown = tab.panel(compare=compare).objects
+    shown = tab.parts(compare=compare)
     bars = next(o for o in shown if isinstance(o, pn.Row) and tab.energy.pane in o.objects)
     assert shown.index(compare) < shown.index(tab.table) < shown.index(bars)
 
@@ -1241,7 +1244,7 @@ def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_a
     ops = figure.select_one({"name": "dag-ops"})
     assert sum(ops in [r.data_source for r in h.renderers] for h in hovers) == 1  # one tooltip over an op
     tab = FusionTab(session)
-    beside = next(o for o in tab.panel().objects if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
+    beside = next(o for o in tab.parts() if isinstance(o, pn.Row) and tab.dag.pane in o.objects)[1]
     assert beside.objects.index(tab.detail.panel) < beside.objects.index(tab.dag.legend)
 
 

@@ -97,3 +97,18 @@ def test_fuse_modules_and_allocate_refuse_bad_arguments(resnet18):
     for bits in (100_000, 0, 65, True):
         with pytest.raises(engine.EngineError, match="word_bits must be a whole number between 1 and 64"):
             engine.allocate(resnet18, 10**9, word_bits=bits)
+
+
+def test_a_report_and_its_graph_cross_a_process_boundary(resnet18):
+    """Pickled (the dashboard's worker processes send reports back): equal plans, energies and graph; the graph's
+    derived lookups are left out and rebuilt."""
+    import pickle
+
+    assert resnet18.dag.number_of_nodes() == len(resnet18.ops)  # a lookup built before pickling
+    rep = evaluate(resnet18, engine.Accelerator.preset("eyeriss"), methods=("dnnvm", "optimus"),
+                   access_model="blocking")
+    back = pickle.loads(pickle.dumps(rep))
+    assert back.graph == resnet18 and "dag" not in vars(back.graph)
+    assert set(back.graph.dag.edges) == set(resnet18.dag.edges)
+    assert {m: p.groups for m, p in back.plans.items()} == {m: p.groups for m, p in rep.plans.items()}
+    assert dict(back.energy) == dict(rep.energy) and back.summary_frame().equals(rep.summary_frame())

@@ -20,7 +20,8 @@ import engine
 from dashboard.state import KB
 from dashboard.tabs.common import message, render
 from dashboard.views.curve import curve_view
-from engine.explore import CURVE_BUFFERS_KB, curve_rows
+from dashboard.workers import HERE, Runner
+from engine.explore import CURVE_BUFFERS_KB, EvaluationStopped, curve_rows
 
 PROGRESS = "computing the buffer-size curve..."
 # what the dashed bounds mean: the layer-by-layer limit lies above the fused plans from the sizes where fusion pays,
@@ -36,24 +37,24 @@ XLIM = (CURVE_BUFFERS_KB[0] / 1.25, CURVE_BUFFERS_KB[-1] * 1.25)  # the whole ra
 
 
 @lru_cache(maxsize=512)
-def curve_point(graph, acc, methods, buffer_kb: int) -> tuple[dict, ...]:
+def curve_point(graph, acc, methods, buffer_kb: int, run: Runner = HERE) -> tuple[dict, ...]:
     """Every method's DRAM bytes, the Oracle and the attainable limits (layer by layer, fused) at one buffer size
-    (the accelerator's own size is ignored)."""
-    return curve_rows(graph, acc, methods, buffer_kb, limits=True)  # with engine.limit's two bounds
+    (the accelerator's own size is ignored), computed by `run` (a worker process for a server's page)."""
+    return run(curve_rows, graph, acc, methods, buffer_kb, limits=True)  # with engine.limit's two bounds
 
 
-async def curve_progress(graph, acc, methods: tuple[str, ...], stop=lambda: False):
+async def curve_progress(graph, acc, methods: tuple[str, ...], run: Runner = HERE):
     """(rows so far, sizes left out and why, sizes done) after each of the curve's buffer sizes, smallest first.
 
     A size at which the network cannot run (an op that does not fit even alone) is left out, not the curve.
-    Ends early, before the next size, once `stop()` says so (the page was closed).
+    Ends early, before the next size, once `run.stop()` says so (the page was closed).
     """
     rows, skipped = [], []
     for done, kb in enumerate(CURVE_BUFFERS_KB, 1):
-        if stop():
-            return
         try:
-            rows += await asyncio.to_thread(curve_point, graph, acc, methods, kb)
+            rows += await asyncio.to_thread(curve_point, graph, acc, methods, kb, run)
+        except EvaluationStopped:
+            return
         except engine.EngineError as err:
             skipped.append(f"{kb:,} KB: {err}")
         yield pd.DataFrame(rows), tuple(skipped), done
@@ -131,7 +132,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
             yield message(err)
             return
         try:
-            async for df, skipped, done in curve_progress(graph, acc, tuple(methods), session.stop):
+            async for df, skipped, done in curve_progress(graph, acc, tuple(methods), session.run):
                 if len(df):
                     yield drawn(plot, df, skipped, done)
         except Exception as err:

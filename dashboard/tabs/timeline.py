@@ -14,22 +14,24 @@ import panel as pn
 from dashboard.state import ALLOCATION_METHODS, KB
 from dashboard.tabs.common import download_table, message
 from dashboard.views.timeline import timeline_view
+from dashboard.workers import HERE, Runner
 from engine.explore import allocate_for_budget
 
 TIME_LIMIT_S = 20
 
 
 @lru_cache(maxsize=64)
-def allocation(graph, acc, method: str, budget):
-    """`method`'s allocation of `graph` under a named budget (M_R, M_H, M_P) or bytes, and the budget in bytes."""
-    return allocate_for_budget(graph, acc, method, budget, time_limit_s=TIME_LIMIT_S)
+def allocation(graph, acc, method: str, budget, run: Runner = HERE):
+    """`method`'s allocation of `graph` under a named budget (M_R, M_H, M_P) or bytes, and the budget in bytes,
+    solved by `run` (a worker process for a server's page)."""
+    return run(allocate_for_budget, graph, acc, method, budget, TIME_LIMIT_S)
 
 
-def comparison_frame(graph, acc, budget) -> pd.DataFrame:
+def comparison_frame(graph, acc, budget, run: Runner = HERE) -> pd.DataFrame:
     """Every allocation method at one budget: status, off-chip bytes beyond compulsory, peak and solve time."""
     rows = []
     for method in ALLOCATION_METHODS:
-        alloc, _ = allocation(graph, acc, method, budget)
+        alloc, _ = allocation(graph, acc, method, budget, run)
         rows.append({"method": method, "status": alloc.status,
                      "offchip_bytes": alloc.offchip_bytes if alloc.has_plan else None,
                      "peak_bytes": alloc.peak_bytes if alloc.has_plan else None,
@@ -53,8 +55,8 @@ async def timeline_views(session, budget, budget_kb, method: str = "cosma"):
     try:
         graph, acc = session.graph(), session.state.accelerator()
         chosen = budget_kb * KB if budget == "bytes" else budget
-        alloc, budget_bytes = await asyncio.to_thread(allocation, graph, acc, method, chosen)
-        compared = await asyncio.to_thread(comparison_frame, graph, acc, chosen)
+        alloc, budget_bytes = await asyncio.to_thread(allocation, graph, acc, method, chosen, session.run)
+        compared = await asyncio.to_thread(comparison_frame, graph, acc, chosen, session.run)
     except Exception as err:
         yield message(err)
         return

@@ -58,7 +58,10 @@ def latency_bars(energies: dict):
 
 
 def stacked_columns(energies: dict) -> dict[str, list]:
-    """The columns a drawn `energy_bars` plot reads (method, component, uJ, bottom, top), for patching it in place."""
+    """The columns a drawn `energy_bars` plot reads (method, component, uJ, bottom, top), for patching it in place;
+    empty for no methods (the chart drawn before the first report)."""
+    if not energies:
+        return {col: [] for col in ("method", "component", "uJ", "bottom", "top")}
     frame = energy_frame(energies)
     frame["top"] = frame.groupby("method", sort=False)["uJ"].cumsum()
     frame["bottom"] = frame["top"] - frame["uJ"]
@@ -66,6 +69,8 @@ def stacked_columns(energies: dict) -> dict[str, list]:
 
 
 def latency_columns(energies: dict) -> dict[str, list]:
-    """The columns a drawn `latency_bars` plot reads (method, latency_ms)."""
+    """The columns a drawn `latency_bars` plot reads (method, latency_ms); empty for no methods."""
+    if not energies:
+        return {"method": [], "latency_ms": []}
     lat = energy_frame(energies).drop_duplicates("method")
     return {"method": lat["method"].tolist(), "latency_ms": lat["latency_ms"].tolist()}

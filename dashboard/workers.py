@@ -1,0 +1,103 @@
+"""The pages' engine work (reports, the curve's sizes, allocations) in a bounded pool of worker processes.
+
+In a thread of the server process, the engine's pure-Python parts held the GIL, and the event loop (which builds
+pages, answers static files and sends every message) waited its turn behind them: with ten pages computing, a
+callback of 50 ms took seconds. In a worker process they hold their own interpreter's lock; the server's thread that
+asked only waits on a pipe. Outside a server (tests, notebooks) the work runs where it is asked for.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from engine.explore import EvaluationStopped
+from engine.graph import Graph
+
+WORKERS = max(1, min(2, os.cpu_count() or 1))  # the engine's work uses a core each; the event loop keeps its own
+POLL_S = 0.25  # how often a waiting thread asks whether its page still wants the result
+PARENT_POLL_S = 1.0  # how often a worker asks whether the server is still there
+
+
+@dataclass(frozen=True)
+class StopCheck:
+    """A session's "should this work stop?" question, equal to every other: a cached result is the same whoever
+    asked for it, so the question is left out of the caches' keys."""
+
+    ask: Callable[[], bool] = field(compare=False)
+
+    def __call__(self) -> bool:
+        return self.ask()
+
+
+NEVER_STOP = StopCheck(lambda: False)
+
+
+@lru_cache(maxsize=1)
+def pool() -> ProcessPoolExecutor:
+    """The server process's one pool, started on first use. Spawned, not forked: a fork would copy the server's
+    threads' locks mid-use."""
+    return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_outlive_not, initargs=(os.getpid(),))
+
+
+def _outlive_not(server: int) -> None:
+    """In each worker: exit once the server process is gone. A server stopped by a signal runs no clean-up, and a
+    worker holds both ends of its task pipe, so it would wait for work forever."""
+
+    def watch():
+        while os.getppid() == server:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+@lru_cache(maxsize=32)
+def _interned(graph: Graph) -> Graph:
+    """The first copy of an equal graph this worker met: its derived lookups (the DAG, producers) are built once,
+    not once per piece of work that brought a copy."""
+    return graph
+
+
+def _in_worker(fn: Callable, args: tuple, kwargs: dict):
+    """`fn(*args, **kwargs)` in a worker process, each graph among `args` replaced by this worker's copy."""
+    return fn(*(_interned(a) if isinstance(a, Graph) else a for a in args), **kwargs)
+
+
+def _wait(future: Future, stop: Callable[[], bool]):
+    """The future's result; once `stop()` says so, the work is cancelled if not started, and ignored if it was."""
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except FutureTimeout:
+            if stop():
+                future.cancel()
+                raise EvaluationStopped("the page that asked for this work was closed") from None
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Where a page's engine work runs: in this thread (`away` False: tests, notebooks) or in the worker processes,
+    the asking thread waiting (a server's pages). Equal runners give equal results: a cache's key may hold one."""
+
+    away: bool = False
+    stop: StopCheck = NEVER_STOP
+
+    def __call__(self, fn: Callable, *args, **kwargs):
+        """`fn(*args, **kwargs)` (a module-level function of picklable arguments and result), here or away."""
+        if self.stop():
+            raise EvaluationStopped("the page that asked for this work was closed")
+        if not self.away:
+            return fn(*args, **kwargs)
+        return _wait(pool().submit(_in_worker, fn, args, kwargs), self.stop)
+
+
+HERE = Runner()

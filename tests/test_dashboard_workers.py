@@ -1,0 +1,97 @@
+"""A room of users on one server (issue 29): the engine's work in worker processes, stale work never started, and
+pages built in pieces that take turns."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures.process import EXTRA_QUEUED_CALLS
+from types import SimpleNamespace
+
+import pytest
+
+import engine
+from dashboard import pieces
+from dashboard.session import Session, fusion_report
+from dashboard.state import ExplorerState
+from dashboard.workers import WORKERS, Runner, StopCheck, _wait, pool
+from engine.explore import EvaluationStopped
+
+
+def test_a_report_computed_in_a_worker_process_is_the_one_computed_here():
+    graph, acc = engine.load_network("squeezenet1_0"), engine.Accelerator.preset("optimus").with_buffer(90 * 1024)
+    away = Runner(away=True)
+    assert away(os.getpid) != os.getpid()  # it runs in another process
+    here = fusion_report(graph, acc, ("dnnvm", "optimus"), "mapping")
+    there = fusion_report(graph, acc, ("dnnvm", "optimus"), "mapping", away)
+    assert there is not here and there.graph is graph  # this process's graph: the views cache by it
+    assert {m: (p.dram_bytes, p.groups) for m, p in there.plans.items()} == \
+        {m: (p.dram_bytes, p.groups) for m, p in here.plans.items()}
+    assert dict(there.energy) == dict(here.energy) and there.oracle_bytes == here.oracle_bytes
+
+
+def test_work_for_a_page_that_stopped_asking_is_never_started():
+    # every worker taken, and the pool's one call queued ahead (it can no longer be cancelled)
+    busy = [pool().submit(time.sleep, 1.0) for _ in range(WORKERS + EXTRA_QUEUED_CALLS)]
+    waiting = pool().submit(os.getpid)
+    with pytest.raises(EvaluationStopped, match="closed"):
+        _wait(waiting, lambda: True)
+    assert waiting.cancelled()  # taken off the queue: the workers are free for the work still wanted
+    assert all(f.result() is None for f in busy)
+    with pytest.raises(EvaluationStopped):  # asked for after the stop: not even queued
+        Runner(away=True, stop=StopCheck(lambda: True))(os.getpid)
+
+
+def test_a_superseded_requests_report_is_not_computed():
+    s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=64, methods=["dnnvm"]))
+    stale = s.new_request()
+    s.new_request()  # the slider moved again
+    misses = fusion_report.cache_info().misses
+    with pytest.raises(EvaluationStopped):
+        s.compute_report(181, run=stale.runner)
+    assert fusion_report.cache_info().misses == misses + 1 and not s.is_ready(181)
+    assert s.compute_report(181, run=s.new_request().runner).acc.buffer_bytes == 181 * 1024  # the current one is
+
+
+class FakeDoc:
+    """A Bokeh document as `dashboard.pieces` sees it: callbacks on the loop's next turn, a session that may end (its
+    callbacks then dropped, as Bokeh does)."""
+
+    def __init__(self):
+        self.session_context = SimpleNamespace(destroyed=False)
+
+    def add_next_tick_callback(self, fn):
+        loop = asyncio.get_running_loop()
+        loop.call_soon(lambda: None if self.session_context.destroyed else fn())
+
+
+def test_pages_built_at_once_take_turns_piece_by_piece_and_a_closed_page_stops(monkeypatch):
+    monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    pieces._turn.cache_clear()  # the lock belongs to the loop that first used it
+    order: list[str] = []
+    a, b, c = FakeDoc(), FakeDoc(), FakeDoc()
+
+    def piece(doc, name):
+        def run():
+            order.append(name)
+            if name == "c1":
+                doc.session_context.destroyed = True  # page c is closed while its first piece is added
+        return run
+
+    async def three_pages():
+        await asyncio.gather(*(pieces.build(doc, [piece(doc, f"{page}{i}") for i in (1, 2, 3)])
+                               for doc, page in ((a, "a"), (b, "b"), (c, "c"))))
+
+    asyncio.run(three_pages())
+    pieces._turn.cache_clear()
+    assert order == ["a1", "b1", "c1", "a2", "b2", "a3", "b3"]  # first come, first served; c's page is gone
+
+
+def test_a_piece_whose_page_ended_before_it_ran_does_not_wait_forever(monkeypatch):
+    monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    doc = FakeDoc()
+    doc.session_context.destroyed = True  # the callback is dropped
+    ran = []
+    asyncio.run(pieces.on_loop(doc, lambda: ran.append(1)))
+    assert ran == []
