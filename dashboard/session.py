@@ -83,7 +83,7 @@ class Session(param.Parameterized):
     busy = param.Boolean(default=False, doc="True while a newer report is being computed")
     pending = param.List(default=[], item_type=str, doc="Searches still running; the report shown is without them")
     error = param.String(default="", doc="Why the last request produced no report")
-    notes = param.Dict(default={}, doc="Upload key -> what its partial import left out")
+    notes = param.Dict(default={}, doc="Upload key -> what its import left out or assumed")
     link_note = param.String(default="", doc="What the page's link asked for that is not allowed (until a choice "
                                              "changes: a report does not clear it)")
     uploading = param.String(default="", doc="What the upload under way is doing ('uploading x.onnx... 40%'), or ''")
@@ -98,7 +98,7 @@ class Session(param.Parameterized):
         self.stop = StopCheck(lambda: me() is None or me().closed)
         self.run = Runner(away=self._served(), stop=self.stop)  # a server's engine work in its worker processes
         self.status = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
-        # what a partial import left out of the upload in use, in the page as long as that upload is
+        # what the import of the upload in use left out or assumed, in the page as long as that upload is
         self.notice = pn.pane.Alert("", alert_type="warning", visible=False, sizing_mode="stretch_width")
         self.latest_ticket = 0  # the newest ReportRequest's; older requests publish nothing more
         # what the views derive from a report (cached per report), computed with it in the worker thread
@@ -241,18 +241,22 @@ class Session(param.Parameterized):
 
     def _import(self, key: str, safe: str) -> tuple[str, str]:
         """(error, note) of importing the stored upload `key`: the importer's message naming the user's file, and
-        what a partial import left out."""
+        what a partial import left out and the data-dependent counts it assumed (Graph.assumptions)."""
         path = uploads.store().path(key, self.holder)
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", engine.PartialImportWarning)
-                load_graph(self.state.network, self.state.batch, str(path), parse_input_shapes(self.state.input_shapes))
+                graph = load_graph(self.state.network, self.state.batch, str(path),
+                                   parse_input_shapes(self.state.input_shapes))
         except engine.ModelFileError as err:  # name the user's file, not our temporary copy
             return f"{safe}" + (f", node '{err.node}'" if err.node else "") + f": {err.reason}", ""
         except Exception as err:
             return self.explain(err), ""
         notes = [uploads.store().scrub(str(w.message)) for w in caught
                  if issubclass(w.category, engine.PartialImportWarning)]
+        if graph.assumptions:
+            notes.append(f"{safe}: counted at assumed data-dependent counts (each its most: what the model's own "
+                         f"fixed sizes then cut): {'; '.join(graph.assumptions)}.")
         return "", " ".join(notes)
 
     async def _import_later(self, key: str, safe: str):

@@ -1,4 +1,5 @@
-"""Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file;
+"""Command line: `python -m engine info NETWORK` prints a per-layer table of a zoo name or an .onnx file (with
+the data-dependent counts it assumed, `--data-counts` to set them);
 `python -m engine block NETWORK --accelerator tpu-like` each layer's least-energy loop blocking on a preset's
 memories and PE array (`--layer NAME` prints its loop nest); `python -m engine sweep ...` runs a grid of fusion
 searches (engine/sweep.py)."""
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
     info.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                       help="static shape of an ONNX input (ids=1x128) or size of a symbolic dim (sequence=128); "
                            "repeat for several")
+    counts_help = ("data-dependent counts of an ONNX file (how many elements a NonZero finds, boxes an NMS keeps): N "
+                   "for all, each at most its most, or NODE=N for one; repeat for several (default: each its most)")
+    info.add_argument("--data-counts", action="append", default=[], metavar="N|NODE=N", help=counts_help)
     blk = sub.add_parser("block", help="each layer's least-energy loop blocking on a preset's memories and PE array")
     blk.add_argument("network", help="a zoo name or a path to an .onnx file")
     blk.add_argument("--accelerator", default="tpu-like", help="a preset name (default tpu-like)")
@@ -82,6 +86,7 @@ def main(argv=None) -> int:
     blk.add_argument("--layer", default=None, help="print this op's loop nest: each operand's tile per level, "
                                                    "the unrolling and the utilisation")
     blk.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS", help="as for info")
+    blk.add_argument("--data-counts", action="append", default=[], metavar="N|NODE=N", help="as for info")
     blk.add_argument("--unrolling", choices=("maximal", "all"), default=None,
                      help="the PE array's unrollings to search: as full as the dataflow allows (the presets' "
                           "default, fast) or every one (exact over all, slower)")
@@ -96,7 +101,10 @@ def main(argv=None) -> int:
         from engine.loading import load_network
 
         shapes = dict(_input_shape(text) for text in args.input_shape)
-        graph = load_network(args.network, batch=args.batch, input_shapes=shapes or None)
+        graph = load_network(args.network, batch=args.batch, input_shapes=shapes or None,
+                             data_counts=_data_counts(args.data_counts))
+        for assumption in graph.assumptions:
+            print(f"assumed: {assumption}")
         if args.command == "block":
             return _block(graph, args.accelerator, args.layer, args.unrolling)
         print(f"{graph.name}: {len(graph.ops)} ops, {graph.macs / 1e9:.3f} GMACs, {graph.params:,} parameters")
@@ -150,6 +158,24 @@ def _input_shape(text: str) -> tuple[str, object]:
                           f"sequence=128")
     values = tuple(int(p) for p in parts)
     return name, values if len(values) > 1 else values[0]
+
+
+def _data_counts(texts: list[str]):
+    """--data-counts values -> load_network's data_counts: None, N (one value, for all), or {NODE: N}."""
+    if not texts:
+        return None
+    if len(texts) == 1 and "=" not in texts[0]:
+        if not texts[0].strip().isdigit():
+            raise EngineError(f"--data-counts '{texts[0]}': write a whole number N (every count) or NODE=N")
+        return int(texts[0])
+    counts = {}
+    for text in texts:
+        name, sep, value = text.rpartition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise EngineError(f"--data-counts '{text}': write NODE=N (a node name, a whole number) for each count, "
+                              f"or one N for every count")
+        counts[name] = int(value)
+    return counts
 
 
 if __name__ == "__main__":

@@ -94,10 +94,12 @@ class Report:
         return pd.DataFrame(rows)
 
     def to_json(self) -> str:
-        """The whole report as JSON (network, accelerator, per-method groups and costs, allocation, errors)."""
+        """The whole report as JSON (network with the sizes it assumed, accelerator, per-method groups and costs,
+        allocation, errors)."""
         out = {
             "network": {"name": self.graph.name, "batch": self.graph.batch, "ops": len(self.graph.ops),
-                        "macs": self.graph.macs, "params": self.graph.params},
+                        "macs": self.graph.macs, "params": self.graph.params,
+                        "assumptions": list(self.graph.assumptions)},
             "accelerator": self.acc.as_dict(),
             "oracle_bytes": self.oracle_bytes,
             "limit": None if self.limit is None else {"layerwise_bytes": self.limit.layerwise_bytes,

@@ -109,6 +109,8 @@ class Graph:
 
     Build with `Graph.build(...)`, which checks the IR's rules. `dag` is the
     op-level networkx DiGraph (edge attribute `tensors`: what flows on it).
+    `assumptions` says, one sentence each, what the sizes rest on beyond the file and its input shapes (a
+    detector's data-dependent counts, engine.onnx.counts), so a report can show them.
     """
 
     name: str
@@ -117,9 +119,10 @@ class Graph:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     batch: int = 1
+    assumptions: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, name, ops, tensors, inputs, outputs, batch=1) -> Graph:
+    def build(cls, name, ops, tensors, inputs, outputs, batch=1, assumptions=()) -> Graph:
         """Make a checked graph; `ops` may come in any order and are sorted topologically (stably)."""
         tensors = tuple(tensors)
         by_name = {t.name: t for t in tensors}
@@ -146,7 +149,7 @@ class Graph:
                 if t not in producer and t not in inputs:
                     raise GraphError(f"graph '{name}': op '{op.name}' reads '{t}', which nothing produces")
         ordered = _stable_topological(name, ops, producer)
-        return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch)
+        return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch, tuple(assumptions))
 
     def __reduce__(self):
         """Pickled as its fields alone, without the lookups derived from them (rebuilt on use): a graph crosses to
@@ -159,7 +162,7 @@ class Graph:
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch))
+        return hash((self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch, self.assumptions))
 
     # ---- lookups -------------------------------------------------------
     @cached_property

@@ -10,17 +10,23 @@ from engine.errors import EngineError
 from engine.graph import MAX_BATCH, Graph, valid_batch
 
 
-def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict | None = None) -> Graph:
+def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict | None = None,
+                 data_counts=None) -> Graph:
     """Load a built-in network by name, or an .onnx file by path, at the given batch size.
 
     A zoo network defaults to batch 1; a file keeps the batch it was saved with. A file's graph is cached by
-    its content (not its name), so a file rewritten under the same name loads afresh.
+    its content (not its name), so a file rewritten under the same name loads afresh. `data_counts` sets a
+    file's data-dependent counts (a detector's NonZero and NMS sizes; engine.onnx.counts): a whole number for
+    all, node name -> number, or None for each count's most; `Graph.assumptions` lists those used.
     """
     if batch is not None and not valid_batch(batch):
         raise EngineError(f"batch must be a whole number in 1..{MAX_BATCH}, got {batch!r}")
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or text.endswith(".onnx") or "/" in text:
+        from engine.onnx.counts import DataCounts
+
         path = _locate(Path(text))
+        counts = DataCounts.of(data_counts)
         try:
             shapes = tuple(sorted((str(k), v if isinstance(v, int) else tuple(v))
                                   for k, v in dict(input_shapes or {}).items()))
@@ -31,19 +37,23 @@ def load_network(name_or_path, *, batch: int | None = None, input_shapes: dict |
         if not digest:
             from engine.onnx import load_onnx
 
-            return load_onnx(path, batch=batch, input_shapes=input_shapes)
-        return _load_file(str(path.absolute()), digest, batch, shapes)
+            return load_onnx(path, batch=batch, input_shapes=input_shapes, data_counts=counts)
+        return _load_file(str(path.absolute()), digest, batch, shapes, counts)
+    if data_counts is not None:
+        raise EngineError(f"data_counts applies to ONNX files; the built-in network '{text}' has no "
+                          f"data-dependent count")
     from engine import zoo
 
     return zoo.build(text, batch=batch or 1)
 
 
 @lru_cache(maxsize=32)
-def _load_file(path: str, digest: str, batch: int | None, shapes: tuple) -> Graph:
-    """The graph of the file at `path` whose content hashes to `digest` (graphs are immutable: safe to share)."""
+def _load_file(path: str, digest: str, batch: int | None, shapes: tuple, counts) -> Graph:
+    """The graph of the file at `path` whose content hashes to `digest` (graphs are immutable: safe to share);
+    `counts` is a checked, hashable `DataCounts`."""
     from engine.onnx import load_onnx
 
-    return load_onnx(Path(path), batch=batch, input_shapes=dict(shapes))
+    return load_onnx(Path(path), batch=batch, input_shapes=dict(shapes), data_counts=counts)
 
 
 def _digest(path: Path) -> str:

@@ -747,21 +747,31 @@ def test_a_superseded_slow_request_leaves_no_spinner_behind(monkeypatch):
     assert s.report.acc.buffer_bytes == 64 * 1024 and not s.busy
 
 
-def _partial_model_bytes() -> bytes:
+def _detector_bytes() -> bytes:
     from tests.test_onnx_import import detector_with_data_dependent_tail
 
     return detector_with_data_dependent_tail().SerializeToString()
 
 
-def test_a_partial_import_says_in_the_page_what_was_left_out(session):
-    session.on_upload(_partial_model_bytes(), "detector.onnx")
+def test_an_import_says_in_the_page_which_data_dependent_counts_it_assumed(session):
+    session.on_upload(_detector_bytes(), "detector.onnx")
     assert session.state.upload_name.endswith("/detector.onnx") and not session.status.visible
-    assert [op.name for op in session.report.graph.ops] == ["head"]
+    assert session.report.graph.op("box_head").macs == 50 * 4 * 16  # the tail is counted: keep[:50] of 64
     note = session.notice.object
-    assert session.notice.visible and note.startswith("detector.onnx: left out 3 nodes") and "NonZero 'keep'" in note
+    assert session.notice.visible and note.startswith("detector.onnx: counted at assumed data-dependent counts")
+    assert "NonZero 'keep' keeps 64 (its most: every element of its 64 input)" in note
     assert "dnn-explorer" not in note  # the user's file name, not the server's copy
     session.state.network = "resnet50"  # another model: the note goes
     assert not session.notice.visible
+
+
+def test_a_partial_import_says_in_the_page_what_was_left_out(session):
+    from tests.test_onnx_import import detector_with_size_from_the_data
+
+    session.on_upload(detector_with_size_from_the_data().SerializeToString(), "ranged.onnx")
+    assert [op.name for op in session.report.graph.ops] == ["head", "top"]
+    note = session.notice.object
+    assert session.notice.visible and note.startswith("ranged.onnx: left out 2 nodes") and "Range 'span'" in note
 
 
 def test_input_shapes_typed_in_the_sidebar_reach_the_importer(session):

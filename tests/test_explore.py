@@ -27,6 +27,20 @@ def test_report_holds_every_part(resnet18):
     assert out["allocation"]["status"] == "optimal"
 
 
+def test_a_report_lists_the_data_dependent_counts_it_rests_on(tmp_path, resnet18):
+    from tests.test_onnx_import import detector_with_data_dependent_tail
+
+    path = tmp_path / "detector.onnx"
+    path.write_bytes(detector_with_data_dependent_tail().SerializeToString())
+    graph = engine.load_network(path, data_counts={"keep": 20})
+    rep = evaluate(graph, engine.Accelerator.preset("optimus"), methods=("dnnvm",), access_model="dataflow")
+    out = json.loads(rep.to_json())["network"]
+    assert out["assumptions"] == ["NonZero 'keep' keeps 20 (as given; its most 64)"]
+    assert out["macs"] == 4 * 64 * 27 + 20 * 4 * 16  # the conv head, and the box head on 20 positions
+    assert json.loads(evaluate(resnet18, engine.Accelerator.preset("optimus"), methods=("dnnvm",),
+                               access_model="dataflow").to_json())["network"]["assumptions"] == []
+
+
 def test_an_infeasible_budget_is_an_honest_partial_report(resnet18):
     rep = evaluate(resnet18, engine.Accelerator.preset("optimus"), methods=("optimus",), allocation="cosma",
                    budget=1024)

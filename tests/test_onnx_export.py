@@ -69,3 +69,13 @@ def test_preactivation_batchnorm_is_written_before_its_conv(tmp_path):
     assert (back.ops, dict(back.tensors), back.outputs) == (graph.ops, dict(graph.tensors), graph.outputs)
     order = [n.op_type for n in model.graph.node]
     assert order.index("BatchNormalization") < order.index("Conv")
+
+
+def test_a_graph_resting_on_data_dependent_counts_is_not_saved(tmp_path):
+    from tests.test_onnx_import import detector_with_data_dependent_tail
+
+    path = tmp_path / "detector.onnx"
+    path.write_bytes(detector_with_data_dependent_tail().SerializeToString())
+    graph = engine.load_network(path)
+    with pytest.raises(engine.GraphError, match=r"rests on data-dependent counts \(NonZero 'keep' keeps 64"):
+        save_onnx(graph, tmp_path / "again.onnx")

@@ -39,12 +39,23 @@ def test_declared_input_shape_passed_again_and_a_longer_sequence():
     assert engine.load_network(path, input_shapes={"input_ids": (1, 256)}).macs > 2 * record["torch_macs"]
 
 
-def test_two_stage_detector_counts_its_static_part_exactly():
-    """Faster R-CNN's RoI heads run on the proposals NMS keeps (a data-dependent count), so they are left out
-    with a warning; what is counted, backbone + FPN + RPN, is PyTorch's count of those modules
-    (`FlopCounterMode` per module on a 320x320 image: 581,968,000 + 137,030,400 MACs; its RoI heads add
-    2,153,932,800 on 150 proposals)."""
-    path = EXPORTS / "torchvision_detection_fasterrcnn_mobilenet_v3_large_320_fpn.onnx"
-    with pytest.warns(engine.PartialImportWarning, match="NonZero '/model/rpn/NonZero'"):
-        graph = engine.load_network(path)
-    assert graph.macs == 581_968_000 + 137_030_400
+FASTER_RCNN = EXPORTS / "torchvision_detection_fasterrcnn_mobilenet_v3_large_320_fpn.onnx"
+
+
+def test_two_stage_detector_is_counted_whole_at_its_own_proposal_count():
+    """Faster R-CNN's RoI heads run on the proposals NMS keeps, a data-dependent count. At each count's most the
+    RPN's own `keep[:post_nms_top_n]` cuts them to 150, and the engine's count is PyTorch's on an image where 150
+    proposals survive (`FlopCounterMode` per module on a 320x320 image: backbone 581,968,000 + RPN 137,030,400 +
+    RoI heads 2,153,932,800 MACs; docs/zoo.md)."""
+    graph = engine.load_network(FASTER_RCNN)
+    assert graph.macs == 581_968_000 + 137_030_400 + 2_153_932_800
+    assert "NonZero '/model/rpn/NonZero' keeps 450 (its most: every element of its 450 input)" in graph.assumptions
+    assert [graph.tensors[t].shape for t in graph.outputs] == [(100, 4), (100,), (100,)]  # 100 detections
+
+
+def test_two_stage_detector_at_fewer_proposals():
+    """With every data-dependent count at 60 the RPN keeps 60 proposals: the RoI heads' box head (two FC layers
+    of 1024 on 7x7x256 RoIs, then 91 class scores and 364 box deltas) runs on 60 instead of 150."""
+    per_roi = 256 * 7 * 7 * 1024 + 1024 * 1024 + 1024 * (91 + 364)
+    whole = engine.load_network(FASTER_RCNN).macs
+    assert engine.load_network(FASTER_RCNN, data_counts=60).macs == whole - 90 * per_roi

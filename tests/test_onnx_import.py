@@ -343,21 +343,136 @@ def test_exporter_shape_patterns_fold_whatever_the_op(tmp_path):
 
 
 def detector_with_data_dependent_tail():
-    """A conv whose output feeds a NonZero detection tail: the importer keeps the conv and warns about the rest."""
+    """A detector in miniature: a conv head scores 64 positions, NonZero 'keep' finds the hits, an If (torchvision's
+    "no boxes?" test) keeps the first 50 (`keep[:50]`), and a matmul "box head" runs on their features.
+
+    MACs: the conv 4 x 64 x 27 = 6,912; the box head 4 x 16 = 64 per kept position.
+    """
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
-    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
+    out = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, None)
     scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w")
+    consts = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w"),
+              numpy_helper.from_array(np.ones((4, 16), dtype=np.float32), "w_head"),
+              numpy_helper.from_array(np.array([64], dtype=np.int64), "flat_shape"),
+              numpy_helper.from_array(np.array([64, 4], dtype=np.int64), "feat_shape"),
+              numpy_helper.from_array(np.array([0], dtype=np.int64), "zero_axis"),
+              numpy_helper.from_array(np.array(0, dtype=np.int64), "zero")]
+    first_50 = helper.make_graph(
+        [helper.make_node("Constant", [], ["s0"], value=numpy_helper.from_array(np.array([0], dtype=np.int64))),
+         helper.make_node("Constant", [], ["s50"], value=numpy_helper.from_array(np.array([50], dtype=np.int64))),
+         helper.make_node("Slice", ["idx", "s0", "s50", "s0"], ["top_else"])],
+        "else", [], [helper.make_tensor_value_info("top_else", TensorProto.INT64, None)])
+    empty = helper.make_graph(
+        [helper.make_node("Constant", [], ["top_then"], value=numpy_helper.from_array(np.zeros(0, dtype=np.int64)))],
+        "then", [], [helper.make_tensor_value_info("top_then", TensorProto.INT64, None)])
     nodes = [helper.make_node("Conv", ["x", "w"], ["scores"], name="head", pads=[1, 1, 1, 1]),
-             helper.make_node("NonZero", ["scores"], ["keep"], name="keep"),
-             helper.make_node("Transpose", ["keep"], ["keep_t"], name="keep_t"),
-             helper.make_node("GatherND", ["scores", "keep_t"], ["boxes"], name="gather_boxes")]
-    return _model(nodes, [x], [boxes, scores], [w])
+             helper.make_node("ReduceMax", ["scores"], ["best"], name="best", axes=[1], keepdims=0),
+             helper.make_node("Reshape", ["best", "flat_shape"], ["flat"], name="flat"),
+             helper.make_node("NonZero", ["flat"], ["keep"], name="keep"),
+             helper.make_node("Squeeze", ["keep", "zero_axis"], ["idx"], name="idx"),
+             helper.make_node("Size", ["idx"], ["found"], name="found"),
+             helper.make_node("Equal", ["found", "zero"], ["none_found"], name="none_found"),
+             helper.make_node("If", ["none_found"], ["top"], name="first_50", then_branch=empty,
+                              else_branch=first_50),
+             helper.make_node("Transpose", ["scores"], ["nhwc"], name="nhwc", perm=[0, 2, 3, 1]),
+             helper.make_node("Reshape", ["nhwc", "feat_shape"], ["feats"], name="feats"),
+             helper.make_node("Gather", ["feats", "top"], ["rows"], name="rows", axis=0),
+             helper.make_node("MatMul", ["rows", "w_head"], ["boxes"], name="box_head")]
+    return _model(nodes, [x], [out, scores], consts)
 
 
-def test_data_dependent_post_processing_is_left_out_with_a_warning(tmp_path):
-    """Detection heads end in NonZero/TopK/NMS: the static backbone imports, the rest is named in a warning."""
-    with pytest.warns(engine.PartialImportWarning, match="left out 3 nodes .*NonZero 'keep'"):
-        g = load_onnx_model(tmp_path, detector_with_data_dependent_tail())
-    assert [op.name for op in g.ops] == ["head"] and g.outputs == ("scores",)
-    assert g.macs == 4 * 8 * 8 * 27
+HEAD_MACS = 4 * 64 * 27  # the conv head of detector_with_data_dependent_tail
+
+
+@pytest.mark.parametrize("counts, kept, macs, why", [
+    (None, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input"),  # keep[:50] cuts 64 to 50
+    (10, 10, HEAD_MACS + 10 * 64, "as given; its most 64"),
+    (1000, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 1,000 given"),  # clamped
+    ({"keep": 30}, 30, HEAD_MACS + 30 * 64, "as given; its most 64"),
+    ({"keep": 64}, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 64 given"),
+])
+def test_a_data_dependent_count_is_assumed_and_the_rest_counted(tmp_path, counts, kept, macs, why):
+    """NonZero's count is its most (every element) unless given (one number for all is clamped to each most); the
+    If's condition folds (boxes were found), its branch is inlined, and the box head runs on min(count, 50)."""
+    g = load_onnx_model(tmp_path, detector_with_data_dependent_tail(), data_counts=counts)
+    assert g.macs == macs
+    assert g.assumptions == (f"NonZero 'keep' keeps {kept} ({why})",)
+    assert g.op("box_head").macs == min(kept, 50) * 64 and g.tensors["boxes"].shape == (min(kept, 50), 16)
+    assert not any(op.source_type == "If" for op in g.ops)
+
+
+@pytest.mark.parametrize("counts, message", [
+    (0, "data_counts must be a whole number of at least 1"),
+    (-3, "data_counts must be a whole number of at least 1"),
+    (2.5, "data_counts must be a whole number of at least 1"),
+    ({"keep": 0}, r"data_counts\['keep'\] must be a whole number of at least 1"),
+    ({"keep": 65}, "node 'keep': data_counts gives NonZero 'keep' 65, more than its most 64"),
+    ({"head": 5}, r"data_counts names 'head', which is no data-dependent count of this file \(those it has: keep\)"),
+])
+def test_a_bad_data_count_is_refused_naming_the_node(tmp_path, counts, message):
+    with pytest.raises(engine.EngineError, match=message):
+        load_onnx_model(tmp_path, detector_with_data_dependent_tail(), data_counts=counts)
+
+
+def test_cli_prints_the_counts_it_assumed_and_takes_others(tmp_path, capsys):
+    from engine.__main__ import main
+
+    path = tmp_path / "detector.onnx"
+    path.write_bytes(detector_with_data_dependent_tail().SerializeToString())
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "assumed: NonZero 'keep' keeps 64 (its most: every element of its 64 input)" in out
+    assert f"{HEAD_MACS + 50 * 64:,}" in out
+    assert main(["info", str(path), "--data-counts", "keep=12"]) == 0
+    assert "assumed: NonZero 'keep' keeps 12 (as given; its most 64)" in capsys.readouterr().out
+    assert main(["info", str(path), "--data-counts", "keep=many"]) == 2
+    assert "--data-counts 'keep=many': write NODE=N" in capsys.readouterr().err
+    assert main(["info", str(path), "--data-counts", "99"]) == 0  # one number for all, clamped to each most
+    assert "keeps 64 (its most: every element of its 64 input; 99 given)" in capsys.readouterr().out
+
+
+def test_nms_and_topk_counts_have_their_most_from_the_shapes(tmp_path):
+    """NMS keeps at most batches x classes x min(max_output_boxes_per_class, boxes) = 1 x 3 x 5; a TopK whose k
+    comes from the data keeps at most every element along its axis (20)."""
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 20, 4])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 3, 20])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("picked", "best")]
+    consts = [numpy_helper.from_array(np.array([5], dtype=np.int64), "max_per_class"),
+              numpy_helper.from_array(np.array([2], dtype=np.int64), "column"),
+              numpy_helper.from_array(np.ones((4, 8), dtype=np.float32), "w")]
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_per_class"], ["sel"], name="nms"),
+             helper.make_node("Gather", ["sel", "column"], ["which"], name="which", axis=1),
+             helper.make_node("Gather", ["boxes", "which"], ["kept"], name="kept", axis=1),
+             helper.make_node("MatMul", ["kept", "w"], ["picked"], name="picked"),
+             helper.make_node("ReduceMax", ["which"], ["k"], name="k", keepdims=1),
+             helper.make_node("TopK", ["boxes", "k"], ["best", "best_at"], name="topk", axis=1)]
+    model = _model(nodes, [boxes, scores], outs, consts)
+    g = load_onnx_model(tmp_path, model)
+    assert g.assumptions == ("NonMaxSuppression 'nms' keeps 15 (its most: 1 x 3 x 5: batches x classes x boxes "
+                             "each class keeps)", "TopK 'topk' keeps 20 (its most: all 20 along axis 1)")
+    assert g.op("picked").macs == 15 * 4 * 8 and g.tensors["best"].shape == (1, 20, 4)
+    assert load_onnx_model(tmp_path, model, data_counts={"nms": 4, "topk": 7}).tensors["best"].shape == (1, 7, 4)
+
+
+def detector_with_size_from_the_data():
+    """A conv head whose largest score, as an integer, is the end of a Range: a size read from the data."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("scores", "span_f")]
+    consts = [numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w"),
+              numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+              numpy_helper.from_array(np.array(1, dtype=np.int64), "step")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["scores"], name="head", pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMax", ["scores"], ["top"], name="top", keepdims=0),
+             helper.make_node("Cast", ["top"], ["end"], name="end", to=TensorProto.INT64),
+             helper.make_node("Range", ["zero", "end", "step"], ["span"], name="span"),
+             helper.make_node("Cast", ["span"], ["span_f"], name="span_f", to=TensorProto.FLOAT)]
+    return _model(nodes, [x], outs, consts)
+
+
+def test_a_size_taken_from_the_data_is_left_out_with_a_warning(tmp_path):
+    """A Range whose end is a value computed from the data has no size to assume: the static part imports, the
+    rest is named in a warning."""
+    with pytest.warns(engine.PartialImportWarning, match="left out 2 nodes .*Range 'span'"):
+        g = load_onnx_model(tmp_path, detector_with_size_from_the_data())
+    assert [op.name for op in g.ops] == ["head", "top"] and g.outputs == ("scores",)  # the Cast folds into "top"
+    assert g.macs == HEAD_MACS and g.assumptions == ()

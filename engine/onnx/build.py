@@ -11,11 +11,12 @@ from engine.onnx.fold import attr
 from engine.onnx.merge import Draft, Merged
 
 
-def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | None, left_out: list[str]) -> Graph:
+def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | None, left_out: list[str],
+                assumptions: tuple[str, ...] = ()) -> Graph:
     """The Graph of `merged`'s drafts at `batch` (None: the batch the file records, or its inputs' dim 0).
 
     `nodes` are the (name, node) pairs merged, `left_out` where a data-dependent part was cut (to say so when
-    nothing is left).
+    nothing is left), `assumptions` the data-dependent counts assumed (engine.onnx.counts).
     """
     g = facts.model.graph
     path = facts.path
@@ -70,7 +71,7 @@ def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | No
         outputs = tuple(t for op in ops for t in op.outputs if not any(t in o.inputs for o in ops))
     name = meta.get("engine.name", path.stem)
     used_inputs = tuple(t for t in net_inputs if any(t in op.inputs for op in ops))
-    return Graph.build(name, ops, tensors.values(), used_inputs, outputs, batch=batch)
+    return Graph.build(name, ops, tensors.values(), used_inputs, outputs, batch=batch, assumptions=assumptions)
 
 
 def _macs(facts: Facts, d: Draft, node, tensors: dict[str, Tensor]) -> int:

@@ -36,7 +36,12 @@ def save_onnx(graph: Graph, path) -> Path:
 
 
 def to_model(graph: Graph) -> onnx.ModelProto:
-    """The ONNX model `save_onnx` writes."""
+    """The ONNX model `save_onnx` writes; a graph that rests on data-dependent counts (a detector's) is refused:
+    its NonZero and NMS ops cannot be written back from shapes alone."""
+    if graph.assumptions:
+        raise GraphError(f"graph '{graph.name}' rests on data-dependent counts ({graph.assumptions[0]}"
+                         f"{' ...' if len(graph.assumptions) > 1 else ''}); save_onnx writes only graphs whose sizes "
+                         f"follow from their input shapes")
     writer = _Writer(graph)
     for op in graph.ops:
         writer.emit(op)

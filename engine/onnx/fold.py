@@ -7,6 +7,10 @@ type. Computations that read weights are never folded away: a matmul, conv or Ei
 an op (its MACs count whether or not the file stores the weights); other ops over weights (a transpose, a
 LayerNorm of a table) give a tensor derived from those weights. Sizes are checked before anything is allocated:
 a constant larger than MAX_FOLD_ELEMENTS keeps its shape but is never evaluated.
+
+A data-dependent count (a NonZero, an NMS) takes its assumed size (engine.onnx.counts), so shapes go on past
+it; an If whose condition folds to a constant (torchvision's "no boxes?" test before NMS) is replaced by the
+branch it takes, whose nodes are walked in its place.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.errors import ModelFileError
+from engine.onnx.counts import COUNTED, DataCounts, count_shapes
 from engine.onnx.read import MAX_TENSOR_ELEMENTS
 
 MAX_FOLD_ELEMENTS = 1 << 16  # constants larger than this are data (masks, tables), not shape arithmetic
@@ -38,15 +43,22 @@ class Folded:
     types: dict  # tensor -> ONNX element type, where known
     folded: frozenset  # names of nodes computed entirely at import time
     computed: frozenset  # names of nodes that compute from weights alone yet stay ops (they have MACs)
+    nodes: tuple  # (name, node) walked, in order: the input's, each If whose branch is known replaced by it
+    assumptions: tuple[str, ...]  # one sentence per data-dependent count assumed (engine.onnx.counts)
+    counted: frozenset  # names of the nodes whose count was assumed
 
 
-def fold(model: onnx.ModelProto, path, nodes, shapes: dict, types: dict, sources: dict, values: dict) -> Folded:
-    """Walk `nodes` ((name, NodeProto) in topological order) from the graph inputs' and initializers' facts."""
-    walker = _Walker(model, path, dict(shapes), dict(types), dict(sources), dict(values))
+def fold(model: onnx.ModelProto, path, nodes, shapes: dict, types: dict, sources: dict, values: dict,
+         counts: DataCounts) -> Folded:
+    """Walk `nodes` ((name, NodeProto) in topological order) from the graph inputs' and initializers' facts,
+    data-dependent counts at `counts`."""
+    walker = _Walker(model, path, dict(shapes), dict(types), dict(sources), dict(values), counts,
+                     {name for name, _ in nodes})
     for name, node in nodes:
         walker.visit(name, node)
     return Folded(walker.shapes, walker.values, walker.sources, walker.types, frozenset(walker.folded),
-                  frozenset(walker.computed))
+                  frozenset(walker.computed), tuple(walker.walked), tuple(walker.assumptions),
+                  frozenset(walker.counted))
 
 
 def too_large(path, what: str, shape, node: str | None = None) -> None:
@@ -57,9 +69,14 @@ def too_large(path, what: str, shape, node: str | None = None) -> None:
 
 
 class _Walker:
-    def __init__(self, model, path, shapes, types, sources, values):
+    def __init__(self, model, path, shapes, types, sources, values, counts: DataCounts, names: set):
         self.model, self.path = model, path
         self.shapes, self.types, self.sources, self.values = shapes, types, sources, values
+        self.counts, self.names = counts, names  # names: every node name in use, inlined ones too
+        self.walked: list = []
+        self.assumptions: list[str] = []
+        self.counted: set[str] = set()
+        self.written = {t for n in model.graph.node for t in n.output if t} | set(shapes)
         self.opsets = list(model.opset_import)
         self.opset = {imp.domain or "": imp.version for imp in model.opset_import}
         self.opset.setdefault("ai.onnx", self.opset.get("", 0))
@@ -70,6 +87,9 @@ class _Walker:
     def visit(self, name: str, node) -> None:
         ins = [t for t in node.input if t]
         outs = [t for t in node.output if t]
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and self._inline(name, node):
+            return
+        self.walked.append((name, node))
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             self._constant(name, node)
             return
@@ -79,6 +99,9 @@ class _Walker:
         constant = all(t in self.sources for t in ins)
         weights = frozenset().union(*(self.sources[t] for t in ins)) if constant and ins else frozenset()
         self._infer(name, node)
+        if not constant and node.op_type in COUNTED and node.domain in ("", "ai.onnx") \
+                and any(t not in self.shapes for t in outs):
+            self._assume(name, node)
         if not constant or not ins:
             return  # an op on activations (or a source without inputs, such as a random generator)
         if weights:
@@ -97,6 +120,43 @@ class _Walker:
             self.sources[t] = frozenset()
         self.folded.add(name)
         self._evaluate(name, node, ins, outs)
+
+    def _assume(self, name: str, node) -> None:
+        """Shapes of a data-dependent count's outputs at its assumed count (none when its inputs have none)."""
+        found = count_shapes(self.path, name, node, self.shapes, self.values, self.counts)
+        if found is None:
+            return
+        out_shapes, sentence = found
+        for t, shape in zip(node.output, out_shapes):
+            if t:
+                too_large(self.path, f"tensor '{t}'", shape, name)
+                self.shapes[t] = shape
+        self.assumptions.append(sentence)
+        self.counted.add(name)
+
+    def _inline(self, name: str, node) -> bool:
+        """Walk the branch an If takes in its place, when its condition is a known constant; False otherwise
+        (the If stays, and what reads it is left out as data-dependent)."""
+        cond = self.values.get(node.input[0]) if node.input else None
+        if cond is None or cond.size != 1:
+            return False
+        branch = attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+        if branch is None or len(branch.output) != len(node.output):
+            return False  # a malformed If: left as it is
+        inner = {t for n in branch.node for t in n.output if t} | {i.name for i in branch.initializer}
+        if inner & self.written:
+            return False  # a branch that writes a name already written outside it: left as it is
+        self.written |= inner
+        steps = [helper.make_node("Constant", [], [i.name], value=i) for i in branch.initializer]
+        steps += list(branch.node)
+        steps += [helper.make_node("Identity", [o.name], [t]) for o, t in zip(branch.output, node.output) if t]
+        for i, step in enumerate(steps):
+            inner_name = f"{name}/{step.name or f'{step.op_type}_{i}'}"
+            while inner_name in self.names:
+                inner_name += "_"
+            self.names.add(inner_name)
+            self.visit(inner_name, step)
+        return True
 
     def _float_table(self, tensor: str) -> bool:
         """True for a float tensor of more than one element: a weight when it comes from no activation."""

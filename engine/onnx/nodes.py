@@ -50,11 +50,22 @@ def _topological(nodes) -> list[int]:
     writer = {out: i for i, n in enumerate(nodes) for out in n.output if out}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(nodes)))
-    dag.add_edges_from((writer[t], i) for i, n in enumerate(nodes) for t in n.input if t in writer)
+    dag.add_edges_from((writer[t], i) for i, n in enumerate(nodes) for t in (*n.input, *_outer_reads(n))
+                       if t in writer)
     try:
         return list(nx.lexicographical_topological_sort(dag))
     except nx.NetworkXUnfeasible:
         raise nx.NetworkXUnfeasible("cycle", nx.find_cycle(dag)) from None
+
+
+def _outer_reads(node) -> set[str]:
+    """Tensors the subgraphs of `node` (an If's branches, a Loop's body) read from outside themselves."""
+    found: set[str] = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            inner = {t for n in sub.node for t in n.output} | {i.name for i in (*sub.input, *sub.initializer)}
+            found |= {t for n in sub.node for t in (*n.input, *_outer_reads(n)) if t and t not in inner}
+    return found
 
 
 def drop_data_dependent(nodes, shapes: dict, sources: dict) -> tuple[list, list[str]]:
