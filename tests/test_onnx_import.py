@@ -385,11 +385,11 @@ HEAD_MACS = 4 * 64 * 27  # the conv head of detector_with_data_dependent_tail
 
 
 @pytest.mark.parametrize("counts, kept, macs, why", [
-    (None, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input"),  # keep[:50] cuts 64 to 50
+    (None, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements"),  # keep[:50] cuts 64 to 50
     (10, 10, HEAD_MACS + 10 * 64, "as given; its most 64"),
-    (1000, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 1,000 given"),  # clamped
+    (1000, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements; 1,000 given"),  # clamped
     ({"keep": 30}, 30, HEAD_MACS + 30 * 64, "as given; its most 64"),
-    ({"keep": 64}, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 64 given"),
+    ({"keep": 64}, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements; 64 given"),
 ])
 def test_a_data_dependent_count_is_assumed_and_the_rest_counted(tmp_path, counts, kept, macs, why):
     """NonZero's count is its most (every element) unless given (one number for all is clamped to each most); the
@@ -421,14 +421,14 @@ def test_cli_prints_the_counts_it_assumed_and_takes_others(tmp_path, capsys):
     path.write_bytes(detector_with_data_dependent_tail().SerializeToString())
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "assumed: NonZero 'keep' keeps 64 (its most: every element of its 64 input)" in out
+    assert "assumed: NonZero 'keep' keeps 64 (its most: every one of its input's 64 elements)" in out
     assert f"{HEAD_MACS + 50 * 64:,}" in out
     assert main(["info", str(path), "--data-counts", "keep=12"]) == 0
     assert "assumed: NonZero 'keep' keeps 12 (as given; its most 64)" in capsys.readouterr().out
     assert main(["info", str(path), "--data-counts", "keep=many"]) == 2
     assert "--data-counts 'keep=many': write NODE=N" in capsys.readouterr().err
     assert main(["info", str(path), "--data-counts", "99"]) == 0  # one number for all, clamped to each most
-    assert "keeps 64 (its most: every element of its 64 input; 99 given)" in capsys.readouterr().out
+    assert "keeps 64 (its most: every one of its input's 64 elements; 99 given)" in capsys.readouterr().out
 
 
 def test_nms_and_topk_counts_have_their_most_from_the_shapes(tmp_path):

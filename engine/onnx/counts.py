@@ -84,7 +84,7 @@ def _most(node, shapes: dict, values: dict) -> tuple[int, str] | None:
     x = shapes[ins[0]]
     op = node.op_type
     if op == "NonZero":
-        return max(math.prod(x), 1), f"every element of its {_dims(x)} input"
+        return max(math.prod(x), 1), f"every one of its input's {math.prod(x):,} elements"
     if op == "NonMaxSuppression":
         if len(ins) < 2 or len(x) != 3 or len(shapes[ins[1]]) != 3:
             return None
