@@ -476,3 +476,17 @@ def test_a_size_taken_from_the_data_is_left_out_with_a_warning(tmp_path):
         g = load_onnx_model(tmp_path, detector_with_size_from_the_data())
     assert [op.name for op in g.ops] == ["head", "top"] and g.outputs == ("scores",)  # the Cast folds into "top"
     assert g.macs == HEAD_MACS and g.assumptions == ()
+
+
+def test_a_reshape_that_does_not_fit_the_given_shapes_is_refused(tmp_path):
+    """torch.export specialises a traced batch of 1 into Reshape targets; loaded at batch 2 such a file must say
+    so rather than count half the network at batch 1."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([1, 2, 4], dtype=np.int64), "to")
+    nodes = [helper.make_node("Reshape", ["x", "to"], ["v"], name="view"), helper.make_node("Relu", ["v"], ["y"])]
+    model = _model(nodes, [x], [y], [shape])
+    assert load_onnx_model(tmp_path, model, input_shapes={"batch": 1}).tensors["x"].shape == (1, 8)
+    with pytest.raises(engine.ModelFileError, match=r"node 'view': Reshape of \[2, 8\] \(16 elements\) to "
+                                                    r"\[1, 2, 4\] \(8\): the file's fixed sizes do not fit"):
+        load_onnx_model(tmp_path, model, input_shapes={"batch": 2})
