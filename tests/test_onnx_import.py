@@ -414,6 +414,11 @@ def test_a_bad_data_count_is_refused_naming_the_node(tmp_path, counts, message):
         load_onnx_model(tmp_path, detector_with_data_dependent_tail(), data_counts=counts)
 
 
+def test_a_built_in_network_takes_no_data_counts():
+    with pytest.raises(engine.EngineError, match="data_counts applies to ONNX files; the built-in network 'resnet18'"):
+        engine.load_network("resnet18", data_counts=5)
+
+
 def test_cli_prints_the_counts_it_assumed_and_takes_others(tmp_path, capsys):
     from engine.__main__ import main
 
@@ -490,3 +495,20 @@ def test_a_reshape_that_does_not_fit_the_given_shapes_is_refused(tmp_path):
     with pytest.raises(engine.ModelFileError, match=r"node 'view': Reshape of \[2, 8\] \(16 elements\) to "
                                                     r"\[1, 2, 4\] \(8\): the file's fixed sizes do not fit"):
         load_onnx_model(tmp_path, model, input_shapes={"batch": 2})
+
+
+def test_unique_and_compress_counts_have_their_most_from_the_shapes(tmp_path):
+    """Unique keeps at most every element (12), Compress every one its condition covers along the axis (min(12, 5))."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [5])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("values", "picked")]
+    nodes = [helper.make_node("Unique", ["x"], ["values", "first", "inverse", "counts"], name="uniq"),
+             helper.make_node("Compress", ["x", "cond"], ["picked"], name="pick", axis=1)]
+    model = _model(nodes, [x, cond], outs, [], opset=17)
+    g = load_onnx_model(tmp_path, model)
+    assert [g.tensors[t].shape for t in ("values", "first", "inverse", "counts", "picked")] == \
+        [(12,), (12,), (12,), (12,), (1, 5)]
+    assert g.assumptions == ("Unique 'uniq' keeps 12 (its most: every one of its input's 12 elements)",
+                             "Compress 'pick' keeps 5 (its most: every one of the 5 the condition covers)")
+    g = load_onnx_model(tmp_path, model, data_counts=3)
+    assert [g.tensors[t].shape for t in ("values", "inverse", "picked")] == [(3,), (12,), (1, 3)]
