@@ -230,6 +230,8 @@ def measure(folders: list[Path]) -> list[dict]:
                 g = engine.load_network(folder / rec["file"])
             if caught:
                 row["left_out"] = str(caught[0].message).partition(": ")[2][:200]
+            if g.assumptions:  # data-dependent counts, each at its most (engine.onnx.counts)
+                row["assumed_counts"] = len(g.assumptions)
             row["engine_macs"] = g.macs
             row["ok"] = abs(g.macs - rec["torch_macs"]) <= 0.01 * rec["torch_macs"]
         except engine.EngineError as err:
