@@ -254,9 +254,12 @@ class Session(param.Parameterized):
             return self.explain(err), ""
         notes = [uploads.store().scrub(str(w.message)) for w in caught
                  if issubclass(w.category, engine.PartialImportWarning)]
-        if graph.assumptions:
+        shown = graph.assumptions[:4]  # an SSD has one count per class: the first few, and how many in all
+        if shown:
+            more = f"; ... {len(graph.assumptions)} in all (python -m engine info lists them)" \
+                if len(graph.assumptions) > len(shown) else ""
             notes.append(f"{safe}: counted at assumed data-dependent counts (each its most: what the model's own "
-                         f"fixed sizes then cut): {'; '.join(graph.assumptions)}.")
+                         f"fixed sizes then cut): {'; '.join(shown)}{more}.")
         return "", " ".join(notes)
 
     async def _import_later(self, key: str, safe: str):

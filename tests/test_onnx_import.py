@@ -385,11 +385,11 @@ HEAD_MACS = 4 * 64 * 27  # the conv head of detector_with_data_dependent_tail
 
 
 @pytest.mark.parametrize("counts, kept, macs, why", [
-    (None, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input"),  # keep[:50] cuts 64 to 50
+    (None, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements"),  # keep[:50] cuts 64 to 50
     (10, 10, HEAD_MACS + 10 * 64, "as given; its most 64"),
-    (1000, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 1,000 given"),  # clamped
+    (1000, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements; 1,000 given"),  # clamped
     ({"keep": 30}, 30, HEAD_MACS + 30 * 64, "as given; its most 64"),
-    ({"keep": 64}, 64, HEAD_MACS + 50 * 64, "its most: every element of its 64 input; 64 given"),
+    ({"keep": 64}, 64, HEAD_MACS + 50 * 64, "its most: every one of its input's 64 elements; 64 given"),
 ])
 def test_a_data_dependent_count_is_assumed_and_the_rest_counted(tmp_path, counts, kept, macs, why):
     """NonZero's count is its most (every element) unless given (one number for all is clamped to each most); the
@@ -414,6 +414,11 @@ def test_a_bad_data_count_is_refused_naming_the_node(tmp_path, counts, message):
         load_onnx_model(tmp_path, detector_with_data_dependent_tail(), data_counts=counts)
 
 
+def test_a_built_in_network_takes_no_data_counts():
+    with pytest.raises(engine.EngineError, match="data_counts applies to ONNX files; the built-in network 'resnet18'"):
+        engine.load_network("resnet18", data_counts=5)
+
+
 def test_cli_prints_the_counts_it_assumed_and_takes_others(tmp_path, capsys):
     from engine.__main__ import main
 
@@ -421,14 +426,14 @@ def test_cli_prints_the_counts_it_assumed_and_takes_others(tmp_path, capsys):
     path.write_bytes(detector_with_data_dependent_tail().SerializeToString())
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "assumed: NonZero 'keep' keeps 64 (its most: every element of its 64 input)" in out
+    assert "assumed: NonZero 'keep' keeps 64 (its most: every one of its input's 64 elements)" in out
     assert f"{HEAD_MACS + 50 * 64:,}" in out
     assert main(["info", str(path), "--data-counts", "keep=12"]) == 0
     assert "assumed: NonZero 'keep' keeps 12 (as given; its most 64)" in capsys.readouterr().out
     assert main(["info", str(path), "--data-counts", "keep=many"]) == 2
     assert "--data-counts 'keep=many': write NODE=N" in capsys.readouterr().err
     assert main(["info", str(path), "--data-counts", "99"]) == 0  # one number for all, clamped to each most
-    assert "keeps 64 (its most: every element of its 64 input; 99 given)" in capsys.readouterr().out
+    assert "keeps 64 (its most: every one of its input's 64 elements; 99 given)" in capsys.readouterr().out
 
 
 def test_nms_and_topk_counts_have_their_most_from_the_shapes(tmp_path):
@@ -476,3 +481,34 @@ def test_a_size_taken_from_the_data_is_left_out_with_a_warning(tmp_path):
         g = load_onnx_model(tmp_path, detector_with_size_from_the_data())
     assert [op.name for op in g.ops] == ["head", "top"] and g.outputs == ("scores",)  # the Cast folds into "top"
     assert g.macs == HEAD_MACS and g.assumptions == ()
+
+
+def test_a_reshape_that_does_not_fit_the_given_shapes_is_refused(tmp_path):
+    """torch.export specialises a traced batch of 1 into Reshape targets; loaded at batch 2 such a file must say
+    so rather than count half the network at batch 1."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([1, 2, 4], dtype=np.int64), "to")
+    nodes = [helper.make_node("Reshape", ["x", "to"], ["v"], name="view"), helper.make_node("Relu", ["v"], ["y"])]
+    model = _model(nodes, [x], [y], [shape])
+    assert load_onnx_model(tmp_path, model, input_shapes={"batch": 1}).tensors["x"].shape == (1, 8)
+    with pytest.raises(engine.ModelFileError, match=r"node 'view': Reshape of \[2, 8\] \(16 elements\) to "
+                                                    r"\[1, 2, 4\] \(8\): the file's fixed sizes do not fit"):
+        load_onnx_model(tmp_path, model, input_shapes={"batch": 2})
+
+
+def test_unique_and_compress_counts_have_their_most_from_the_shapes(tmp_path):
+    """Unique keeps at most every element (12), Compress every one its condition covers along the axis (min(12, 5))."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [5])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("values", "picked")]
+    nodes = [helper.make_node("Unique", ["x"], ["values", "first", "inverse", "counts"], name="uniq"),
+             helper.make_node("Compress", ["x", "cond"], ["picked"], name="pick", axis=1)]
+    model = _model(nodes, [x, cond], outs, [], opset=17)
+    g = load_onnx_model(tmp_path, model)
+    assert [g.tensors[t].shape for t in ("values", "first", "inverse", "counts", "picked")] == \
+        [(12,), (12,), (12,), (12,), (1, 5)]
+    assert g.assumptions == ("Unique 'uniq' keeps 12 (its most: every one of its input's 12 elements)",
+                             "Compress 'pick' keeps 5 (its most: every one of the 5 the condition covers)")
+    g = load_onnx_model(tmp_path, model, data_counts=3)
+    assert [g.tensors[t].shape for t in ("values", "inverse", "picked")] == [(3,), (12,), (1, 3)]

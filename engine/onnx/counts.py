@@ -84,7 +84,7 @@ def _most(node, shapes: dict, values: dict) -> tuple[int, str] | None:
     x = shapes[ins[0]]
     op = node.op_type
     if op == "NonZero":
-        return max(math.prod(x), 1), f"every element of its {_dims(x)} input"
+        return max(math.prod(x), 1), f"every one of its input's {math.prod(x):,} elements"
     if op == "NonMaxSuppression":
         if len(ins) < 2 or len(x) != 3 or len(shapes[ins[1]]) != 3:
             return None
@@ -99,7 +99,7 @@ def _most(node, shapes: dict, values: dict) -> tuple[int, str] | None:
     if op == "Unique":
         axis = _axis(node, x, default=None)
         n = math.prod(x) if axis is None else x[axis]
-        return max(n, 1), (f"every element of {_dims(x)}" if axis is None else f"all {n:,} along axis {axis}")
+        return max(n, 1), (f"every one of its input's {n:,} elements" if axis is None else f"all {n:,} along axis {axis}")
     if op == "Compress":
         if len(ins) < 2 or not ins[1]:
             return None
@@ -133,7 +133,3 @@ def _shapes_at(node, shapes: dict, count: int) -> list[tuple[int, ...] | None]:
         return [along]
     inverse = (math.prod(x),) if axis is None else (x[axis],)
     return [along, (count,), inverse, (count,)]  # Unique: Y, indices, inverse_indices, counts
-
-
-def _dims(shape) -> str:
-    return "x".join(str(d) for d in shape) or "a scalar"

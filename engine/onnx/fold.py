@@ -258,10 +258,22 @@ class _Walker:
                         raise ModelFileError(self.path, f"{node.op_type} gives '{out}' a negative dimension "
                                                         f"{list(shape)}", node=name)
                     too_large(self.path, f"tensor '{out}'", shape, name)
+                    self._check_reshape(name, node, shape)
                     self.shapes[out] = shape
                     continue
             if out in self.declared:  # an op onnx cannot infer (another domain): the exporter's record
                 self.shapes[out], self.types[out] = self.declared[out]
+
+
+    def _check_reshape(self, name: str, node, shape: tuple[int, ...]) -> None:
+        """Refuse a Reshape to a different number of elements (onnx's inference lets it pass): a file whose fixed
+        sizes do not fit the input shapes, such as a torch.export file that baked in the batch of 1 it was traced at."""
+        x = self.shapes.get(node.input[0]) if node.op_type == "Reshape" and node.input else None
+        if x is not None and math.prod(x) != math.prod(shape):
+            raise ModelFileError(self.path, f"Reshape of {list(x)} ({math.prod(x):,} elements) to {list(shape)} "
+                                            f"({math.prod(shape):,}): the file's fixed sizes do not fit these input "
+                                            f"shapes (an export traced at batch 1 may have fixed it; load at its "
+                                            f"traced shapes)", node=name)
 
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
