@@ -8,7 +8,8 @@ its wall seconds. Peak memory is the child's `ru_maxrss` (the interpreter, numpy
 the compiled fusion kernel included: about 200 MB before any graph). The solver-limit cases time
 `allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given.
 
-Run: .venv/bin/python -m benchmarks.bench_size [CASE ...]   (prints the markdown section of BENCHMARKS.md)
+Run: .venv/bin/python -m benchmarks.bench_size [CASE[:fuse|:evaluate] ...]   (prints the markdown section of
+BENCHMARKS.md)
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ CALLS = ("fuse", "evaluate")
 LIMITS = {  # name -> (network, what is timed, time limit given in seconds or None)
     "allocate_resnet1202_M_R_0.01s": ("resnet1202", "allocate", 0.01),
     "allocate_resnet1202_M_R_1s": ("resnet1202", "allocate", 1.0),
+    "allocate_nasnet_a_mobile_M_R_1s": ("nasnet_a_mobile", "allocate", 1.0),
     "budgets_llama3_8b_prefill": ("llama3_8b_prefill", "budgets", None),
     "budgets_resnet1202": ("resnet1202", "budgets", None),
 }
@@ -146,8 +148,9 @@ def main(names: list[str]) -> None:
           "the subprocess's resident peak (`ru_maxrss`; about 200 MB of it is the interpreter, numpy and the "
           "compiled kernel). `optimus` preset.\n")
     print("| case | ops | call | CPU s | wall s | peak MB | result |\n|---|---:|---|---:|---:|---:|---|")
-    for name in names or [*CASES, *LIMITS]:
-        for call in (CALLS if name in CASES else ("",)):
+    for arg in names or [*CASES, *LIMITS]:
+        name, _, only = arg.partition(":")  # "chain_100k:fuse" runs one call of a case
+        for call in ((only,) if only else CALLS if name in CASES else ("",)):
             got = fenced(name, call)
             peak = got.get("peak_mb")
             cpu = f"{got['cpu']:.2f}" if "cpu" in got else "-"

@@ -189,3 +189,17 @@ def test_plans_at_the_bound_of_segments_are_points_of_their_ilp(seed):
         assert round(m.lp.objective.value()) == cost(prob, got) >= spill_bound(prob)
         carry, checked = plan_of(prob, *got).carry, checked + 1
     assert checked >= 2  # the later segments carried tensors in and were checked too
+
+
+def test_occupancy_finds_every_stay_sharing_a_step_short_or_long():
+    """Against the definition, on random stays of 1-200 steps (both sides of `occupancy.LONG`)."""
+    import random
+
+    from engine.allocation.occupancy import LONG, Occupancy
+
+    rng = random.Random(3)
+    spans = [(f, f + rng.choice((0, 1, 5, LONG, 3 * LONG, 199))) for f in (rng.randrange(300) for _ in range(400))]
+    placed = Occupancy(1 + max(hi for _, hi in spans))
+    for i, (lo, hi) in enumerate(spans):
+        assert placed.beside(lo, hi) == {j for j, (a, b) in enumerate(spans[:i]) if a <= hi and b >= lo}
+        placed.add(i, lo, hi)

@@ -978,7 +978,7 @@ def test_defect_11s_wordings_singular_counts_explained_statuses_no_none_and_the_
     from dashboard.tabs.fusion import SUMMARY_NOTE, counted, summary_html
 
     assert (counted(1, "group"), counted(1_500, "group")) == ("1 group", "1,500 groups")
-    for word in ("`optimal`", "`restricted`", "`unfused`", "`beam`", "*× Oracle*", "*proven gap*"):
+    for word in ("`optimal`", "`restricted`", "`unfused`", "`beam`", "`windowed`", "*× Oracle*", "*proven gap*"):
         assert word in SUMMARY_NOTE
     table = summary_html(Session(ExplorerState(network="light_squeezenet.onnx", methods=["dnnvm", "optimus"]))
                          .report.summary_frame())

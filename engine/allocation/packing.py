@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 
 from engine.allocation import place
+from engine.allocation.occupancy import Occupancy
 from engine.allocation.place import Stay
 from engine.allocation.problem import Problem
 from engine.allocation.record import Placement
@@ -62,23 +63,20 @@ def greedy(stays, room: int, *, pinned: dict | None = None) -> list[int] | None:
 def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
     """Each stay of `ranked` in turn at the lowest address free over its steps; None past `room`."""
     at = dict(pinned)
-    steps = 1 + max((s.last for s in stays), default=0)
-    placed: list[list[int]] = [[] for _ in range(steps)]  # step -> stays placed that are live at it
+    placed = Occupancy(1 + max((s.last for s in stays), default=0))
     for j in pinned:
-        for t in range(stays[j].first, stays[j].last + 1):
-            placed[t].append(j)
+        placed.add(j, stays[j].first, stays[j].last)
     for i in ranked:
         s = stays[i]
         address = 0
-        for j in sorted({j for t in range(s.first, s.last + 1) for j in placed[t]}, key=at.__getitem__):
+        for j in sorted(placed.beside(s.first, s.last), key=at.__getitem__):
             if address + s.size <= at[j]:
                 break
             address = max(address, at[j] + stays[j].size)
         if address + s.size > room:
             return None
         at[i] = address
-        for t in range(s.first, s.last + 1):
-            placed[t].append(i)
+        placed.add(i, s.first, s.last)
     return [at[i] for i in range(len(stays))]
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from engine.allocation.model import Model
+from engine.allocation.occupancy import Occupancy
 from engine.allocation.problem import Carry, Problem
 from engine.allocation.record import Placement
 
@@ -119,15 +120,13 @@ def compact(stays, size: dict[str, int], unit: int) -> tuple[Placement, ...]:
     solution met every no-overlap constraint, no stay moves up, so the budget still holds.
     """
     ranked = sorted(range(len(stays)), key=lambda i: (stays[i][3] + size[stays[i][0]] / 2, stays[i][0]))
-    at_step: dict[int, list[int]] = {}
+    placed = Occupancy(1 + max((s[2] for s in stays), default=0))
     address: dict[int, int] = {}
     for i in ranked:
         a, first, last, _, pinned = stays[i]
-        below = {j for t in range(first, last + 1) for j in at_step.get(t, ())}
-        floor = max((address[j] + size[stays[j][0]] for j in below), default=0)
+        floor = max((address[j] + size[stays[j][0]] for j in placed.beside(first, last)), default=0)
         address[i] = pinned if pinned is not None else floor
-        for t in range(first, last + 1):
-            at_step.setdefault(t, []).append(i)
+        placed.add(i, first, last)
     out = [Placement(a, first, last, address[i] * unit, size[a] * unit)
            for i, (a, first, last, _, _) in enumerate(stays)]
     return tuple(sorted(out, key=lambda pl: (pl.first_step, pl.address)))

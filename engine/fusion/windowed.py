@@ -90,9 +90,9 @@ def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int]
 
 
 def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
-    """Ops lo..hi-1 as a graph: what earlier ops made (and network inputs) are its inputs; its outputs are what the
-    network returns and, unless `lower` (a bound's window: writes to later windows are not counted), what later
-    ops read."""
+    """Ops lo..hi-1 as a graph (`lives`: the graph's `spans`): what earlier ops made (and network inputs) are its
+    inputs; its outputs are what the network returns and, unless `lower` (a bound's window: writes to later windows
+    are not counted), what later ops read."""
     _, _, last = lives
     ops = graph.ops[lo:hi]
     own = {t for op in ops for t in op.outputs}
