@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -40,10 +41,18 @@ class StopCheck:
 NEVER_STOP = StopCheck(lambda: False)
 
 
-@lru_cache(maxsize=1)
+_STARTING = threading.Lock()  # two threads asking at once start one pool
+
+
 def pool() -> ProcessPoolExecutor:
-    """The server process's one pool, started on first use. Spawned, not forked: a fork would copy the server's
-    threads' locks mid-use."""
+    """The server process's one pool, started on first use."""
+    with _STARTING:
+        return _pool()
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ProcessPoolExecutor:
+    """Spawned, not forked: a fork would copy the server's threads' locks mid-use."""
     return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_outlive_not, initargs=(os.getpid(),))
 
@@ -97,7 +106,12 @@ class Runner:
             raise EvaluationStopped("the page that asked for this work was closed")
         if not self.away:
             return fn(*args, **kwargs)
-        return _wait(pool().submit(_in_worker, fn, args, kwargs), self.stop)
+        try:
+            return _wait(pool().submit(_in_worker, fn, args, kwargs), self.stop)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): the next piece of work gets a new pool
+            with _STARTING:
+                _pool.cache_clear()
+            raise
 
 
 HERE = Runner()
