@@ -60,6 +60,32 @@ def test_a_worker_that_died_fails_its_own_work_only():
     assert Runner(away=True)(os.getpid) != os.getpid()  # the next piece of work runs in a new pool
 
 
+def test_a_free_place_goes_to_work_a_page_asked_for_before_any_prefetch():
+    import threading
+
+    from dashboard.workers import Gate
+
+    gate, entered = Gate(1), []
+
+    def ask(background: bool):
+        with gate.place(background, lambda: False):
+            entered.append("prefetch" if background else "asked")
+
+    with gate.place(False, lambda: False):  # the one place taken
+        waiters = [threading.Thread(target=ask, args=(True,)), threading.Thread(target=ask, args=(False,))]
+        waiters[0].start()  # the prefetch came first
+        while gate.waiting[True] == 0:
+            time.sleep(0.01)
+        waiters[1].start()
+        while gate.waiting[False] == 0:
+            time.sleep(0.01)
+    for thread in waiters:
+        thread.join(30)
+    assert entered == ["asked", "prefetch"] and gate.free == 1
+    with pytest.raises(EvaluationStopped), gate.place(False, lambda: False), gate.place(False, lambda: True):
+        pass  # no place left, and the page stopped asking
+
+
 class FakeDoc:
     """A Bokeh document as `dashboard.pieces` sees it: callbacks on the loop's next turn, a session that may end (its
     callbacks then dropped, as Bokeh does)."""
