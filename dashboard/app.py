@@ -247,7 +247,7 @@ def bokeh_backend() -> None:
 
 
 FUSION_FIRST = 3  # the Fusion tab's first piece: headline, colouring, DAG; then compare mode, the table and the bars
-SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets above this heading; the second, the rest
+SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets from the shell's to this heading; then the rest
 
 
 def _fill(frame: pn.Column, parts) -> None:
@@ -286,18 +286,16 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    side, widgets = pn.Column(sizing_mode="stretch_width"), []  # the widgets are made by the first of its pieces
-
-    def sidebar_part(first: bool) -> list:
-        if first:
-            widgets[:] = sidebar(session)
-        split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
-        return widgets[:split] if first else widgets[split:]
-
+    widgets = sidebar(session)
+    # the shell holds the network and upload boxes: FilePond's page-wide options (REFUSE_EMPTY_FILES_JS, set when the
+    # document is ready) reach the drop boxes there then, not one made later (its own options win)
+    upload = next(i for i, w in enumerate(widgets) if isinstance(w, ModelDropper)) + 1
+    split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
+    side = pn.Column(*widgets[:upload], sizing_mode="stretch_width")
     template.sidebar.append(side)
     main, pieces = main_area(session)
     template.main.append(main)
-    pieces[:0] = [partial(_fill, side, partial(sidebar_part, True)), partial(_fill, side, partial(sidebar_part, False))]
+    pieces[:0] = [partial(_fill, side, lambda: widgets[upload:split]), partial(_fill, side, lambda: widgets[split:])]
     if served:
         pn.state.onload(partial(build, pn.state.curdoc, pieces))
     else:

@@ -101,7 +101,7 @@ class ReportRequest:
                 return
             start = time.perf_counter()
             try:
-                await asyncio.to_thread(self.session.prepared, steps[i], run=self.runner)
+                await asyncio.to_thread(self.session.prepared, steps[i], run=replace(self.runner, background=True))
             except Exception:  # the same error will be shown if the user goes there
                 return
             if time.perf_counter() - start > PREFETCH_STEP_S:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -40,10 +42,18 @@ class StopCheck:
 NEVER_STOP = StopCheck(lambda: False)
 
 
-@lru_cache(maxsize=1)
+_STARTING = threading.Lock()  # two threads asking at once start one pool
+
+
 def pool() -> ProcessPoolExecutor:
-    """The server process's one pool, started on first use. Spawned, not forked: a fork would copy the server's
-    threads' locks mid-use."""
+    """The server process's one pool, started on first use."""
+    with _STARTING:
+        return _pool()
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ProcessPoolExecutor:
+    """Spawned, not forked: a fork would copy the server's threads' locks mid-use."""
     return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_outlive_not, initargs=(os.getpid(),))
 
@@ -83,6 +93,39 @@ def _wait(future: Future, stop: Callable[[], bool]):
                 raise EvaluationStopped("the page that asked for this work was closed") from None
 
 
+class Gate:
+    """At most `places` pieces of work in the pool at once; a free place goes to work a page asked for before any
+    background work (prefetch). The pool itself serves first come, first served: at twenty pages, a slider move's
+    report waited behind every page's prefetch."""
+
+    def __init__(self, places: int):
+        self.free, self.waiting = places, {False: 0, True: 0}  # free places; threads waiting, by `background`
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def place(self, background: bool, stop: Callable[[], bool]):
+        """Hold a place while the block runs; EvaluationStopped once `stop()` says so while waiting for one."""
+        with self._changed:
+            self.waiting[background] += 1
+            try:
+                while self.free == 0 or (background and self.waiting[False]):
+                    self._changed.wait(POLL_S)
+                    if stop():
+                        raise EvaluationStopped("the page that asked for this work was closed")
+            finally:
+                self.waiting[background] -= 1
+            self.free -= 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.free += 1
+                self._changed.notify_all()
+
+
+GATE = Gate(WORKERS)  # the server process's: as many places as workers, so no work waits in the pool's own queue
+
+
 @dataclass(frozen=True)
 class Runner:
     """Where a page's engine work runs: in this thread (`away` False: tests, notebooks) or in the worker processes,
@@ -90,6 +133,7 @@ class Runner:
 
     away: bool = False
     stop: StopCheck = NEVER_STOP
+    background: bool = field(default=False, compare=False)  # work nobody waits for yet (prefetch): served last
 
     def __call__(self, fn: Callable, *args, **kwargs):
         """`fn(*args, **kwargs)` (a module-level function of picklable arguments and result), here or away."""
@@ -97,7 +141,13 @@ class Runner:
             raise EvaluationStopped("the page that asked for this work was closed")
         if not self.away:
             return fn(*args, **kwargs)
-        return _wait(pool().submit(_in_worker, fn, args, kwargs), self.stop)
+        try:
+            with GATE.place(self.background, self.stop):
+                return _wait(pool().submit(_in_worker, fn, args, kwargs), self.stop)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): the next piece of work gets a new pool
+            with _STARTING:
+                _pool.cache_clear()
+            raise
 
 
 HERE = Runner()

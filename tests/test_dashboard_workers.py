@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from concurrent.futures.process import EXTRA_QUEUED_CALLS
+from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
 from types import SimpleNamespace
 
 import pytest
@@ -32,8 +32,8 @@ def test_a_report_computed_in_a_worker_process_is_the_one_computed_here():
 
 
 def test_work_for_a_page_that_stopped_asking_is_never_started():
-    # every worker taken, and the pool's one call queued ahead (it can no longer be cancelled)
-    busy = [pool().submit(time.sleep, 1.0) for _ in range(WORKERS + EXTRA_QUEUED_CALLS)]
+    # every worker taken, and the pool's queue to them full (calls in it can no longer be cancelled)
+    busy = [pool().submit(time.sleep, 2.0) for _ in range(2 * WORKERS + EXTRA_QUEUED_CALLS)]
     waiting = pool().submit(os.getpid)
     with pytest.raises(EvaluationStopped, match="closed"):
         _wait(waiting, lambda: True)
@@ -52,6 +52,38 @@ def test_a_superseded_requests_report_is_not_computed():
         s.compute_report(181, run=stale.runner)
     assert fusion_report.cache_info().misses == misses + 1 and not s.is_ready(181)
     assert s.compute_report(181, run=s.new_request().runner).acc.buffer_bytes == 181 * 1024  # the current one is
+
+
+def test_a_worker_that_died_fails_its_own_work_only():
+    with pytest.raises(BrokenProcessPool):
+        Runner(away=True)(os._exit, 1)  # as a worker killed for its memory
+    assert Runner(away=True)(os.getpid) != os.getpid()  # the next piece of work runs in a new pool
+
+
+def test_a_free_place_goes_to_work_a_page_asked_for_before_any_prefetch():
+    import threading
+
+    from dashboard.workers import Gate
+
+    gate, entered = Gate(1), []
+
+    def ask(background: bool):
+        with gate.place(background, lambda: False):
+            entered.append("prefetch" if background else "asked")
+
+    with gate.place(False, lambda: False):  # the one place taken
+        waiters = [threading.Thread(target=ask, args=(True,)), threading.Thread(target=ask, args=(False,))]
+        waiters[0].start()  # the prefetch came first
+        while gate.waiting[True] == 0:
+            time.sleep(0.01)
+        waiters[1].start()
+        while gate.waiting[False] == 0:
+            time.sleep(0.01)
+    for thread in waiters:
+        thread.join(30)
+    assert entered == ["asked", "prefetch"] and gate.free == 1
+    with pytest.raises(EvaluationStopped), gate.place(False, lambda: False), gate.place(False, lambda: True):
+        pass  # no place left, and the page stopped asking
 
 
 class FakeDoc:
