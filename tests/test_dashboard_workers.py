@@ -31,13 +31,23 @@ def test_a_report_computed_in_a_worker_process_is_the_one_computed_here():
     assert dict(there.energy) == dict(here.energy) and there.oracle_bytes == here.oracle_bytes
 
 
-def test_work_for_a_page_that_stopped_asking_is_never_started():
-    # every worker taken, and the pool's queue to them full (calls in it can no longer be cancelled)
-    busy = [pool().submit(time.sleep, 2.0) for _ in range(2 * WORKERS + EXTRA_QUEUED_CALLS)]
+def _held_until(path: str) -> None:
+    """Work that lasts until the test creates `path` (in a worker process): ordered by the test, not the clock."""
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
+def test_work_for_a_page_that_stopped_asking_is_never_started(tmp_path):
+    # every worker taken, and the pool's queue to them full (calls in it can no longer be cancelled), until released
+    release = str(tmp_path / "release")
+    busy = [pool().submit(_held_until, release) for _ in range(2 * WORKERS + EXTRA_QUEUED_CALLS)]
     waiting = pool().submit(os.getpid)
-    with pytest.raises(EvaluationStopped, match="closed"):
-        _wait(waiting, lambda: True)
-    assert waiting.cancelled()  # taken off the queue: the workers are free for the work still wanted
+    try:
+        with pytest.raises(EvaluationStopped, match="closed"):
+            _wait(waiting, lambda: True)
+        assert waiting.cancelled()  # taken off the queue: the workers are free for the work still wanted
+    finally:
+        open(release, "w").close()
     assert all(f.result() is None for f in busy)
     with pytest.raises(EvaluationStopped):  # asked for after the stop: not even queued
         Runner(away=True, stop=StopCheck(lambda: True))(os.getpid)
