@@ -3,15 +3,26 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test bench clean browser compiled
+.PHONY: serve test bench clean browser compiled test-tools
 
+# the engine and the dashboard (what `make serve` needs)
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+# the test tools (pyproject's `test` extra), installed without reinstalling the project, so that this can run
+# while the fusion search compiles
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['test']))" > $(VENV)/test-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/test-requirements.txt
+	touch $(TEST_STAMP)
+
+test-tools: $(TEST_STAMP)
 
 # The fusion search's compiled code (engine/fusion/core/): Numba compiles it once (about two minutes) and caches
 # it beside the source; after that this loads it in about a second. serve and test do it first, so that no
@@ -28,7 +39,9 @@ serve: compiled
 	  --check-unused-sessions 1000 --unused-session-lifetime 15000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
-test: compiled browser
+# the compile (a core for about a minute), the test tools' install and the browser's side by side
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 compiled test-tools browser
 	$(BIN)/python -m pytest
 
 # The end-to-end tests drive Debian's chromium; install it where missing and we may (root with apt-get).
@@ -38,7 +51,7 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing and cannot be installed here: the browser tests will be skipped"; fi; }
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run
 
 clean:
