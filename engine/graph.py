@@ -151,10 +151,14 @@ class Graph:
         ordered = _stable_topological(name, ops, producer)
         return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch, tuple(assumptions))
 
+    def _fields(self) -> tuple:
+        """The fields, in order: what a graph is (its lookups are derived from them)."""
+        return (self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch, self.assumptions)
+
     def __reduce__(self):
         """Pickled as its fields alone, without the lookups derived from them (rebuilt on use): a graph crosses to
         the dashboard's worker processes with each piece of work."""
-        return (Graph, (self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch))
+        return (Graph, self._fields())
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: caches keyed by graph (`fusion.model.model_for`) hash it per call."""
@@ -162,7 +166,7 @@ class Graph:
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.name, self.ops, self.tensor_list, self.inputs, self.outputs, self.batch, self.assumptions))
+        return hash(self._fields())
 
     # ---- lookups -------------------------------------------------------
     @cached_property

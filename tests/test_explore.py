@@ -117,6 +117,7 @@ def test_a_report_and_its_graph_cross_a_process_boundary(resnet18):
     """Pickled (the dashboard's worker processes send reports back): equal plans, energies and graph; the graph's
     derived lookups are left out and rebuilt."""
     import pickle
+    from dataclasses import replace
 
     assert resnet18.dag.number_of_nodes() == len(resnet18.ops)  # a lookup built before pickling
     rep = evaluate(resnet18, engine.Accelerator.preset("eyeriss"), methods=("dnnvm", "optimus"),
@@ -126,3 +127,5 @@ def test_a_report_and_its_graph_cross_a_process_boundary(resnet18):
     assert set(back.graph.dag.edges) == set(resnet18.dag.edges)
     assert {m: p.groups for m, p in back.plans.items()} == {m: p.groups for m, p in rep.plans.items()}
     assert dict(back.energy) == dict(rep.energy) and back.summary_frame().equals(rep.summary_frame())
+    assumed = replace(resnet18, assumptions=("NonZero 'keep': 5 (as given)",))  # what an import rested on crosses too
+    assert pickle.loads(pickle.dumps(assumed)).assumptions == assumed.assumptions
