@@ -7,8 +7,8 @@ import math
 from engine.errors import ModelFileError, ShapeError
 from engine.graph import MAX_BATCH, Graph, Op, OpKind, Tensor, conv_macs, matmul_macs
 from engine.onnx.facts import Facts
-from engine.onnx.fold import attr
 from engine.onnx.merge import Draft, Merged
+from engine.onnx.nodes import attr
 
 
 def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | None, left_out: list[str],

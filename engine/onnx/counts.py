@@ -16,9 +16,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from onnx import helper
-
 from engine.errors import EngineError, ShapeError
+from engine.onnx.nodes import attr
 
 COUNTED = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress", "TopK"})
 
@@ -111,7 +110,7 @@ def _most(node, shapes: dict, values: dict) -> tuple[int, str] | None:
 
 def _axis(node, x, default=-1) -> int | None:
     """`node`'s axis attribute made non-negative; None when it is unset and `default` is None, or out of range."""
-    axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), default)
+    axis = attr(node, "axis", default)
     if axis is None or not -len(x) <= axis < len(x):
         return None
     return axis % len(x)

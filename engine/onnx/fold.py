@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 
 from engine.errors import ModelFileError
 from engine.onnx.counts import COUNTED, DataCounts, count_shapes
+from engine.onnx.nodes import attr
 from engine.onnx.read import MAX_TENSOR_ELEMENTS
 
 MAX_FOLD_ELEMENTS = 1 << 16  # constants larger than this are data (masks, tables), not shape arithmetic
@@ -299,8 +300,3 @@ def _array(tensor, path, node: str) -> np.ndarray:
         return numpy_helper.to_array(tensor)
     except Exception as err:  # a tensor whose stored data does not decode
         raise ModelFileError(path, f"constant data does not decode ({err.__class__.__name__})", node=node) from None
-
-
-def attr(node, name: str, default=None):
-    """The value of `node`'s attribute `name`, or `default` when the node does not set it."""
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import networkx as nx
+from onnx import helper
 
 from engine.errors import ModelFileError
 from engine.onnx.ops import DATA_DEPENDENT
@@ -87,3 +88,7 @@ def drop_data_dependent(nodes, shapes: dict, sources: dict) -> tuple[list, list[
     if not origins:
         return nodes, origins
     return [(name, node) for name, node in nodes if not any(t in dropped for t in node.output if t)], origins
+
+def attr(node, name: str, default=None):
+    """The value of `node`'s attribute `name`, or `default` when the node does not set it."""
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
