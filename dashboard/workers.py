@@ -26,6 +26,7 @@ from engine.graph import Graph
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # the engine's work uses a core each; the event loop keeps its own
 POLL_S = 0.25  # how often a waiting thread asks whether its page still wants the result
 PARENT_POLL_S = 1.0  # how often a worker asks whether the server is still there
+CLOSED = "the page that asked for this work was closed"
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _wait(future: Future, stop: Callable[[], bool]):
         except FutureTimeout:
             if stop():
                 future.cancel()
-                raise EvaluationStopped("the page that asked for this work was closed") from None
+                raise EvaluationStopped(CLOSED) from None
 
 
 class Gate:
@@ -111,7 +112,7 @@ class Gate:
                 while self.free == 0 or (background and self.waiting[False]):
                     self._changed.wait(POLL_S)
                     if stop():
-                        raise EvaluationStopped("the page that asked for this work was closed")
+                        raise EvaluationStopped(CLOSED)
             finally:
                 self.waiting[background] -= 1
             self.free -= 1
@@ -138,7 +139,7 @@ class Runner:
     def __call__(self, fn: Callable, *args, **kwargs):
         """`fn(*args, **kwargs)` (a module-level function of picklable arguments and result), here or away."""
         if self.stop():
-            raise EvaluationStopped("the page that asked for this work was closed")
+            raise EvaluationStopped(CLOSED)
         if not self.away:
             return fn(*args, **kwargs)
         try:
