@@ -445,7 +445,7 @@ def window_limit(t, at, st, dep, log, top, work, room, steps):
                 break
             d = j - first + 1
             log = _roomy(log, top, 1)
-            _add(t, at, st, dep, log, top, work, d, j, False, steps)
+            _add(t, at, st, dep, log, top, work, d, j, np.bool_(False), steps)
             if dep[FULL, d] - dep[GREEDY, d] > room:
                 break
             if dep[NCOMP, d] == 1:

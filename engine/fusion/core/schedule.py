@@ -68,11 +68,11 @@ def group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, 
             w &= w - np.uint64(1)
             size += 1
     log = _roomy(log, top, size)
-    d = 0
+    d = np.int64(0)
     for i in range(n):
         if _has(group, i):
             d += 1
-            _add(t, at, st, dep, log, top, work, d, i, False)
+            _add(t, at, st, dep, log, top, work, d, i, np.bool_(False))
     out = _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits)
     _undo(st, log, top, 0)
     return out
@@ -82,7 +82,7 @@ def group_dram(t, at, st, dep, log, top, work, group, room, param_room, shared, 
 def _dram_bytes(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits):
     """`sized.dram_bytes` of the fitting group at depth d (-1 if the ISOA program could not run)."""
     fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, d, room, param_room, shared, per_band, batch, word_bits,
-                                        False)
+                                        np.bool_(False))
     return fin + fout + par if fin >= 0 else -1
 
 
@@ -105,7 +105,7 @@ def _tiled(t, at, st, dep, d, fmap, param_room, shared, per_band, batch, word_bi
     if resident and not detail:
         return fin, fout, pbytes, 0, True, 0, 0
     room = fmap - (p_elems if resident and shared else 0)  # resident parameters share the buffer
-    kbig = 1  # the most rows of any member's ofmap or input
+    kbig = np.int64(1)  # the most rows of any member's ofmap or input
     for q in range(1, d + 1):
         i = dep[PATH, q]
         kbig = max(kbig, t[at[OUT_H] + i])
@@ -212,14 +212,14 @@ def lone_costs(t, at, st, dep, log, top, work, ops, room, param_room, shared, pe
             out[i] = 0  # a layout op alone folds into its neighbours
             continue
         dep[:, 0] = 0
-        _add(t, at, st, dep, log, top, work, 1, i, False)
+        _add(t, at, st, dep, log, top, work, np.int64(1), i, np.bool_(False))
         p_elems = dep[PARAMS, 1]
         least = dep[FIN, 1] + dep[FOUT, 1] + -(-p_elems * word_bits // 8)
         if not t[at[COVERED] + i]:
             out[i] = least  # outside the tile model: its compulsory traffic
         else:
-            fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, 1, room, param_room, shared, per_band, reloads,
-                                                word_bits, False)
+            fin, fout, par, _, _, _, _ = _tiled(t, at, st, dep, np.int64(1), room, param_room, shared, per_band, reloads,
+                                                word_bits, np.bool_(False))
             tiled = fin + fout + par if fin >= 0 else -1
             out[i] = tiled
             if tiled < 0 or tiled > least:
@@ -407,11 +407,11 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
     for g in range(len(groups)):
         dep[:, 0] = 0
         log = _roomy(log, top, sizes[g])  # room for this group's members joining, not for every op
-        d = 0
+        d = np.int64(0)
         for i in range(n):
             if _has(groups[g], i):
                 d += 1
-                _add(t, at, st, dep, log, top, work, d, i, False)
+                _add(t, at, st, dep, log, top, work, d, i, np.bool_(False))
         row = out[g]
         row[S_SIZE] = d
         i = dep[PATH, 1]
@@ -427,7 +427,7 @@ def schedules(t, at, st, dep, log, top, work, groups, room, param_room, shared, 
             _undo(st, log, top, 0)
             continue
         fin, fout, par, on_chip, resident, k, images = _tiled(t, at, st, dep, d, room, param_room, shared, per_band,
-                                                              batch, word_bits, True)
+                                                              batch, word_bits, np.bool_(True))
         row[KIND], row[S_FIN], row[S_FOUT], row[S_PAR], row[S_FOOTPRINT] = FUSED, fin, fout, par, on_chip
         row[S_RESIDENT], row[S_STEPS], row[S_IMAGES], row[S_PASSES] = resident, k, images, 1
         if fin == -2:
