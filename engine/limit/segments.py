@@ -36,11 +36,13 @@ import numpy as np
 
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
+from engine.limit.closure import UNBOUNDED, least_closure
 from engine.limit.einsum import at
 from engine.limit.ops import OpTable
 from engine.limit.ops import tables as op_tables
 
 MAX_LINKS = 10  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-8)
+HORIZON = 10  # producer steps above a piece within which `_supply` looks for what its shared inputs cost to hold
 INF = float("inf")
 BIG = 1e30  # INF in the cut sums (0 * inf is not 0); bit counts stay below 2^53, exact in float64
 
@@ -73,7 +75,6 @@ class Streamed:
     elems: int  # elements of every image
     made: bool  # made by an op (no read counted in the once-term) or a network input (one read counted)
     written: bool  # its maker's group must write it when another group reads it (one reader all along)
-    need: int | float  # elements of one image any group that makes it whole holds (`_needs`)
     producer: int  # the op that makes the tensor read (-1: a network input); it and its ancestors are the cone
 
 
@@ -91,7 +92,15 @@ class Segments:
     inplace: tuple[bool, ...]
     covered: tuple[bool, ...]
     cone: tuple[int, ...]  # per op: the mask of it and its ancestors
+    below: tuple[int, ...]  # per op: the mask of it and its descendants
     free_links: int  # links left out of every component (counted free)
+    feeds: tuple[tuple[int, ...], ...] = ()  # per op: its input tensors that are not streamed
+    maker: tuple[int, ...] = ()  # per tensor: the covered op that makes it (-1: a network input or an uncovered op's)
+    outside: tuple[tuple[int, int], ...] = ()  # per tensor: (whole-image, finest) elements held from another group
+    source: tuple[int, ...] = ()  # per tensor: the op that makes it, looked back through folded layout ops
+    ins: tuple[tuple[int, ...], ...] = ()  # per op: every input tensor
+    hold: tuple[int, ...] = ()  # per tensor: whole-image elements a group making a streamed operand whole holds
+    # of it when it reads it (a streamed tensor cannot be: `UNBOUNDED`)
     cuts: tuple[Cuts, ...] = ()  # per kind of component: its pieces under every subset of cut links
 
 
@@ -102,9 +111,10 @@ class Piece:
     ops: tuple[int, ...]
     whole: int
     finest: int
-    # per streamed operand its members read, in order: (whole-image, finest) elements of the tiles outside the
-    # operand's cone, which shrink with the row steps while a cone that makes the operand whole does not
-    rest: tuple[tuple[int, int], ...] = ()
+    # per set of the streamed operands its members read (bit k: the k-th, in order) made whole in the group: the
+    # elements of one image their cones hold at every row step (`_need`), and (whole-image, finest) elements of the
+    # tiles outside the cones, which shrink with the row steps while the cones do not
+    rest: tuple[tuple[int | float, int, int], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,15 +139,20 @@ def segments_of(model: FusionModel) -> Segments:
         full, chunk = model.full_row[i], model.full_row[i] - model.save_row[i]
         whole.append((full * model.out_h[i], chunk * model.out_h[i]))
         finest.append((full * model.floor[i], chunk * model.floor[i]))
-    needs = _needs(model)
-    streamed = tuple(tuple(Streamed(*_source(model, j), needs[j], model.producer[j]) for j in model.ins[i]
+    streamed = tuple(tuple(Streamed(*_source(model, j), model.producer[j]) for j in model.ins[i]
                            if model.stream_elems[j]) for i in range(n))
     read = tuple(tuple((j, model.held[j] * model.geo(j).h, model.held[j]) for j in model.ins[i]
                        if model.covered[i] and (model.producer[j] < 0 or not model.covered[model.producer[j]]))
                  for i in range(n))
     cone = tuple(model.anc[i] | 1 << i for i in range(n))
+    feeds = tuple(tuple(j for j in model.ins[i] if not model.stream[j]) for i in range(n))
+    maker = tuple(p if p >= 0 and model.covered[p] else -1 for p in model.producer)
+    outside = tuple((model.held[j] * (geo.h if geo is not None else 1), model.held[j])
+                    for j, geo in enumerate(model.tgeo))
+    below = tuple(model.desc[i] | 1 << i for i in range(n))
     seg = Segments((), tables, tuple(whole), tuple(finest), streamed, read, tuple(model.passes), tuple(model.inplace),
-                   tuple(model.covered), cone, free)
+                   tuple(model.covered), cone, below, free, feeds, maker, outside, _sources(model), tuple(model.ins),
+                   tuple(UNBOUNDED if model.stream[j] else w for j, (w, _) in enumerate(outside)))
     kinds: dict[tuple, int] = {}
     keyed: list[Component] = []
     cuts: list[Cuts] = []
@@ -154,14 +169,43 @@ def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> 
     pos = {i: k for k, i in enumerate(ops)}
     local: dict[int, int] = {}  # tensors read from outside, numbered in the component (two ops may read one)
     per_op = tuple((seg.whole[i], seg.finest[i],
-                    tuple((st.nbytes, st.elems, st.made, st.written, st.need) for st in seg.streamed[i]),
+                    tuple((st.nbytes, st.elems, st.made, st.written) for st in seg.streamed[i]),
                     tuple(tuple(pos[k] for k in ops if _in_cone(seg, st, k)) for st in seg.streamed[i]),
                     tuple((local.setdefault(j, len(local)), w, f) for j, w, f in seg.read[i]),
                     seg.passes[i], seg.inplace[i], seg.covered[i],
                     seg.tables[i].params, seg.tables[i].whole, seg.tables[i].compulsory, seg.tables[i].steps)
                    for i in ops)
-    return per_op, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest)
-                         for ln in links)
+    paths = tuple(tuple(pos[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)  # through ops outside too
+    return per_op, paths, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest)
+                         for ln in links), _context(seg, ops)
+
+
+def _context(seg: Segments, ops: tuple[int, ...]) -> tuple:
+    """What `_supply` reads around a component: the ops within `HORIZON` steps above it and the tensors its ops and
+    they read, numbered from 0 (equal for identical layers away from the network's ends)."""
+    near = sorted(_above(seg, set(ops), HORIZON + 1, seg.ins) | set(ops))
+    pos = {i: k for k, i in enumerate(near)}
+    return tuple((i in ops, seg.whole[i], seg.finest[i], seg.covered[i], seg.inplace[i],
+                  tuple((pos.get(seg.maker[j], -1), seg.outside[j], seg.hold[j], pos.get(seg.source[j], -1))
+                        for j in seg.ins[i]))
+                 for i in near)
+
+
+def _above(seg: Segments, start: set[int], depth: int, via: tuple[tuple[int, ...], ...]) -> set[int]:
+    """Covered ops within `depth` producer steps above `start` (not in it), through the tensors they read (`via`:
+    `seg.feeds` or `seg.ins`); an in-place op (a layout view, a split) takes no step."""
+    found: dict[int, int] = {}
+    todo = [(i, 0) for i in start]
+    while todo:
+        i, d = todo.pop()
+        for j in via[i]:
+            p = seg.maker[j]
+            step = d + (not seg.inplace[p])
+            if p < 0 or p in start or step > depth or found.get(p, depth + 1) <= step:
+                continue
+            found[p] = step
+            todo.append((p, step))
+    return set(found)
 
 
 def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int]:
@@ -245,6 +289,17 @@ def _follow(model: FusionModel, p: int, j: int, nbytes: int) -> list[Link]:
     return [Link(p, tuple(ops), nbytes, model.held[j] * rows, model.held[j])]
 
 
+def _sources(model: FusionModel) -> tuple[int, ...]:
+    """Per tensor, the op that makes it looked back through folded one-in layout ops (-1: a network input)."""
+    out = []
+    for j in range(len(model.tnames)):
+        p = model.producer[j]
+        while p >= 0 and model.folds[p] and len(model.ins[p]) == 1:
+            p = model.producer[model.ins[p][0]]
+        out.append(p)
+    return tuple(out)
+
+
 def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
     """(bytes, elements, made by an op, written) a group loads at least when it reads streamed tensor j from
     outside: an in-place op's output (a repeat of grouped-query heads, a KV-cache append) may be read as its inputs
@@ -261,28 +316,6 @@ def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
     if nbytes >= model.tbytes[j]:
         return model.tbytes[j], model.stream_elems[j], made, written
     return nbytes, elems, made, written
-
-
-def _needs(model: FusionModel) -> list[int | float]:
-    """Per tensor: a lower bound on the elements of one image a group holds when it makes the tensor whole (every
-    row, as a streamed operand made in its group is): its producer's output at every row (T_c channels if chunked),
-    plus for each input the less of holding it whole from outside and making it whole inside; a streamed input
-    must be made inside (else it is loaded, the other case), a network input or an uncovered op's output read."""
-    def outside(j: int) -> int | float:
-        geo = model.tgeo[j]
-        return INF if model.stream[j] else model.held[j] * (geo.h if geo else 1)
-
-    need: list[int | float] = [outside(j) if model.producer[j] < 0 else 0 for j in range(len(model.tnames))]
-    for i in range(model.n):
-        for j in model.outs[i]:
-            if not model.covered[i]:
-                need[j] = outside(j)
-                continue
-            total: int | float = 0 if model.inplace[i] else (model.full_row[i] - model.save_row[i]) * model.out_h[i]
-            for k in model.ins[i]:
-                total += min(outside(k), need[k])
-            need[j] = total
-    return need
 
 
 def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits: int) -> int:
@@ -318,6 +351,8 @@ def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
         members: dict[int, list[int]] = {}
         for i in ops:
             members.setdefault(_find(parent, i), []).append(i)
+        if not _convex(seg, ops, links, cuts, [sum(1 << i for i in m) for m in members.values()]):
+            continue  # no plan cuts so: its groups are convex
         rows.append([pieces.setdefault(frozenset(m), len(pieces)) for m in members.values()])
         cut_bits.append(sum(2 * ln.nbytes * 8 for ln, cut in zip(links, cuts) if cut))
     uses = np.zeros((len(rows), len(pieces)))
@@ -325,6 +360,29 @@ def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
         uses[s, row] = 1
     return Cuts(tuple(_piece(seg, tuple(sorted(key)), links) for key in pieces), uses,
                 np.array(cut_bits, dtype=np.float64))
+
+
+def _convex(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], cuts: tuple[bool, ...],
+            pieces: list[int]) -> bool:
+    """Whether convex groups can cut the component so: a piece's ops share a group, and so does every op on a path
+    between two ops of a group; a link whose maker and readers are then all in one group is uncut."""
+    groups = list(pieces)
+    changed = True
+    while changed:
+        changed = False
+        for g in groups:
+            hull = g
+            for i in ops:
+                if not hull >> i & 1 and seg.cone[i] & g and seg.below[i] & g:
+                    hull |= 1 << i
+            if hull != g:
+                groups = [h for h in groups if not h & hull] + [hull | sum(h for h in groups if h & hull)]
+                changed = True
+                break
+    for ln, cut in zip(links, cuts):
+        if cut and any(g >> ln.producer & 1 and all(g >> r & 1 for r in ln.readers) for g in groups):
+            return False
+    return True
 
 
 def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piece:
@@ -336,16 +394,99 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
                 and len(ln.readers) == 1)  # read from another group (several readers: maybe from its own)
     whole, finest = _footprint(seg, ops, inner)
     outside = {j: (w, f) for i in ops for j, w, f in seg.read[i]}  # network inputs, outputs of ops run alone
-    whole = max(whole + sum(ln.whole for ln in fed) + sum(w for w, _ in outside.values()),
+    fed_pairs = {(ln.producer, ln.readers[0]) for ln in fed}
+    shared = {j for i in ops for j in seg.feeds[i] if seg.maker[j] >= 0 and seg.maker[j] not in key
+              and seg.source[j] not in key and (seg.source[j], i) not in fed_pairs}  # made by a group we may share
+    more_whole, more_finest = (_supply(seg, key, shared, set(outside), width) for width in (0, 1))
+    whole = max(whole + sum(ln.whole for ln in fed) + sum(w for w, _ in outside.values()) + more_whole,
                 max((seg.tables[i].whole for i in ops), default=0))
-    finest += sum(ln.finest for ln in fed) + sum(f for _, f in outside.values())
-    rest = []
-    for st in (st for i in ops for st in seg.streamed[i]):
-        out = [i for i in ops if not _in_cone(seg, st, i)]
-        apart = [ln for ln in fed if not _in_cone(seg, st, ln.readers[0])]
-        rest.append((sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
+    finest += sum(ln.finest for ln in fed) + sum(f for _, f in outside.values()) + more_finest
+    streams = [st for i in ops for st in seg.streamed[i]]
+    mask = sum(1 << i for i in ops)
+    # an operand made from a member's output is made in the group: every op between two members is in it (convex);
+    # unless a network input is part of it (a KV cache read beside the new token's keys: read, as parameters are)
+    forced = sum(1 << k for k, st in enumerate(streams)
+                 if st.made and st.producer >= 0 and seg.cone[st.producer] & mask)
+    rest: list[tuple[int | float, int, int]] = []
+    for made in range(1 << len(streams)):
+        if forced & ~made:
+            rest.append((INF, 0, 0))
+            continue
+        chosen = [st for k, st in enumerate(streams) if made >> k & 1]
+        cones = 0
+        for st in chosen:
+            cones |= seg.cone[st.producer] if st.producer >= 0 else 0
+        out = [i for i in ops if not cones >> i & 1]
+        apart = [ln for ln in fed if not cones >> ln.readers[0] & 1]
+        within = [i for i in ops if cones >> i & 1]  # members in the cones: Alg. 2 keeps some at full depth
+        full = _least_chunks(seg.whole, seg, within, _producers(inner)) - sum(
+            seg.whole[i][1] for i in within if not seg.inplace[i])
+        rest.append((_need(seg, key, chosen) + full, sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
                      sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
     return Piece(ops, whole, finest, tuple(rest))
+
+
+def _need(seg: Segments, piece: set[int], made: list[Streamed]) -> int | float:
+    """A lower bound on the elements of one image a group holding the piece holds at every row step when it makes
+    the streamed operands `made` whole (every row of them, before the first row of their readers): their makers'
+    outputs at every row (T_c channels if chunked) and each input held whole from outside or made whole inside in
+    turn, the piece's own ops always inside, every op counted once however many of the cones read it
+    (`least_closure` over the covered ops within `HORIZON` steps above; nothing beyond them). A streamed input must
+    be made inside (else it is loaded, the other case); a network input or an uncovered op's output is read."""
+    producers = frozenset(st.producer for st in made)
+    if not made or any(p < 0 or not seg.covered[p] for p in producers):
+        return INF if made else 0
+    near = _near_makers(seg, producers)
+    return _need_value(seg, producers, near, frozenset(piece & near))
+
+
+@lru_cache(maxsize=4096)
+def _near_makers(seg: Segments, producers: frozenset[int]) -> frozenset[int]:
+    """The covered ops within `HORIZON` steps above `producers` (not them), through every input."""
+    return frozenset(_above(seg, set(producers), HORIZON, seg.ins))
+
+
+@lru_cache(maxsize=65536)
+def _need_value(seg: Segments, producers: frozenset[int], near: frozenset[int], inside: frozenset[int]) -> int | float:
+    """`_need` with the makers it may choose (`near`) and those it must (`inside`: the piece's)."""
+    def width(q: int) -> int:
+        return 0 if seg.inplace[q] else seg.whole[q][1]
+
+    value = sum(width(p) for p in producers) + least_closure(
+        [j for p in sorted(producers) for j in seg.ins[p]], seg.maker, seg.ins, width,
+        lambda j: UNBOUNDED if seg.maker[j] in inside else seg.hold[j], near,
+        lambda j: seg.hold[j] if seg.maker[j] < 0 else 0)
+    return INF if value >= UNBOUNDED else value
+
+
+def _supply(seg: Segments, piece: set[int], tensors: set[int], counted: set[int], at: int) -> int:
+    """Least elements (one image, whole rows if `at` is 0, finest if 1) a group holding the piece keeps for `tensors`,
+    inputs made outside the piece and not read from another group for sure (a residual stream read by several ops):
+    each either held from another group at full depth or made in the group by its maker at its narrower tile, whose
+    own inputs are then held or made in turn. A minimum cut over the makers within `HORIZON` steps (a closure:
+    every chosen maker's tile counted once, whatever reads it); a network input or an uncovered op's output held at
+    full depth, unless the piece reads it too (`counted`: the piece holds it); beyond the horizon and piece members
+    (counted in the piece): nothing."""
+    if not tensors:
+        return 0
+    key = frozenset(tensors)
+    near = _near(seg, key)
+    return _cut_value(seg, key, near - piece, frozenset(counted), at)
+
+
+@lru_cache(maxsize=4096)
+def _near(seg: Segments, tensors: frozenset[int]) -> frozenset[int]:
+    """The makers of `tensors` and the covered ops within `HORIZON` - 1 steps above them."""
+    makers = {seg.maker[j] for j in tensors} - {-1}
+    return frozenset(makers | _above(seg, makers, HORIZON - 1, seg.feeds))
+
+
+@lru_cache(maxsize=65536)
+def _cut_value(seg: Segments, tensors: frozenset[int], near: frozenset[int], counted: frozenset[int], at: int) -> int:
+    """`_supply`'s minimum cut with the makers it may choose (`near`)."""
+    return least_closure(tensors, seg.maker, seg.feeds, lambda p: min(seg.whole[p] if at == 0 else seg.finest[p]),
+                    lambda j: seg.outside[j][at], near,
+                    lambda j: seg.outside[j][at] if seg.maker[j] < 0 and j not in counted else 0)
 
 
 def _in_cone(seg: Segments, st: Streamed, i: int) -> bool:
@@ -379,55 +520,70 @@ def _grouped_bits(seg: Segments, piece: Piece, cap: Capacity, batch: int, word_b
         return INF
     base = max(1, -(-batch * piece.whole // max(1, cap.fmap)))
     params = sum(seg.tables[i].params for i in ops)
-    streams = list(zip((st for i in ops for st in seg.streamed[i]), piece.rest))
+    streams = [st for i in ops for st in seg.streamed[i]]
     best = INF
-    for inside in product((False, True), repeat=len(streams)):
-        loads, held, loaded = base, finest, params
-        for (st, (r_whole, r_finest)), made in zip(streams, inside):
-            if not made:
-                loaded += st.elems
-                continue
-            if st.need + r_finest > cap.fmap:
-                break  # the cone and the tiles beside it do not fit
-            loads = max(loads, -(-batch * r_whole // max(1, int(cap.fmap - st.need))))
-            held = max(held, int(st.need) + r_finest)
-        else:
-            stays = loaded <= (cap.fmap - held if cap.shared else cap.param)
-            bits = 0 if stays else (loads - 1) * params * word_bits
-            for (st, _), made in zip(streams, inside):
-                if not made:  # read once if it stays (none counted yet if an op makes it), else once per sub-group
-                    reads = 1 if stays else loads
-                    bits += (reads - (not st.made) + st.written) * st.nbytes * 8
-            best = min(best, bits)
+    for made, (need, r_whole, r_finest) in enumerate(piece.rest):
+        loads, held = base, finest
+        if need + r_finest > cap.fmap:
+            continue  # the cones and the tiles beside them do not fit (or an operand made in the group is read)
+        if made:
+            loads = max(loads, -(-batch * r_whole // max(1, int(cap.fmap - need))))
+            held = max(held, int(need) + r_finest)
+        loaded = params + sum(st.elems for k, st in enumerate(streams) if not made >> k & 1)
+        stays = loaded <= (cap.fmap - held if cap.shared else cap.param)
+        bits = 0 if stays else (loads - 1) * params * word_bits
+        for k, st in enumerate(streams):
+            if not made >> k & 1:  # read once if it stays (none counted yet if an op makes it), else per sub-group
+                reads = 1 if stays else loads
+                bits += (reads - (not st.made) + st.written) * st.nbytes * 8
+        best = min(best, bits)
     return best
 
 
 def _footprint(seg: Segments, ops: tuple[int, ...], inner: tuple[Link, ...]) -> tuple[int, int]:
     """(whole-image, finest) lower bounds on the output tiles the piece's ops hold together: the least over which
-    ops chunk (Alg. 2: no reader of a chunked op chunks unless it passes chunks on), with each op's rule kept
-    towards one reader only (an in-forest: fewer rules, a bound no larger)."""
-    reader: dict[int, int] = {}
+    ops chunk under Alg. 2's rule towards every reader in the piece (an in-place op chunked when any producer is;
+    a group holding the piece has at least these rules, and tiles at least these rows)."""
+    order = sorted(ops)  # producers first: topological order
+    producers = _producers(inner)
+    return _least_chunks(seg.whole, seg, order, producers), _least_chunks(seg.finest, seg, order, producers)
+
+
+def _producers(inner: tuple[Link, ...]) -> dict[int, list[int]]:
+    """Per op, the ops whose outputs it reads through `inner` links."""
+    producers: dict[int, list[int]] = {}
     for ln in inner:
-        reader.setdefault(ln.producer, ln.readers[0])
-    children: dict[int, list[int]] = {}
-    for p, c in reader.items():
-        children.setdefault(c, []).append(p)
-    return _tree_min(seg.whole, seg, ops, reader, children), _tree_min(seg.finest, seg, ops, reader, children)
+        for r in ln.readers:
+            producers.setdefault(r, []).append(ln.producer)
+    return producers
 
 
-def _tree_min(width, seg: Segments, ops: tuple[int, ...], reader: dict[int, int],
-              children: dict[int, list[int]]) -> int:
-    """Least sum of `width[i][chunked]` over an in-forest where no op that neither passes chunks nor is in place
-    chunks an input another member chunked (Alg. 2); an in-place op is chunked when an input it carries is."""
-    best: dict[int, tuple[int, int]] = {}  # op -> (least of its subtree unchunked, chunked)
-    for i in sorted(ops):  # producers first: topological order
-        kids = children.get(i, [])
-        free = sum(min(best[c]) for c in kids)
-        plain = sum(best[c][0] for c in kids)
+def _least_chunks(width, seg: Segments, order: list[int], producers: dict[int, list[int]]) -> int:
+    """Least sum of `width[i][chunked]` over the ops in `order` where no op that neither passes chunks nor is in
+    place chunks while one of its producers is chunked (Alg. 2), searched depth first, cut at the best so far."""
+    best = [sum(width[i][0] for i in order if not seg.inplace[i])]
+    chunked: dict[int, bool] = {}
+    rest = [0] * (len(order) + 1)  # least width of the ops from position k on, every one chunked
+    for k in range(len(order) - 1, -1, -1):
+        i = order[k]
+        rest[k] = rest[k + 1] + (0 if seg.inplace[i] else min(width[i]))
+
+    def visit(k: int, total: int) -> None:
+        if total + rest[k] >= best[0]:
+            return
+        if k == len(order):
+            best[0] = total
+            return
+        i = order[k]
+        fed = any(chunked[p] for p in producers.get(i, ()))
         if seg.inplace[i]:
-            best[i] = (plain, free)
-        elif seg.passes[i]:
-            best[i] = (width[i][0] + free, width[i][1] + free)
-        else:
-            best[i] = (width[i][0] + free, width[i][1] + plain)
-    return sum(min(best[i]) for i in ops if i not in reader)
+            chunked[i] = fed
+            visit(k + 1, total)
+            return
+        options = [(width[i][1], True)] if width[i][1] < width[i][0] and (seg.passes[i] or not fed) else []
+        for w, c in options + [(width[i][0], False)]:
+            chunked[i] = c
+            visit(k + 1, total + w)
+
+    visit(0, 0)
+    return best[0]
