@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from itertools import product
 
 import numpy as np
 
@@ -41,7 +40,7 @@ from engine.limit.einsum import at
 from engine.limit.ops import OpTable
 from engine.limit.ops import tables as op_tables
 
-MAX_LINKS = 10  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-8)
+MAX_LINKS = 12  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-12)
 HORIZON = 10  # producer steps above a piece within which `_supply` looks for what its shared inputs cost to hold
 INF = float("inf")
 BIG = 1e30  # INF in the cut sums (0 * inf is not 0); bit counts stay below 2^53, exact in float64
@@ -56,6 +55,7 @@ class Link:
     nbytes: int  # its bytes (the smaller of the tensor made and the view read)
     whole: int  # elements of one image its one reader holds at full depth when it reads it from outside
     finest: int  # elements of one row of it held so
+    streamed: bool = False  # a streamed operand (keys, values): read as parameters are, so held nowhere
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ class Piece:
     # elements of one image their cones hold at every row step (`_need`), and (whole-image, finest) elements of the
     # tiles outside the cones, which shrink with the row steps while the cones do not
     rest: tuple[tuple[int | float, int, int], ...] = ()
+    linked: tuple[bool, ...] = ()  # per streamed operand: whether a link of the component carries it
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,7 +177,8 @@ def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> 
                     seg.tables[i].params, seg.tables[i].whole, seg.tables[i].compulsory, seg.tables[i].steps)
                    for i in ops)
     paths = tuple(tuple(pos[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)  # through ops outside too
-    return per_op, paths, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest)
+    return per_op, paths, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest,
+                                 ln.streamed)
                          for ln in links), _context(seg, ops)
 
 
@@ -265,6 +267,24 @@ def _links(model: FusionModel) -> list[Link]:
     for p in range(model.n):
         if not model.folds[p] and len(model.outs[p]) == 1:
             out.extend(_follow(model, p, model.outs[p][0], model.tbytes[model.outs[p][0]]))
+    return out + _stream_links(model)
+
+
+def _stream_links(model: FusionModel) -> list[Link]:
+    """A streamed operand one op makes (through layout views and in-place ops of one input) and one op reads, all
+    along: cut, the maker's group writes it and the reader's reads it at least once (`_grouped_bits` counts the
+    reads beyond); uncut, the reader's group makes it."""
+    out = []
+    for r in range(model.n):
+        for j in model.ins[r]:
+            if not model.stream_elems[j] or model.folds[r]:
+                continue
+            nbytes, _, made, written = _source(model, j)
+            p = model.producer[j]
+            while p >= 0 and model.inplace[p] and len(model.ins[p]) == 1:
+                p = model.producer[model.ins[p][0]]
+            if made and written and p >= 0 and model.covered[p] and not model.inplace[p]:
+                out.append(Link(p, (r,), nbytes, 0, 0, True))
     return out
 
 
@@ -339,50 +359,59 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
 
 def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
     """The pieces of a component under every subset of its links cut (a link is uncut when its maker and all its
-    readers share a group), with their footprint bounds."""
-    pieces: dict[frozenset[int], int] = {}
+    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`).
+    Ops are bits of the component's own masks here (k: the k-th op of `ops`)."""
+    at = {i: k for k, i in enumerate(ops)}
+    joins = [1 << at[ln.producer] | sum(1 << at[r] for r in ln.readers) for ln in links]
+    cone = [sum(1 << at[k] for k in ops if seg.cone[i] >> k & 1) for i in ops]
+    below = [sum(1 << at[k] for k in ops if seg.below[i] >> k & 1) for i in ops]
+    pieces: dict[int, int] = {}
+    hulls: dict[int, int] = {}  # a group's mask -> the ops on paths between two of its ops, its own included
     rows, cut_bits = [], []
-    for cuts in product((False, True), repeat=len(links)):
-        parent = {i: i for i in ops}
-        for ln, cut in zip(links, cuts):
-            if not cut:
-                for r in ln.readers:
-                    parent[_find(parent, r)] = _find(parent, ln.producer)
-        members: dict[int, list[int]] = {}
-        for i in ops:
-            members.setdefault(_find(parent, i), []).append(i)
-        if not _convex(seg, ops, links, cuts, [sum(1 << i for i in m) for m in members.values()]):
+    for cut in range(1 << len(links)):
+        parts = [1 << k for k in range(len(ops))]
+        for n, join in enumerate(joins):
+            if not cut >> n & 1:
+                merged = join
+                for g in parts:
+                    if g & join:
+                        merged |= g
+                parts = [g for g in parts if not g & join] + [merged]
+        severed = [j for n, j in enumerate(joins) if cut >> n & 1]
+        if not _convex(cone, below, severed, parts, hulls):
             continue  # no plan cuts so: its groups are convex
-        rows.append([pieces.setdefault(frozenset(m), len(pieces)) for m in members.values()])
-        cut_bits.append(sum(2 * ln.nbytes * 8 for ln, cut in zip(links, cuts) if cut))
+        rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
+        cut_bits.append(sum(2 * ln.nbytes * 8 for n, ln in enumerate(links) if cut >> n & 1))
     uses = np.zeros((len(rows), len(pieces)))
     for s, row in enumerate(rows):
         uses[s, row] = 1
-    return Cuts(tuple(_piece(seg, tuple(sorted(key)), links) for key in pieces), uses,
+    return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in pieces), uses,
                 np.array(cut_bits, dtype=np.float64))
 
 
-def _convex(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], cuts: tuple[bool, ...],
-            pieces: list[int]) -> bool:
-    """Whether convex groups can cut the component so: a piece's ops share a group, and so does every op on a path
-    between two ops of a group; a link whose maker and readers are then all in one group is uncut."""
+def _convex(cone: list[int], below: list[int], cut: list[int], pieces: list[int], hulls: dict[int, int]) -> bool:
+    """Whether convex groups can cut a component so: a piece's ops share a group, and so does every op on a path
+    between two ops of a group (`cone`, `below`: per op, the ops above and below it, itself included); a link
+    (`cut`: the masks of the cut links' makers and readers) whose ops are then all in one group is uncut."""
+    if any(join & g == join for join in cut for g in pieces):
+        return False
     groups = list(pieces)
     changed = True
     while changed:
         changed = False
         for g in groups:
-            hull = g
-            for i in ops:
-                if not hull >> i & 1 and seg.cone[i] & g and seg.below[i] & g:
-                    hull |= 1 << i
+            hull = hulls.get(g)
+            if hull is None:
+                hull = hulls[g] = g | sum(1 << k for k, (up, down) in enumerate(zip(cone, below)) if up & g and down & g)
             if hull != g:
-                groups = [h for h in groups if not h & hull] + [hull | sum(h for h in groups if h & hull)]
+                merged = hull
+                for h in groups:
+                    if h & hull:
+                        merged |= h
+                groups = [h for h in groups if not h & hull] + [merged]
                 changed = True
                 break
-    for ln, cut in zip(links, cuts):
-        if cut and any(g >> ln.producer & 1 and all(g >> r & 1 for r in ln.readers) for g in groups):
-            return False
-    return True
+    return not any(join & g == join for join in cut for g in groups)
 
 
 def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piece:
@@ -390,11 +419,11 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     and the tensors no group makes, at full depth; at least the per-op whole rows of `OpTable.whole`."""
     key = set(ops)
     inner = tuple(ln for ln in links if ln.producer in key and all(r in key for r in ln.readers))
-    fed = tuple(ln for ln in links if ln.readers[0] in key and ln.producer not in key
-                and len(ln.readers) == 1)  # read from another group (several readers: maybe from its own)
+    # read from another group: a cut link all of whose readers are here (its maker in the group would uncut it)
+    fed = tuple(ln for ln in links if ln.producer not in key and all(r in key for r in ln.readers))
     whole, finest = _footprint(seg, ops, inner)
     outside = {j: (w, f) for i in ops for j, w, f in seg.read[i]}  # network inputs, outputs of ops run alone
-    fed_pairs = {(ln.producer, ln.readers[0]) for ln in fed}
+    fed_pairs = {(ln.producer, r) for ln in fed for r in ln.readers}
     shared = {j for i in ops for j in seg.feeds[i] if seg.maker[j] >= 0 and seg.maker[j] not in key
               and seg.source[j] not in key and (seg.source[j], i) not in fed_pairs}  # made by a group we may share
     more_whole, more_finest = (_supply(seg, key, shared, set(outside), width) for width in (0, 1))
@@ -407,9 +436,14 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     # unless a network input is part of it (a KV cache read beside the new token's keys: read, as parameters are)
     forced = sum(1 << k for k, st in enumerate(streams)
                  if st.made and st.producer >= 0 and seg.cone[st.producer] & mask)
+    # a streamed operand whose link is cut comes from another group: the link counts its write and one read
+    linked = tuple(any(ln.streamed and ln.readers[0] == i and seg.cone[st.producer] >> ln.producer & 1
+                       for ln in links) for i in ops for st in seg.streamed[i])
+    barred = sum(1 << k for k, (st, cut) in enumerate(zip(streams, linked))
+                 if cut and not seg.cone[st.producer] & mask)
     rest: list[tuple[int | float, int, int]] = []
     for made in range(1 << len(streams)):
-        if forced & ~made:
+        if forced & ~made or barred & made:
             rest.append((INF, 0, 0))
             continue
         chosen = [st for k, st in enumerate(streams) if made >> k & 1]
@@ -417,13 +451,13 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
         for st in chosen:
             cones |= seg.cone[st.producer] if st.producer >= 0 else 0
         out = [i for i in ops if not cones >> i & 1]
-        apart = [ln for ln in fed if not cones >> ln.readers[0] & 1]
+        apart = [ln for ln in fed if not any(cones >> r & 1 for r in ln.readers)]
         within = [i for i in ops if cones >> i & 1]  # members in the cones: Alg. 2 keeps some at full depth
         full = _least_chunks(seg.whole, seg, within, _producers(inner)) - sum(
             seg.whole[i][1] for i in within if not seg.inplace[i])
         rest.append((_need(seg, key, chosen) + full, sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
                      sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
-    return Piece(ops, whole, finest, tuple(rest))
+    return Piece(ops, whole, finest, tuple(rest), linked)
 
 
 def _need(seg: Segments, piece: set[int], made: list[Streamed]) -> int | float:
@@ -535,7 +569,7 @@ def _grouped_bits(seg: Segments, piece: Piece, cap: Capacity, batch: int, word_b
         for k, st in enumerate(streams):
             if not made >> k & 1:  # read once if it stays (none counted yet if an op makes it), else per sub-group
                 reads = 1 if stays else loads
-                bits += (reads - (not st.made) + st.written) * st.nbytes * 8
+                bits += (reads - 1 if piece.linked[k] else reads - (not st.made) + st.written) * st.nbytes * 8
         best = min(best, bits)
     return best
 
