@@ -359,17 +359,26 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
 
 def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
     """The pieces of a component under every subset of its links cut (a link is uncut when its maker and all its
-    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`).
-    Ops are bits of the component's own masks here (k: the k-th op of `ops`)."""
+    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`)."""
     at = {i: k for k, i in enumerate(ops)}
-    joins = [1 << at[ln.producer] | sum(1 << at[r] for r in ln.readers) for ln in links]
-    cone = [sum(1 << at[k] for k in ops if seg.cone[i] >> k & 1) for i in ops]
-    below = [sum(1 << at[k] for k in ops if seg.below[i] >> k & 1) for i in ops]
+    joins = tuple(1 << at[ln.producer] | sum(1 << at[r] for r in ln.readers) for ln in links)
+    cone = tuple(sum(1 << at[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)
+    below = tuple(sum(1 << at[k] for k in ops if seg.below[i] >> k & 1) for i in ops)
+    masks, uses, cut_bits = _rows(joins, cone, below, tuple(ln.nbytes for ln in links))
+    return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in masks), uses,
+                cut_bits)
+
+
+@lru_cache(maxsize=64)
+def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...],
+          nbytes: tuple[int, ...]) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """`_cuts`' subsets of a component's shape (ops as bits: k, the k-th op; `joins`: per link the mask of its maker
+    and readers): the pieces' masks, which each subset leaves, and the bits it cuts (the same for identical layers)."""
     pieces: dict[int, int] = {}
     hulls: dict[int, int] = {}  # a group's mask -> the ops on paths between two of its ops, its own included
     rows, cut_bits = [], []
-    for cut in range(1 << len(links)):
-        parts = [1 << k for k in range(len(ops))]
+    for cut in range(1 << len(joins)):
+        parts = [1 << k for k in range(len(cone))]
         for n, join in enumerate(joins):
             if not cut >> n & 1:
                 merged = join
@@ -381,15 +390,15 @@ def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
         if not _convex(cone, below, severed, parts, hulls):
             continue  # no plan cuts so: its groups are convex
         rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
-        cut_bits.append(sum(2 * ln.nbytes * 8 for n, ln in enumerate(links) if cut >> n & 1))
+        cut_bits.append(sum(2 * b * 8 for n, b in enumerate(nbytes) if cut >> n & 1))
     uses = np.zeros((len(rows), len(pieces)))
     for s, row in enumerate(rows):
         uses[s, row] = 1
-    return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in pieces), uses,
-                np.array(cut_bits, dtype=np.float64))
+    return tuple(pieces), uses, np.array(cut_bits, dtype=np.float64)
 
 
-def _convex(cone: list[int], below: list[int], cut: list[int], pieces: list[int], hulls: dict[int, int]) -> bool:
+def _convex(cone: tuple[int, ...], below: tuple[int, ...], cut: list[int], pieces: list[int],
+            hulls: dict[int, int]) -> bool:
     """Whether convex groups can cut a component so: a piece's ops share a group, and so does every op on a path
     between two ops of a group (`cone`, `below`: per op, the ops above and below it, itself included); a link
     (`cut`: the masks of the cut links' makers and readers) whose ops are then all in one group is uncut."""
@@ -420,9 +429,12 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     key = set(ops)
     inner = tuple(ln for ln in links if ln.producer in key and all(r in key for r in ln.readers))
     # read from another group: a cut link all of whose readers are here (its maker in the group would uncut it)
-    fed = tuple(ln for ln in links if ln.producer not in key and all(r in key for r in ln.readers))
-    whole, finest = _footprint(seg, ops, inner)
+    # (one of an op run alone that a member reads straight, as `read` counts it, counted there)
     outside = {j: (w, f) for i in ops for j, w, f in seg.read[i]}  # network inputs, outputs of ops run alone
+    counted = {(seg.source[j], i) for i in ops for j, _, _ in seg.read[i]}
+    fed = tuple(ln for ln in links if ln.producer not in key and all(r in key for r in ln.readers)
+                and not any((ln.producer, r) in counted for r in ln.readers))
+    whole, finest = _footprint(seg, ops, inner)
     fed_pairs = {(ln.producer, r) for ln in fed for r in ln.readers}
     shared = {j for i in ops for j in seg.feeds[i] if seg.maker[j] >= 0 and seg.maker[j] not in key
               and seg.source[j] not in key and (seg.source[j], i) not in fed_pairs}  # made by a group we may share
@@ -442,6 +454,7 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     barred = sum(1 << k for k, (st, cut) in enumerate(zip(streams, linked))
                  if cut and not seg.cone[st.producer] & mask)
     rest: list[tuple[int | float, int, int]] = []
+    producers, kept = _producers(inner), {}  # the least full depth of the members in some cones, per such set
     for made in range(1 << len(streams)):
         if forced & ~made or barred & made:
             rest.append((INF, 0, 0))
@@ -453,8 +466,11 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
         out = [i for i in ops if not cones >> i & 1]
         apart = [ln for ln in fed if not any(cones >> r & 1 for r in ln.readers)]
         within = [i for i in ops if cones >> i & 1]  # members in the cones: Alg. 2 keeps some at full depth
-        full = _least_chunks(seg.whole, seg, within, _producers(inner)) - sum(
-            seg.whole[i][1] for i in within if not seg.inplace[i])
+        key_within = tuple(within)
+        if key_within not in kept:
+            kept[key_within] = _least_chunks(seg.whole, seg, within, producers) - sum(
+                seg.whole[i][1] for i in within if not seg.inplace[i])
+        full = kept[key_within]
         rest.append((_need(seg, key, chosen) + full, sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
                      sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
     return Piece(ops, whole, finest, tuple(rest), linked)
@@ -601,6 +617,7 @@ def _least_chunks(width, seg: Segments, order: list[int], producers: dict[int, l
     for k in range(len(order) - 1, -1, -1):
         i = order[k]
         rest[k] = rest[k + 1] + (0 if seg.inplace[i] else min(width[i]))
+    prods = [producers.get(i, ()) for i in order]
 
     def visit(k: int, total: int) -> None:
         if total + rest[k] >= best[0]:
@@ -609,15 +626,20 @@ def _least_chunks(width, seg: Segments, order: list[int], producers: dict[int, l
             best[0] = total
             return
         i = order[k]
-        fed = any(chunked[p] for p in producers.get(i, ()))
+        fed = False
+        for p in prods[k]:
+            if chunked.get(p, False):
+                fed = True
+                break
         if seg.inplace[i]:
             chunked[i] = fed
             visit(k + 1, total)
             return
-        options = [(width[i][1], True)] if width[i][1] < width[i][0] and (seg.passes[i] or not fed) else []
-        for w, c in options + [(width[i][0], False)]:
-            chunked[i] = c
-            visit(k + 1, total + w)
+        if width[i][1] < width[i][0] and (seg.passes[i] or not fed):
+            chunked[i] = True
+            visit(k + 1, total + width[i][1])
+        chunked[i] = False
+        visit(k + 1, total + width[i][0])
 
     visit(0, 0)
     return best[0]
