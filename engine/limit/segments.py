@@ -134,7 +134,7 @@ def segments_of(model: FusionModel) -> Segments:
     n = model.n
     tables = op_tables(model.graph, model.word_bits, model.tp)
     links = _links(model)
-    comps, free = _components(model, links)
+    comps, free, loose = _components(model, links)
     whole, finest = [], []
     for i in range(n):
         full, chunk = model.full_row[i], model.full_row[i] - model.save_row[i]
@@ -158,14 +158,16 @@ def segments_of(model: FusionModel) -> Segments:
     keyed: list[Component] = []
     cuts: list[Cuts] = []
     for ops, own in comps:
-        kind = kinds.setdefault(_signature(seg, ops, own), len(kinds))
+        inside = set(ops)
+        near = tuple(ln for ln in loose if all(r in inside for r in ln.readers))  # a residual stream read here
+        kind = kinds.setdefault(_signature(seg, ops, own, near), len(kinds))
         if kind == len(cuts):
-            cuts.append(_cuts(seg, ops, own))
+            cuts.append(_cuts(seg, ops, own, near))
         keyed.append(Component(ops, own, kind))
     return replace(seg, components=tuple(keyed), cuts=tuple(cuts))
 
 
-def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> tuple:
+def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...]) -> tuple:
     """What `_component_bits` reads of a component, with its ops numbered from 0 (equal for identical layers)."""
     pos = {i: k for k, i in enumerate(ops)}
     local: dict[int, int] = {}  # tensors read from outside, numbered in the component (two ops may read one)
@@ -179,7 +181,8 @@ def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> 
     paths = tuple(tuple(pos[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)  # through ops outside too
     return per_op, paths, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest,
                                  ln.streamed)
-                         for ln in links), _context(seg, ops)
+                         for ln in links), _context(seg, ops), tuple(
+        (pos.get(ln.producer, -1), tuple(pos[r] for r in ln.readers), ln.nbytes) for ln in loose)
 
 
 def _context(seg: Segments, ops: tuple[int, ...]) -> tuple:
@@ -210,9 +213,11 @@ def _above(seg: Segments, start: set[int], depth: int, via: tuple[tuple[int, ...
     return set(found)
 
 
-def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int]:
+def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int,
+                                                                 list[Link]]:
     """Ops joined by single-reader links, then by links of several readers (largest first) while a component keeps
-    at most `MAX_LINKS` links; (components with their links, links left out)."""
+    at most `MAX_LINKS` links; (components with their links, how many links are left out, the links of several
+    readers among them)."""
     parent = list(range(model.n))
     count = [0] * model.n  # links of the component rooted here
 
@@ -220,12 +225,14 @@ def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple
         return _find(parent, i)
 
     kept: list[Link] = []
+    loose: list[Link] = []
     free = 0
     for ln in sorted(links, key=lambda ln: (len(ln.readers) > 1, -ln.nbytes)):
         roots = {root(ln.producer)} | {root(r) for r in ln.readers}
         total = sum(count[r] for r in roots) + 1
         if len(ln.readers) > 1 and total > MAX_LINKS:
             free += 1
+            loose.append(ln)
             continue
         top = roots.pop()
         for r in roots:
@@ -247,7 +254,7 @@ def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple
             out.extend(((i,), ()) for i in ops)
         else:
             out.append((tuple(ops), mine))
-    return out, free
+    return out, free, loose
 
 
 def _find(parent, i: int) -> int:
@@ -357,23 +364,28 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
     return total
 
 
-def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
+def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...] = ()) -> Cuts:
     """The pieces of a component under every subset of its links cut (a link is uncut when its maker and all its
-    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`)."""
+    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`).
+    `loose`: links of several readers left out of every component whose readers are all here (the residual stream
+    from the layer before): one costs its bytes twice wherever its readers are not all in one group."""
     at = {i: k for k, i in enumerate(ops)}
     joins = tuple(1 << at[ln.producer] | sum(1 << at[r] for r in ln.readers) for ln in links)
     cone = tuple(sum(1 << at[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)
     below = tuple(sum(1 << at[k] for k in ops if seg.below[i] >> k & 1) for i in ops)
-    masks, uses, cut_bits = _rows(joins, cone, below, tuple(ln.nbytes for ln in links))
+    apart = tuple((sum(1 << at[r] for r in ln.readers) | (1 << at[ln.producer] if ln.producer in at else 0),
+                   ln.nbytes) for ln in loose)
+    masks, uses, cut_bits = _rows(joins, cone, below, tuple(ln.nbytes for ln in links), apart)
     return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in masks), uses,
                 cut_bits)
 
 
 @lru_cache(maxsize=64)
-def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...],
-          nbytes: tuple[int, ...]) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...], nbytes: tuple[int, ...],
+          apart: tuple[tuple[int, int], ...] = ()) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """`_cuts`' subsets of a component's shape (ops as bits: k, the k-th op; `joins`: per link the mask of its maker
-    and readers): the pieces' masks, which each subset leaves, and the bits it cuts (the same for identical layers)."""
+    and readers; `apart`: per loose link, the mask of its ops here and its bytes): the pieces' masks, which each
+    subset leaves, and the bits it cuts (the same for identical layers)."""
     pieces: dict[int, int] = {}
     hulls: dict[int, int] = {}  # a group's mask -> the ops on paths between two of its ops, its own included
     rows, cut_bits = [], []
@@ -387,10 +399,12 @@ def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...],
                         merged |= g
                 parts = [g for g in parts if not g & join] + [merged]
         severed = [j for n, j in enumerate(joins) if cut >> n & 1]
-        if not _convex(cone, below, severed, parts, hulls):
+        groups = _convex(cone, below, severed, parts, hulls)
+        if groups is None:
             continue  # no plan cuts so: its groups are convex
         rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
-        cut_bits.append(sum(2 * b * 8 for n, b in enumerate(nbytes) if cut >> n & 1))
+        cut_bits.append(sum(2 * b * 8 for n, b in enumerate(nbytes) if cut >> n & 1)
+                        + sum(2 * b * 8 for join, b in apart if not any(join & g == join for g in groups)))
     uses = np.zeros((len(rows), len(pieces)))
     for s, row in enumerate(rows):
         uses[s, row] = 1
@@ -398,12 +412,13 @@ def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...],
 
 
 def _convex(cone: tuple[int, ...], below: tuple[int, ...], cut: list[int], pieces: list[int],
-            hulls: dict[int, int]) -> bool:
-    """Whether convex groups can cut a component so: a piece's ops share a group, and so does every op on a path
-    between two ops of a group (`cone`, `below`: per op, the ops above and below it, itself included); a link
-    (`cut`: the masks of the cut links' makers and readers) whose ops are then all in one group is uncut."""
+            hulls: dict[int, int]) -> list[int] | None:
+    """The least groups convex groups that cut a component so make (a piece's ops share a group, and so does every
+    op on a path between two ops of a group; `cone`, `below`: per op, the ops above and below it, itself included),
+    or None when there are none: a link (`cut`: the masks of the cut links' makers and readers) whose ops are then
+    all in one group is uncut."""
     if any(join & g == join for join in cut for g in pieces):
-        return False
+        return None
     groups = list(pieces)
     changed = True
     while changed:
@@ -420,7 +435,7 @@ def _convex(cone: tuple[int, ...], below: tuple[int, ...], cut: list[int], piece
                 groups = [h for h in groups if not h & hull] + [merged]
                 changed = True
                 break
-    return not any(join & g == join for join in cut for g in groups)
+    return None if any(join & g == join for join in cut for g in groups) else groups
 
 
 def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piece:
