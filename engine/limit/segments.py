@@ -6,24 +6,27 @@ reloads its weights once per row tile, and the tile the buffer allows shrinks wi
 must hold at once. Here the same analysis runs in the fusion cost model's own terms, so that it bounds
 every plan the engine prices (`docs/limit.md`, "The tight fused limit", has the argument):
 
-* a *link* is a tensor an op makes and other ops read (not streamed, not a network output; a reshape,
-  transpose or head split that folds is looked through). Links join ops into *components*: every link read
-  by one op, and a link read by several where the component stays small (`MAX_LINKS`; a residual stream
-  between layers is left out). Every plan's groups cut each component into *pieces* (the ops a group holds
-  of it, joined by uncut links: a link is uncut when its maker and every reader share a group);
+* a *link* is a tensor an op makes and other ops read (not a network output; a reshape, transpose or head split
+  that folds is looked through; a streamed operand one op makes and one reads, K^T or V, too). Links join ops into
+  *components*: every link read by one op, and a link read by several while the component keeps `MAX_LINKS`; one
+  left out (a residual stream between layers) is *loose*, and costs its bytes twice where its readers, all in one
+  component, are not in one group. Every plan's groups cut each component into *pieces* (the ops a group holds of
+  it, joined by uncut links: a link is uncut when its maker and every reader share a group); cuts no convex groups
+  make are left out;
 * a cut link costs its bytes twice (the producer's group writes it, some other group reads it);
-* a piece of several ops holds, at each row step, its members' output tiles (a member chunked under ISOA
-  holds T_c channels, and no consumer of a chunked member chunks, Alg. 2) and the links it reads from outside
-  at full depth; with k row steps of t_n images, t_n * whole / k <= buffer, so its group runs at least
-  ceil(N * whole / buffer) sub-groups, and its weights, unless they fit beside the finest tiles, load that
-  often (Eq. 3); a streamed operand (keys, values) that neither fits nor can be made whole beside the
-  tiles loads that often too;
+* a piece of several ops holds, at each row step, its members' output tiles (a member chunked under ISOA holds T_c
+  channels, and no reader of a chunked member chunks, Alg. 2), the links it reads from outside at full depth, and
+  what holding the tensors it may share with its group costs at least (`_supply`: a least closure over their
+  makers); with k row steps of t_n images, t_n * whole / k <= buffer, so its group runs at least
+  ceil(N * whole / buffer) sub-groups, and its weights, unless they fit beside the finest tiles, load that often
+  (Eq. 3); a streamed operand (keys, values) is loaded that often too unless made whole beside the tiles, its cone
+  then held at every row step (`_need`), which it must be when a member makes it;
 * a piece of one op pays the smaller of its ski-slope's excess (run alone) and that in-group bound.
 
 The least sum over every way to cut each component is a lower bound on every plan: a plan's groups are
 convex, so they cut each component somewhere, and each piece pays at least its bound whatever else its
-group holds (a larger group holds more, never less). Links left out of every component count as free,
-as in the per-op bound.
+group holds (a larger group holds more, never less). A loose link whose readers span components counts as
+free, as in the per-op bound.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ class Segments:
     covered: tuple[bool, ...]
     cone: tuple[int, ...]  # per op: the mask of it and its ancestors
     below: tuple[int, ...]  # per op: the mask of it and its descendants
-    free_links: int  # links left out of every component (counted free)
+    free_links: int  # links left out of every component (loose: priced where their readers share one, else free)
     feeds: tuple[tuple[int, ...], ...] = ()  # per op: its input tensors that are not streamed
     maker: tuple[int, ...] = ()  # per tensor: the covered op that makes it (-1: a network input or an uncovered op's)
     outside: tuple[tuple[int, int], ...] = ()  # per tensor: (whole-image, finest) elements held from another group
