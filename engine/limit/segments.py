@@ -392,22 +392,27 @@ def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...],
     pieces: dict[int, int] = {}
     hulls: dict[int, int] = {}  # a group's mask -> the ops on paths between two of its ops, its own included
     rows, cut_bits = [], []
-    for cut in range(1 << len(joins)):
-        parts = [1 << k for k in range(len(cone))]
-        for n, join in enumerate(joins):
-            if not cut >> n & 1:
-                merged = join
-                for g in parts:
-                    if g & join:
-                        merged |= g
-                parts = [g for g in parts if not g & join] + [merged]
-        severed = [j for n, j in enumerate(joins) if cut >> n & 1]
-        groups = _convex(cone, below, severed, parts, hulls)
-        if groups is None:
-            continue  # no plan cuts so: its groups are convex
-        rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
-        cut_bits.append(sum(2 * b * 8 for n, b in enumerate(nbytes) if cut >> n & 1)
-                        + sum(2 * b * 8 for join, b in apart if not any(join & g == join for g in groups)))
+
+    def walk(n: int, parts: list[int], severed: list[int], bits: int) -> None:
+        """Links n.. cut or not, the earlier ones decided (`parts` only merge as links stay uncut, so a cut link whose
+        ops already share a part ends the branch)."""
+        if n == len(joins):
+            groups = _convex(cone, below, severed, parts, hulls)
+            if groups is not None:  # else no plan cuts so: its groups are convex
+                rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
+                cut_bits.append(bits + sum(2 * b * 8 for join, b in apart if not any(join & g == join for g in groups)))
+            return
+        join = joins[n]
+        merged = join
+        for g in parts:
+            if g & join:
+                merged |= g
+        if not any(j & merged == j for j in severed):
+            walk(n + 1, [g for g in parts if not g & join] + [merged], severed, bits)
+        if not any(join & g == join for g in parts):
+            walk(n + 1, parts, severed + [join], bits + 2 * nbytes[n] * 8)
+
+    walk(0, [1 << k for k in range(len(cone))], [], 0)
     uses = np.zeros((len(rows), len(pieces)))
     for s, row in enumerate(rows):
         uses[s, row] = 1
