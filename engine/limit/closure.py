@@ -52,37 +52,42 @@ def least_closure(sources: Iterable[int], maker: Sequence[int], inputs: Sequence
 @lru_cache(maxsize=4096)
 def min_cut(edges: tuple[tuple[int, int, int], ...]) -> int:
     """The minimum cut from node 0 to node 1 of (tail, head, capacity) edges (-1: unbounded), by shortest augmenting
-    paths (Edmonds-Karp)."""
-    cap: dict[tuple[int, int], int] = {}
-    adj: dict[int, list[int]] = {}
+    paths (Edmonds-Karp) over edge arrays (edge e and its reverse e ^ 1)."""
+    n = 2 + max((max(u, v) for u, v, _ in edges), default=0)
+    head: list[int] = []
+    cap: list[int] = []
+    nxt: list[int] = []
+    first = [-1] * n
     for u, v, c in edges:
-        if (u, v) not in cap:
-            adj.setdefault(u, []).append(v)
-            if (v, u) not in cap:
-                adj.setdefault(v, []).append(u)
-                cap[v, u] = 0
-            cap[u, v] = 0
-        cap[u, v] += UNBOUNDED if c < 0 else c
+        for a, b, room in ((u, v, UNBOUNDED if c < 0 else c), (v, u, 0)):
+            head.append(b)
+            cap.append(room)
+            nxt.append(first[a])
+            first[a] = len(head) - 1
     total = 0
-    while 1 in adj:
-        prev: dict[int, int] = {0: 0}
+    while True:
+        via = [-1] * n  # the edge each node was reached by (-2: the source)
+        via[0] = -2
         queue = [0]
         for u in queue:
-            if u == 1:
-                break
-            for v in adj[u]:
-                if v not in prev and cap[u, v] > 0:
-                    prev[v] = u
+            e = first[u]
+            while e != -1:
+                v = head[e]
+                if via[v] == -1 and cap[e] > 0:
+                    via[v] = e
                     queue.append(v)
-        if 1 not in prev:
-            break
-        path, v = [], 1
+                e = nxt[e]
+            if via[1] != -1:
+                break
+        if via[1] == -1:
+            return total
+        push, v = UNBOUNDED * 4, 1
         while v:
-            path.append((prev[v], v))
-            v = prev[v]
-        push = min(cap[e] for e in path)
-        for u, v in path:
-            cap[u, v] -= push
-            cap[v, u] += push
+            push = min(push, cap[via[v]])
+            v = head[via[v] ^ 1]
+        v = 1
+        while v:
+            cap[via[v]] -= push
+            cap[via[v] ^ 1] += push
+            v = head[via[v] ^ 1]
         total += push
-    return total

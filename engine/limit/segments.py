@@ -119,6 +119,9 @@ class Piece:
     # tiles outside the cones, which shrink with the row steps while the cones do not
     rest: tuple[tuple[int | float, int, int], ...] = ()
     linked: tuple[bool, ...] = ()  # per streamed operand: whether a link of the component carries it
+    params: int = 0  # elements of its members' own parameters
+    streams: tuple[Streamed, ...] = ()  # the streamed operands its members read, in order
+    runs: bool = True  # one op, or every member in the tile model (else no group holds them)
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,9 +194,10 @@ def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loo
 def _context(seg: Segments, ops: tuple[int, ...]) -> tuple:
     """What `_supply` reads around a component: the ops within `HORIZON` steps above it and the tensors its ops and
     they read, numbered from 0 (equal for identical layers away from the network's ends)."""
-    near = sorted(_above(seg, set(ops), HORIZON + 1, seg.ins) | set(ops))
+    members = set(ops)
+    near = sorted(_above(seg, members, HORIZON + 1, seg.ins) | members)
     pos = {i: k for k, i in enumerate(near)}
-    return tuple((i in ops, seg.whole[i], seg.finest[i], seg.covered[i], seg.inplace[i],
+    return tuple((i in members, seg.whole[i], seg.finest[i], seg.covered[i], seg.inplace[i],
                   tuple((pos.get(seg.maker[j], -1), seg.outside[j], seg.hold[j], pos.get(seg.source[j], -1))
                         for j in seg.ins[i]))
                  for i in near)
@@ -423,10 +427,8 @@ def _convex(cone: tuple[int, ...], below: tuple[int, ...], cut: list[int], piece
             hulls: dict[int, int]) -> list[int] | None:
     """The least groups convex groups that cut a component so make (a piece's ops share a group, and so does every
     op on a path between two ops of a group; `cone`, `below`: per op, the ops above and below it, itself included),
-    or None when there are none: a link (`cut`: the masks of the cut links' makers and readers) whose ops are then
-    all in one group is uncut."""
-    if any(join & g == join for join in cut for g in pieces):
-        return None
+    or None when there are none: a link (`cut`: the masks of the cut links' makers and readers, none inside a piece)
+    whose ops are then all in one group is uncut."""
     groups = list(pieces)
     changed = True
     while changed:
@@ -496,7 +498,8 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
         full = kept[key_within]
         rest.append((_need(seg, key, chosen) + full, sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
                      sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
-    return Piece(ops, whole, finest, tuple(rest), linked)
+    return Piece(ops, whole, finest, tuple(rest), linked, sum(seg.tables[i].params for i in ops), tuple(streams),
+                 len(ops) == 1 or all(seg.covered[i] for i in ops))
 
 
 def _need(seg: Segments, piece: set[int], made: list[Streamed]) -> int | float:
@@ -586,14 +589,10 @@ def _grouped_bits(seg: Segments, piece: Piece, cap: Capacity, batch: int, word_b
     A streamed operand is either read from outside or made whole in the group: then its cone holds `need`
     elements at every row step and the piece's tiles outside the cone share what is left, which forces more
     sub-groups (the least over both choices of every operand)."""
-    ops, finest = piece.ops, piece.finest
-    if len(ops) > 1 and not all(seg.covered[i] for i in ops):
-        return INF
-    if finest > cap.fmap:
+    finest, params, streams = piece.finest, piece.params, piece.streams
+    if not piece.runs or finest > cap.fmap:
         return INF
     base = max(1, -(-batch * piece.whole // max(1, cap.fmap)))
-    params = sum(seg.tables[i].params for i in ops)
-    streams = [st for i in ops for st in seg.streamed[i]]
     best = INF
     for made, (need, r_whole, r_finest) in enumerate(piece.rest):
         loads, held = base, finest
