@@ -49,7 +49,8 @@ def reproduction() -> str:
              "|---|---:|---:|---:|---:|---|"]
     paper = {50 * MIB: "2.5x, 4.7 G", 512 * MIB: "5.6x, 6 G (above 320 MB)"}
     sizes = [("1 MiB", MIB), ("4 MiB", 4 * MIB), ("16 MiB", 16 * MIB), ("32 MiB", 32 * MIB), ("50 MB", 50_000_000),
-             ("50 MiB", 50 * MIB), ("100 MiB", 100 * MIB), ("200 MiB", 200 * MIB), ("320 MiB", 320 * MIB),
+             ("50 MiB", 50 * MIB), ("70 MiB", 70 * MIB), ("80 MiB", 80 * MIB), ("100 MiB", 100 * MIB),
+             ("200 MiB", 200 * MIB), ("320 MiB", 320 * MIB),
              ("352 MiB", 352 * MIB), ("352.04 MiB", 369_139_712), ("512 MiB", 512 * MIB)]
     for label, nbytes in sizes:
         un = unfused_bytes(chain + side, nbytes)

@@ -6,41 +6,45 @@ reloads its weights once per row tile, and the tile the buffer allows shrinks wi
 must hold at once. Here the same analysis runs in the fusion cost model's own terms, so that it bounds
 every plan the engine prices (`docs/limit.md`, "The tight fused limit", has the argument):
 
-* a *link* is a tensor an op makes and other ops read (not streamed, not a network output; a reshape,
-  transpose or head split that folds is looked through). Links join ops into *components*: every link read
-  by one op, and a link read by several where the component stays small (`MAX_LINKS`; a residual stream
-  between layers is left out). Every plan's groups cut each component into *pieces* (the ops a group holds
-  of it, joined by uncut links: a link is uncut when its maker and every reader share a group);
+* a *link* is a tensor an op makes and other ops read (not a network output; a reshape, transpose or head split
+  that folds is looked through; a streamed operand one op makes and one reads, K^T or V, too). Links join ops into
+  *components*: every link read by one op, and a link read by several while the component keeps `MAX_LINKS`; one
+  left out (a residual stream between layers) is *loose*, and costs its bytes twice where its readers, all in one
+  component, are not in one group. Every plan's groups cut each component into *pieces* (the ops a group holds of
+  it, joined by uncut links: a link is uncut when its maker and every reader share a group); cuts no convex groups
+  make are left out;
 * a cut link costs its bytes twice (the producer's group writes it, some other group reads it);
-* a piece of several ops holds, at each row step, its members' output tiles (a member chunked under ISOA
-  holds T_c channels, and no consumer of a chunked member chunks, Alg. 2) and the links it reads from outside
-  at full depth; with k row steps of t_n images, t_n * whole / k <= buffer, so its group runs at least
-  ceil(N * whole / buffer) sub-groups, and its weights, unless they fit beside the finest tiles, load that
-  often (Eq. 3); a streamed operand (keys, values) that neither fits nor can be made whole beside the
-  tiles loads that often too;
+* a piece of several ops holds, at each row step, its members' output tiles (a member chunked under ISOA holds T_c
+  channels, and no reader of a chunked member chunks, Alg. 2), the links it reads from outside at full depth, and
+  what holding the tensors it may share with its group costs at least (`_supply`: a least closure over their
+  makers); with k row steps of t_n images, t_n * whole / k <= buffer, so its group runs at least
+  ceil(N * whole / buffer) sub-groups, and its weights, unless they fit beside the finest tiles, load that often
+  (Eq. 3); a streamed operand (keys, values) is loaded that often too unless made whole beside the tiles, its cone
+  then held at every row step (`_need`), which it must be when a member makes it;
 * a piece of one op pays the smaller of its ski-slope's excess (run alone) and that in-group bound.
 
 The least sum over every way to cut each component is a lower bound on every plan: a plan's groups are
 convex, so they cut each component somewhere, and each piece pays at least its bound whatever else its
-group holds (a larger group holds more, never less). Links left out of every component count as free,
-as in the per-op bound.
+group holds (a larger group holds more, never less). A loose link whose readers span components counts as
+free, as in the per-op bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from itertools import product
 
 import numpy as np
 
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel
+from engine.limit.closure import UNBOUNDED, least_closure
 from engine.limit.einsum import at
 from engine.limit.ops import OpTable
 from engine.limit.ops import tables as op_tables
 
-MAX_LINKS = 10  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-8)
+MAX_LINKS = 12  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-12)
+HORIZON = 10  # producer steps above a piece within which `_supply` looks for what its shared inputs cost to hold
 INF = float("inf")
 BIG = 1e30  # INF in the cut sums (0 * inf is not 0); bit counts stay below 2^53, exact in float64
 
@@ -54,6 +58,7 @@ class Link:
     nbytes: int  # its bytes (the smaller of the tensor made and the view read)
     whole: int  # elements of one image its one reader holds at full depth when it reads it from outside
     finest: int  # elements of one row of it held so
+    streamed: bool = False  # a streamed operand (keys, values): read as parameters are, so held nowhere
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,6 @@ class Streamed:
     elems: int  # elements of every image
     made: bool  # made by an op (no read counted in the once-term) or a network input (one read counted)
     written: bool  # its maker's group must write it when another group reads it (one reader all along)
-    need: int | float  # elements of one image any group that makes it whole holds (`_needs`)
     producer: int  # the op that makes the tensor read (-1: a network input); it and its ancestors are the cone
 
 
@@ -91,7 +95,15 @@ class Segments:
     inplace: tuple[bool, ...]
     covered: tuple[bool, ...]
     cone: tuple[int, ...]  # per op: the mask of it and its ancestors
-    free_links: int  # links left out of every component (counted free)
+    below: tuple[int, ...]  # per op: the mask of it and its descendants
+    free_links: int  # links left out of every component (loose: priced where their readers share one, else free)
+    feeds: tuple[tuple[int, ...], ...] = ()  # per op: its input tensors that are not streamed
+    maker: tuple[int, ...] = ()  # per tensor: the covered op that makes it (-1: a network input or an uncovered op's)
+    outside: tuple[tuple[int, int], ...] = ()  # per tensor: (whole-image, finest) elements held from another group
+    source: tuple[int, ...] = ()  # per tensor: the op that makes it, looked back through folded layout ops
+    ins: tuple[tuple[int, ...], ...] = ()  # per op: every input tensor
+    hold: tuple[int, ...] = ()  # per tensor: whole-image elements a group making a streamed operand whole holds
+    # of it when it reads it (a streamed tensor cannot be: `UNBOUNDED`)
     cuts: tuple[Cuts, ...] = ()  # per kind of component: its pieces under every subset of cut links
 
 
@@ -102,9 +114,14 @@ class Piece:
     ops: tuple[int, ...]
     whole: int
     finest: int
-    # per streamed operand its members read, in order: (whole-image, finest) elements of the tiles outside the
-    # operand's cone, which shrink with the row steps while a cone that makes the operand whole does not
-    rest: tuple[tuple[int, int], ...] = ()
+    # per set of the streamed operands its members read (bit k: the k-th, in order) made whole in the group: the
+    # elements of one image their cones hold at every row step (`_need`), and (whole-image, finest) elements of the
+    # tiles outside the cones, which shrink with the row steps while the cones do not
+    rest: tuple[tuple[int | float, int, int], ...] = ()
+    linked: tuple[bool, ...] = ()  # per streamed operand: whether a link of the component carries it
+    params: int = 0  # elements of its members' own parameters
+    streams: tuple[Streamed, ...] = ()  # the streamed operands its members read, in order
+    runs: bool = True  # one op, or every member in the tile model (else no group holds them)
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,50 +140,91 @@ def segments_of(model: FusionModel) -> Segments:
     n = model.n
     tables = op_tables(model.graph, model.word_bits, model.tp)
     links = _links(model)
-    comps, free = _components(model, links)
+    comps, free, loose = _components(model, links)
     whole, finest = [], []
     for i in range(n):
         full, chunk = model.full_row[i], model.full_row[i] - model.save_row[i]
         whole.append((full * model.out_h[i], chunk * model.out_h[i]))
         finest.append((full * model.floor[i], chunk * model.floor[i]))
-    needs = _needs(model)
-    streamed = tuple(tuple(Streamed(*_source(model, j), needs[j], model.producer[j]) for j in model.ins[i]
+    streamed = tuple(tuple(Streamed(*_source(model, j), model.producer[j]) for j in model.ins[i]
                            if model.stream_elems[j]) for i in range(n))
     read = tuple(tuple((j, model.held[j] * model.geo(j).h, model.held[j]) for j in model.ins[i]
                        if model.covered[i] and (model.producer[j] < 0 or not model.covered[model.producer[j]]))
                  for i in range(n))
     cone = tuple(model.anc[i] | 1 << i for i in range(n))
+    feeds = tuple(tuple(j for j in model.ins[i] if not model.stream[j]) for i in range(n))
+    maker = tuple(p if p >= 0 and model.covered[p] else -1 for p in model.producer)
+    outside = tuple((model.held[j] * (geo.h if geo is not None else 1), model.held[j])
+                    for j, geo in enumerate(model.tgeo))
+    below = tuple(model.desc[i] | 1 << i for i in range(n))
     seg = Segments((), tables, tuple(whole), tuple(finest), streamed, read, tuple(model.passes), tuple(model.inplace),
-                   tuple(model.covered), cone, free)
+                   tuple(model.covered), cone, below, free, feeds, maker, outside, _sources(model), tuple(model.ins),
+                   tuple(UNBOUNDED if model.stream[j] else w for j, (w, _) in enumerate(outside)))
     kinds: dict[tuple, int] = {}
     keyed: list[Component] = []
     cuts: list[Cuts] = []
     for ops, own in comps:
-        kind = kinds.setdefault(_signature(seg, ops, own), len(kinds))
+        inside = set(ops)
+        near = tuple(ln for ln in loose if all(r in inside for r in ln.readers))  # a residual stream read here
+        kind = kinds.setdefault(_signature(seg, ops, own, near), len(kinds))
         if kind == len(cuts):
-            cuts.append(_cuts(seg, ops, own))
+            cuts.append(_cuts(seg, ops, own, near))
         keyed.append(Component(ops, own, kind))
     return replace(seg, components=tuple(keyed), cuts=tuple(cuts))
 
 
-def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> tuple:
+def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...]) -> tuple:
     """What `_component_bits` reads of a component, with its ops numbered from 0 (equal for identical layers)."""
     pos = {i: k for k, i in enumerate(ops)}
     local: dict[int, int] = {}  # tensors read from outside, numbered in the component (two ops may read one)
     per_op = tuple((seg.whole[i], seg.finest[i],
-                    tuple((st.nbytes, st.elems, st.made, st.written, st.need) for st in seg.streamed[i]),
+                    tuple((st.nbytes, st.elems, st.made, st.written) for st in seg.streamed[i]),
                     tuple(tuple(pos[k] for k in ops if _in_cone(seg, st, k)) for st in seg.streamed[i]),
                     tuple((local.setdefault(j, len(local)), w, f) for j, w, f in seg.read[i]),
                     seg.passes[i], seg.inplace[i], seg.covered[i],
                     seg.tables[i].params, seg.tables[i].whole, seg.tables[i].compulsory, seg.tables[i].steps)
                    for i in ops)
-    return per_op, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest)
-                         for ln in links)
+    paths = tuple(tuple(pos[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)  # through ops outside too
+    return per_op, paths, tuple((pos[ln.producer], tuple(pos[r] for r in ln.readers), ln.nbytes, ln.whole, ln.finest,
+                                 ln.streamed)
+                         for ln in links), _context(seg, ops), tuple(
+        (pos.get(ln.producer, -1), tuple(pos[r] for r in ln.readers), ln.nbytes) for ln in loose)
 
 
-def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int]:
+def _context(seg: Segments, ops: tuple[int, ...]) -> tuple:
+    """What `_supply` reads around a component: the ops within `HORIZON` steps above it and the tensors its ops and
+    they read, numbered from 0 (equal for identical layers away from the network's ends)."""
+    members = set(ops)
+    near = sorted(_above(seg, members, HORIZON + 1, seg.ins) | members)
+    pos = {i: k for k, i in enumerate(near)}
+    return tuple((i in members, seg.whole[i], seg.finest[i], seg.covered[i], seg.inplace[i],
+                  tuple((pos.get(seg.maker[j], -1), seg.outside[j], seg.hold[j], pos.get(seg.source[j], -1))
+                        for j in seg.ins[i]))
+                 for i in near)
+
+
+def _above(seg: Segments, start: set[int], depth: int, via: tuple[tuple[int, ...], ...]) -> set[int]:
+    """Covered ops within `depth` producer steps above `start` (not in it), through the tensors they read (`via`:
+    `seg.feeds` or `seg.ins`); an in-place op (a layout view, a split) takes no step."""
+    found: dict[int, int] = {}
+    todo = [(i, 0) for i in start]
+    while todo:
+        i, d = todo.pop()
+        for j in via[i]:
+            p = seg.maker[j]
+            step = d + (not seg.inplace[p])
+            if p < 0 or p in start or step > depth or found.get(p, depth + 1) <= step:
+                continue
+            found[p] = step
+            todo.append((p, step))
+    return set(found)
+
+
+def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int,
+                                                                 list[Link]]:
     """Ops joined by single-reader links, then by links of several readers (largest first) while a component keeps
-    at most `MAX_LINKS` links; (components with their links, links left out)."""
+    at most `MAX_LINKS` links; (components with their links, how many links are left out, the links of several
+    readers among them)."""
     parent = list(range(model.n))
     count = [0] * model.n  # links of the component rooted here
 
@@ -174,12 +232,14 @@ def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple
         return _find(parent, i)
 
     kept: list[Link] = []
+    loose: list[Link] = []
     free = 0
     for ln in sorted(links, key=lambda ln: (len(ln.readers) > 1, -ln.nbytes)):
         roots = {root(ln.producer)} | {root(r) for r in ln.readers}
         total = sum(count[r] for r in roots) + 1
         if len(ln.readers) > 1 and total > MAX_LINKS:
             free += 1
+            loose.append(ln)
             continue
         top = roots.pop()
         for r in roots:
@@ -201,7 +261,7 @@ def _components(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple
             out.extend(((i,), ()) for i in ops)
         else:
             out.append((tuple(ops), mine))
-    return out, free
+    return out, free, loose
 
 
 def _find(parent, i: int) -> int:
@@ -221,6 +281,24 @@ def _links(model: FusionModel) -> list[Link]:
     for p in range(model.n):
         if not model.folds[p] and len(model.outs[p]) == 1:
             out.extend(_follow(model, p, model.outs[p][0], model.tbytes[model.outs[p][0]]))
+    return out + _stream_links(model)
+
+
+def _stream_links(model: FusionModel) -> list[Link]:
+    """A streamed operand one op makes (through layout views and in-place ops of one input) and one op reads, all
+    along: cut, the maker's group writes it and the reader's reads it at least once (`_grouped_bits` counts the
+    reads beyond); uncut, the reader's group makes it."""
+    out = []
+    for r in range(model.n):
+        for j in model.ins[r]:
+            if not model.stream_elems[j] or model.folds[r]:
+                continue
+            nbytes, _, made, written = _source(model, j)
+            p = model.producer[j]
+            while p >= 0 and model.inplace[p] and len(model.ins[p]) == 1:
+                p = model.producer[model.ins[p][0]]
+            if made and written and p >= 0 and model.covered[p] and not model.inplace[p]:
+                out.append(Link(p, (r,), nbytes, 0, 0, True))
     return out
 
 
@@ -245,6 +323,17 @@ def _follow(model: FusionModel, p: int, j: int, nbytes: int) -> list[Link]:
     return [Link(p, tuple(ops), nbytes, model.held[j] * rows, model.held[j])]
 
 
+def _sources(model: FusionModel) -> tuple[int, ...]:
+    """Per tensor, the op that makes it looked back through folded one-in layout ops (-1: a network input)."""
+    out = []
+    for j in range(len(model.tnames)):
+        p = model.producer[j]
+        while p >= 0 and model.folds[p] and len(model.ins[p]) == 1:
+            p = model.producer[model.ins[p][0]]
+        out.append(p)
+    return tuple(out)
+
+
 def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
     """(bytes, elements, made by an op, written) a group loads at least when it reads streamed tensor j from
     outside: an in-place op's output (a repeat of grouped-query heads, a KV-cache append) may be read as its inputs
@@ -261,28 +350,6 @@ def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
     if nbytes >= model.tbytes[j]:
         return model.tbytes[j], model.stream_elems[j], made, written
     return nbytes, elems, made, written
-
-
-def _needs(model: FusionModel) -> list[int | float]:
-    """Per tensor: a lower bound on the elements of one image a group holds when it makes the tensor whole (every
-    row, as a streamed operand made in its group is): its producer's output at every row (T_c channels if chunked),
-    plus for each input the less of holding it whole from outside and making it whole inside; a streamed input
-    must be made inside (else it is loaded, the other case), a network input or an uncovered op's output read."""
-    def outside(j: int) -> int | float:
-        geo = model.tgeo[j]
-        return INF if model.stream[j] else model.held[j] * (geo.h if geo else 1)
-
-    need: list[int | float] = [outside(j) if model.producer[j] < 0 else 0 for j in range(len(model.tnames))]
-    for i in range(model.n):
-        for j in model.outs[i]:
-            if not model.covered[i]:
-                need[j] = outside(j)
-                continue
-            total: int | float = 0 if model.inplace[i] else (model.full_row[i] - model.save_row[i]) * model.out_h[i]
-            for k in model.ins[i]:
-                total += min(outside(k), need[k])
-            need[j] = total
-    return need
 
 
 def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits: int) -> int:
@@ -304,27 +371,81 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
     return total
 
 
-def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Cuts:
+def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...] = ()) -> Cuts:
     """The pieces of a component under every subset of its links cut (a link is uncut when its maker and all its
-    readers share a group), with their footprint bounds."""
-    pieces: dict[frozenset[int], int] = {}
+    readers share a group), with their footprint bounds; a subset no convex groups make is left out (`_convex`).
+    `loose`: links of several readers left out of every component whose readers are all here (the residual stream
+    from the layer before): one costs its bytes twice wherever its readers are not all in one group."""
+    at = {i: k for k, i in enumerate(ops)}
+    joins = tuple(1 << at[ln.producer] | sum(1 << at[r] for r in ln.readers) for ln in links)
+    cone = tuple(sum(1 << at[k] for k in ops if seg.cone[i] >> k & 1) for i in ops)
+    below = tuple(sum(1 << at[k] for k in ops if seg.below[i] >> k & 1) for i in ops)
+    apart = tuple((sum(1 << at[r] for r in ln.readers) | (1 << at[ln.producer] if ln.producer in at else 0),
+                   ln.nbytes) for ln in loose)
+    masks, uses, cut_bits = _rows(joins, cone, below, tuple(ln.nbytes for ln in links), apart)
+    return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in masks), uses,
+                cut_bits)
+
+
+@lru_cache(maxsize=64)
+def _rows(joins: tuple[int, ...], cone: tuple[int, ...], below: tuple[int, ...], nbytes: tuple[int, ...],
+          apart: tuple[tuple[int, int], ...] = ()) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """`_cuts`' subsets of a component's shape (ops as bits: k, the k-th op; `joins`: per link the mask of its maker
+    and readers; `apart`: per loose link, the mask of its ops here and its bytes): the pieces' masks, which each
+    subset leaves, and the bits it cuts (the same for identical layers)."""
+    pieces: dict[int, int] = {}
+    hulls: dict[int, int] = {}  # a group's mask -> the ops on paths between two of its ops, its own included
     rows, cut_bits = [], []
-    for cuts in product((False, True), repeat=len(links)):
-        parent = {i: i for i in ops}
-        for ln, cut in zip(links, cuts):
-            if not cut:
-                for r in ln.readers:
-                    parent[_find(parent, r)] = _find(parent, ln.producer)
-        members: dict[int, list[int]] = {}
-        for i in ops:
-            members.setdefault(_find(parent, i), []).append(i)
-        rows.append([pieces.setdefault(frozenset(m), len(pieces)) for m in members.values()])
-        cut_bits.append(sum(2 * ln.nbytes * 8 for ln, cut in zip(links, cuts) if cut))
+
+    def walk(n: int, parts: list[int], severed: list[int], bits: int) -> None:
+        """Links n.. cut or not, the earlier ones decided (`parts` only merge as links stay uncut, so a cut link whose
+        ops already share a part ends the branch)."""
+        if n == len(joins):
+            groups = _convex(cone, below, severed, parts, hulls)
+            if groups is not None:  # else no plan cuts so: its groups are convex
+                rows.append([pieces.setdefault(g, len(pieces)) for g in parts])
+                cut_bits.append(bits + sum(2 * b * 8 for join, b in apart if not any(join & g == join for g in groups)))
+            return
+        join = joins[n]
+        merged = join
+        for g in parts:
+            if g & join:
+                merged |= g
+        if not any(j & merged == j for j in severed):
+            walk(n + 1, [g for g in parts if not g & join] + [merged], severed, bits)
+        if not any(join & g == join for g in parts):
+            walk(n + 1, parts, severed + [join], bits + 2 * nbytes[n] * 8)
+
+    walk(0, [1 << k for k in range(len(cone))], [], 0)
     uses = np.zeros((len(rows), len(pieces)))
     for s, row in enumerate(rows):
         uses[s, row] = 1
-    return Cuts(tuple(_piece(seg, tuple(sorted(key)), links) for key in pieces), uses,
-                np.array(cut_bits, dtype=np.float64))
+    return tuple(pieces), uses, np.array(cut_bits, dtype=np.float64)
+
+
+def _convex(cone: tuple[int, ...], below: tuple[int, ...], cut: list[int], pieces: list[int],
+            hulls: dict[int, int]) -> list[int] | None:
+    """The least groups convex groups that cut a component so make (a piece's ops share a group, and so does every
+    op on a path between two ops of a group; `cone`, `below`: per op, the ops above and below it, itself included),
+    or None when there are none: a link (`cut`: the masks of the cut links' makers and readers, none inside a piece)
+    whose ops are then all in one group is uncut."""
+    groups = list(pieces)
+    changed = True
+    while changed:
+        changed = False
+        for g in groups:
+            hull = hulls.get(g)
+            if hull is None:
+                hull = hulls[g] = g | sum(1 << k for k, (up, down) in enumerate(zip(cone, below)) if up & g and down & g)
+            if hull != g:
+                merged = hull
+                for h in groups:
+                    if h & hull:
+                        merged |= h
+                groups = [h for h in groups if not h & hull] + [merged]
+                changed = True
+                break
+    return None if any(join & g == join for join in cut for g in groups) else groups
 
 
 def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piece:
@@ -332,20 +453,116 @@ def _piece(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...]) -> Piec
     and the tensors no group makes, at full depth; at least the per-op whole rows of `OpTable.whole`."""
     key = set(ops)
     inner = tuple(ln for ln in links if ln.producer in key and all(r in key for r in ln.readers))
-    fed = tuple(ln for ln in links if ln.readers[0] in key and ln.producer not in key
-                and len(ln.readers) == 1)  # read from another group (several readers: maybe from its own)
-    whole, finest = _footprint(seg, ops, inner)
+    # read from another group: a cut link all of whose readers are here (its maker in the group would uncut it)
+    # (one of an op run alone that a member reads straight, as `read` counts it, counted there)
     outside = {j: (w, f) for i in ops for j, w, f in seg.read[i]}  # network inputs, outputs of ops run alone
-    whole = max(whole + sum(ln.whole for ln in fed) + sum(w for w, _ in outside.values()),
+    counted = {(seg.source[j], i) for i in ops for j, _, _ in seg.read[i]}
+    fed = tuple(ln for ln in links if ln.producer not in key and all(r in key for r in ln.readers)
+                and not any((ln.producer, r) in counted for r in ln.readers))
+    whole, finest = _footprint(seg, ops, inner)
+    fed_pairs = {(ln.producer, r) for ln in fed for r in ln.readers}
+    shared = {j for i in ops for j in seg.feeds[i] if seg.maker[j] >= 0 and seg.maker[j] not in key
+              and seg.source[j] not in key and (seg.source[j], i) not in fed_pairs}  # made by a group we may share
+    more_whole, more_finest = (_supply(seg, key, shared, set(outside), width) for width in (0, 1))
+    whole = max(whole + sum(ln.whole for ln in fed) + sum(w for w, _ in outside.values()) + more_whole,
                 max((seg.tables[i].whole for i in ops), default=0))
-    finest += sum(ln.finest for ln in fed) + sum(f for _, f in outside.values())
-    rest = []
-    for st in (st for i in ops for st in seg.streamed[i]):
-        out = [i for i in ops if not _in_cone(seg, st, i)]
-        apart = [ln for ln in fed if not _in_cone(seg, st, ln.readers[0])]
-        rest.append((sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
+    finest += sum(ln.finest for ln in fed) + sum(f for _, f in outside.values()) + more_finest
+    streams = [st for i in ops for st in seg.streamed[i]]
+    mask = sum(1 << i for i in ops)
+    # an operand made from a member's output is made in the group: every op between two members is in it (convex);
+    # unless a network input is part of it (a KV cache read beside the new token's keys: read, as parameters are)
+    forced = sum(1 << k for k, st in enumerate(streams)
+                 if st.made and st.producer >= 0 and seg.cone[st.producer] & mask)
+    # a streamed operand whose link is cut comes from another group: the link counts its write and one read
+    linked = tuple(any(ln.streamed and ln.readers[0] == i and seg.cone[st.producer] >> ln.producer & 1
+                       for ln in links) for i in ops for st in seg.streamed[i])
+    barred = sum(1 << k for k, (st, cut) in enumerate(zip(streams, linked))
+                 if cut and not seg.cone[st.producer] & mask)
+    rest: list[tuple[int | float, int, int]] = []
+    producers, kept = _producers(inner), {}  # the least full depth of the members in some cones, per such set
+    for made in range(1 << len(streams)):
+        if forced & ~made or barred & made:
+            rest.append((INF, 0, 0))
+            continue
+        chosen = [st for k, st in enumerate(streams) if made >> k & 1]
+        cones = 0
+        for st in chosen:
+            cones |= seg.cone[st.producer] if st.producer >= 0 else 0
+        out = [i for i in ops if not cones >> i & 1]
+        apart = [ln for ln in fed if not any(cones >> r & 1 for r in ln.readers)]
+        within = [i for i in ops if cones >> i & 1]  # members in the cones: Alg. 2 keeps some at full depth
+        key_within = tuple(within)
+        if key_within not in kept:
+            kept[key_within] = _least_chunks(seg.whole, seg, within, producers) - sum(
+                seg.whole[i][1] for i in within if not seg.inplace[i])
+        full = kept[key_within]
+        rest.append((_need(seg, key, chosen) + full, sum(seg.whole[i][1] for i in out) + sum(ln.whole for ln in apart),
                      sum(seg.finest[i][1] for i in out) + sum(ln.finest for ln in apart)))
-    return Piece(ops, whole, finest, tuple(rest))
+    return Piece(ops, whole, finest, tuple(rest), linked, sum(seg.tables[i].params for i in ops), tuple(streams),
+                 len(ops) == 1 or all(seg.covered[i] for i in ops))
+
+
+def _need(seg: Segments, piece: set[int], made: list[Streamed]) -> int | float:
+    """A lower bound on the elements of one image a group holding the piece holds at every row step when it makes
+    the streamed operands `made` whole (every row of them, before the first row of their readers): their makers'
+    outputs at every row (T_c channels if chunked) and each input held whole from outside or made whole inside in
+    turn, the piece's own ops always inside, every op counted once however many of the cones read it
+    (`least_closure` over the covered ops within `HORIZON` steps above; nothing beyond them). A streamed input must
+    be made inside (else it is loaded, the other case); a network input or an uncovered op's output is read."""
+    producers = frozenset(st.producer for st in made)
+    if not made or any(p < 0 or not seg.covered[p] for p in producers):
+        return INF if made else 0
+    near = _near_makers(seg, producers)
+    return _need_value(seg, producers, near, frozenset(piece & near))
+
+
+@lru_cache(maxsize=4096)
+def _near_makers(seg: Segments, producers: frozenset[int]) -> frozenset[int]:
+    """The covered ops within `HORIZON` steps above `producers` (not them), through every input."""
+    return frozenset(_above(seg, set(producers), HORIZON, seg.ins))
+
+
+@lru_cache(maxsize=65536)
+def _need_value(seg: Segments, producers: frozenset[int], near: frozenset[int], inside: frozenset[int]) -> int | float:
+    """`_need` with the makers it may choose (`near`) and those it must (`inside`: the piece's)."""
+    def width(q: int) -> int:
+        return 0 if seg.inplace[q] else seg.whole[q][1]
+
+    value = sum(width(p) for p in producers) + least_closure(
+        [j for p in sorted(producers) for j in seg.ins[p]], seg.maker, seg.ins, width,
+        lambda j: UNBOUNDED if seg.maker[j] in inside else seg.hold[j], near,
+        lambda j: seg.hold[j] if seg.maker[j] < 0 else 0)
+    return INF if value >= UNBOUNDED else value
+
+
+def _supply(seg: Segments, piece: set[int], tensors: set[int], counted: set[int], at: int) -> int:
+    """Least elements (one image, whole rows if `at` is 0, finest if 1) a group holding the piece keeps for `tensors`,
+    inputs made outside the piece and not read from another group for sure (a residual stream read by several ops):
+    each either held from another group at full depth or made in the group by its maker at its narrower tile, whose
+    own inputs are then held or made in turn. A minimum cut over the makers within `HORIZON` steps (a closure:
+    every chosen maker's tile counted once, whatever reads it); a network input or an uncovered op's output held at
+    full depth, unless the piece reads it too (`counted`: the piece holds it); beyond the horizon and piece members
+    (counted in the piece): nothing."""
+    if not tensors:
+        return 0
+    key = frozenset(tensors)
+    near = _near(seg, key)
+    return _cut_value(seg, key, near - piece, frozenset(counted), at)
+
+
+@lru_cache(maxsize=4096)
+def _near(seg: Segments, tensors: frozenset[int]) -> frozenset[int]:
+    """The makers of `tensors` and the covered ops within `HORIZON` - 1 steps above them."""
+    makers = {seg.maker[j] for j in tensors} - {-1}
+    return frozenset(makers | _above(seg, makers, HORIZON - 1, seg.feeds))
+
+
+@lru_cache(maxsize=65536)
+def _cut_value(seg: Segments, tensors: frozenset[int], near: frozenset[int], counted: frozenset[int], at: int) -> int:
+    """`_supply`'s minimum cut with the makers it may choose (`near`)."""
+    return least_closure(tensors, seg.maker, seg.feeds, lambda p: min(seg.whole[p] if at == 0 else seg.finest[p]),
+                    lambda j: seg.outside[j][at], near,
+                    lambda j: seg.outside[j][at] if seg.maker[j] < 0 and j not in counted else 0)
 
 
 def _in_cone(seg: Segments, st: Streamed, i: int) -> bool:
@@ -372,62 +589,79 @@ def _grouped_bits(seg: Segments, piece: Piece, cap: Capacity, batch: int, word_b
     A streamed operand is either read from outside or made whole in the group: then its cone holds `need`
     elements at every row step and the piece's tiles outside the cone share what is left, which forces more
     sub-groups (the least over both choices of every operand)."""
-    ops, finest = piece.ops, piece.finest
-    if len(ops) > 1 and not all(seg.covered[i] for i in ops):
-        return INF
-    if finest > cap.fmap:
+    finest, params, streams = piece.finest, piece.params, piece.streams
+    if not piece.runs or finest > cap.fmap:
         return INF
     base = max(1, -(-batch * piece.whole // max(1, cap.fmap)))
-    params = sum(seg.tables[i].params for i in ops)
-    streams = list(zip((st for i in ops for st in seg.streamed[i]), piece.rest))
     best = INF
-    for inside in product((False, True), repeat=len(streams)):
-        loads, held, loaded = base, finest, params
-        for (st, (r_whole, r_finest)), made in zip(streams, inside):
-            if not made:
-                loaded += st.elems
-                continue
-            if st.need + r_finest > cap.fmap:
-                break  # the cone and the tiles beside it do not fit
-            loads = max(loads, -(-batch * r_whole // max(1, int(cap.fmap - st.need))))
-            held = max(held, int(st.need) + r_finest)
-        else:
-            stays = loaded <= (cap.fmap - held if cap.shared else cap.param)
-            bits = 0 if stays else (loads - 1) * params * word_bits
-            for (st, _), made in zip(streams, inside):
-                if not made:  # read once if it stays (none counted yet if an op makes it), else once per sub-group
-                    reads = 1 if stays else loads
-                    bits += (reads - (not st.made) + st.written) * st.nbytes * 8
-            best = min(best, bits)
+    for made, (need, r_whole, r_finest) in enumerate(piece.rest):
+        loads, held = base, finest
+        if need + r_finest > cap.fmap:
+            continue  # the cones and the tiles beside them do not fit (or an operand made in the group is read)
+        if made:
+            loads = max(loads, -(-batch * r_whole // max(1, int(cap.fmap - need))))
+            held = max(held, int(need) + r_finest)
+        loaded = params + sum(st.elems for k, st in enumerate(streams) if not made >> k & 1)
+        stays = loaded <= (cap.fmap - held if cap.shared else cap.param)
+        bits = 0 if stays else (loads - 1) * params * word_bits
+        for k, st in enumerate(streams):
+            if not made >> k & 1:  # read once if it stays (none counted yet if an op makes it), else per sub-group
+                reads = 1 if stays else loads
+                bits += (reads - 1 if piece.linked[k] else reads - (not st.made) + st.written) * st.nbytes * 8
+        best = min(best, bits)
     return best
 
 
 def _footprint(seg: Segments, ops: tuple[int, ...], inner: tuple[Link, ...]) -> tuple[int, int]:
     """(whole-image, finest) lower bounds on the output tiles the piece's ops hold together: the least over which
-    ops chunk (Alg. 2: no reader of a chunked op chunks unless it passes chunks on), with each op's rule kept
-    towards one reader only (an in-forest: fewer rules, a bound no larger)."""
-    reader: dict[int, int] = {}
+    ops chunk under Alg. 2's rule towards every reader in the piece (an in-place op chunked when any producer is;
+    a group holding the piece has at least these rules, and tiles at least these rows)."""
+    order = sorted(ops)  # producers first: topological order
+    producers = _producers(inner)
+    return _least_chunks(seg.whole, seg, order, producers), _least_chunks(seg.finest, seg, order, producers)
+
+
+def _producers(inner: tuple[Link, ...]) -> dict[int, list[int]]:
+    """Per op, the ops whose outputs it reads through `inner` links."""
+    producers: dict[int, list[int]] = {}
     for ln in inner:
-        reader.setdefault(ln.producer, ln.readers[0])
-    children: dict[int, list[int]] = {}
-    for p, c in reader.items():
-        children.setdefault(c, []).append(p)
-    return _tree_min(seg.whole, seg, ops, reader, children), _tree_min(seg.finest, seg, ops, reader, children)
+        for r in ln.readers:
+            producers.setdefault(r, []).append(ln.producer)
+    return producers
 
 
-def _tree_min(width, seg: Segments, ops: tuple[int, ...], reader: dict[int, int],
-              children: dict[int, list[int]]) -> int:
-    """Least sum of `width[i][chunked]` over an in-forest where no op that neither passes chunks nor is in place
-    chunks an input another member chunked (Alg. 2); an in-place op is chunked when an input it carries is."""
-    best: dict[int, tuple[int, int]] = {}  # op -> (least of its subtree unchunked, chunked)
-    for i in sorted(ops):  # producers first: topological order
-        kids = children.get(i, [])
-        free = sum(min(best[c]) for c in kids)
-        plain = sum(best[c][0] for c in kids)
+def _least_chunks(width, seg: Segments, order: list[int], producers: dict[int, list[int]]) -> int:
+    """Least sum of `width[i][chunked]` over the ops in `order` where no op that neither passes chunks nor is in
+    place chunks while one of its producers is chunked (Alg. 2), searched depth first, cut at the best so far."""
+    best = [sum(width[i][0] for i in order if not seg.inplace[i])]
+    chunked: dict[int, bool] = {}
+    rest = [0] * (len(order) + 1)  # least width of the ops from position k on, every one chunked
+    for k in range(len(order) - 1, -1, -1):
+        i = order[k]
+        rest[k] = rest[k + 1] + (0 if seg.inplace[i] else min(width[i]))
+    prods = [producers.get(i, ()) for i in order]
+
+    def visit(k: int, total: int) -> None:
+        if total + rest[k] >= best[0]:
+            return
+        if k == len(order):
+            best[0] = total
+            return
+        i = order[k]
+        fed = False
+        for p in prods[k]:
+            if chunked.get(p, False):
+                fed = True
+                break
         if seg.inplace[i]:
-            best[i] = (plain, free)
-        elif seg.passes[i]:
-            best[i] = (width[i][0] + free, width[i][1] + free)
-        else:
-            best[i] = (width[i][0] + free, width[i][1] + plain)
-    return sum(min(best[i]) for i in ops if i not in reader)
+            chunked[i] = fed
+            visit(k + 1, total)
+            return
+        if width[i][1] < width[i][0] and (seg.passes[i] or not fed):
+            chunked[i] = True
+            visit(k + 1, total + width[i][1])
+        chunked[i] = False
+        visit(k + 1, total + width[i][0])
+
+    visit(0, 0)
+    return best[0]
