@@ -1,4 +1,4 @@
-"""The teaching notebooks: committed without outputs, and each runs top to bottom in under a minute.
+"""The teaching notebooks: committed without outputs, and each runs top to bottom.
 
 Each notebook runs in a temporary copy on a kernel of this very interpreter (a kernelspec
 written for the test, found first through JUPYTER_PATH), so a fresh clone needs only
@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-BUDGET_S = 60  # per notebook, all cells together
+BUDGET_S = 600  # per notebook, all cells together: a guard against a hang, not a speed check (5-18 s each)
 HOLOVIEWS_MIME = "application/vnd.holoviews_exec.v0+json"
 
 
