@@ -4,7 +4,8 @@ Two measurements. On the server: the fusion report at a new buffer size (three m
 energy) and patching the Fusion tab's views with it. In a browser: `panel serve dashboard`
 driven by headless Chromium (Playwright), from the mouse release on the slider to the
 frame after the page applied the last message that carries the new report.
-Run: `.venv/bin/python -m benchmarks.run dashboard`.
+Run: `.venv/bin/python -m benchmarks.run dashboard` (`.venv/bin/python benchmarks/bench_dashboard.py server`: the
+server's table alone).
 """
 
 from __future__ import annotations

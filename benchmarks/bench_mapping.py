@@ -1,7 +1,8 @@
 """One mapping from DRAM to the MACs (engine.mapping): speed of a whole network's evaluation with mapped groups, and
 what the mapping says of the plans (energy per component, latency, the objectives).
 
-Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md)
+Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md; `... speed`: the
+speed table alone, a minute)
 """
 
 from __future__ import annotations
