@@ -1,12 +1,14 @@
 """One mapping from DRAM to the MACs (engine.mapping): speed of a whole network's evaluation with mapped groups, and
 what the mapping says of the plans (energy per component, latency, the objectives).
 
-Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md)
+Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md; `... speed`: the
+speed table alone, a minute)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,29 +26,40 @@ import engine
 g = engine.load_network(sys.argv[1])
 acc = engine.Accelerator.preset(sys.argv[2])
 acc = acc.with_buffer(int(sys.argv[3])) if sys.argv[3] != "None" else acc
-loaded = time.perf_counter()
+loaded, loaded_cpu = time.perf_counter(), time.process_time()
 engine.evaluate(g, acc, methods=("none", "optimus"), access_model="mapping")
-done = time.perf_counter()
-print(json.dumps({"load": loaded - start, "evaluate": done - loaded}))
+print(json.dumps({"load": loaded - start, "evaluate": time.perf_counter() - loaded,
+                  "evaluate_cpu": time.process_time() - loaded_cpu}))
 """
 
 
 def cold(network: str, preset: str, buffer: int | None) -> dict:
-    """Seconds to load and to evaluate with mapped groups, as the first calls of a fresh process."""
+    """Seconds (wall, and the evaluation's CPU) to load and to evaluate with mapped groups, as the first calls of a
+    fresh process."""
     out = subprocess.run([sys.executable, "-c", COLD, network, preset, str(buffer)], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
 
 
-def main() -> None:
+def timed(work, *args, **kwargs):
+    """Wall and CPU seconds of `work(*args, **kwargs)`, and its result."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = work(*args, **kwargs)
+    return time.perf_counter() - start, time.process_time() - cpu, result
+
+
+def speed() -> list[tuple[str, engine.Accelerator, engine.Graph]]:
+    """The speed table (wall seconds, CPU seconds in brackets, and the load average around it); the cases run."""
     print("## One mapping from DRAM to the MACs (engine.mapping)\n")
     print("`engine.evaluate(g, acc, methods=('none', 'optimus'), access_model='mapping')`: both searches and every "
           "group mapped (lone ops blocked on the whole hierarchy, fused ops' bands below the buffer). *cold*: the "
           "first call of a fresh process (the compiled fusion search already cached on disk, as after `make test`); "
-          "*slider move*: fuse and map at the next buffer step once the process is warm.\n")
+          "*slider move*: fuse and map at the next buffer step (twice the buffer) once the process is warm. Wall "
+          "seconds, the process's CPU seconds in brackets (the machine is shared: CPU is what the code costs).\n")
     print("| network | accelerator | ops | load (s) | evaluate, cold (s) | slider move: fuse + map (s) | map only (s) |")
     print("|---|---|---|---|---|---|---|")
     rows = []
+    before = os.getloadavg()[0]
     for network, preset, buffer in CASES:
         if preset not in engine.Accelerator.presets():
             continue
@@ -56,14 +69,19 @@ def main() -> None:
         acc = acc.with_buffer(buffer) if buffer else acc
         engine.evaluate(g, acc, methods=("none", "optimus"), access_model="mapping")
         moved = acc.with_buffer(acc.buffer_bytes * 2)
-        start = time.perf_counter()
-        plan = engine.fuse(g, moved, method="optimus")
-        fused = time.perf_counter()
-        map_plan(g, plan, moved)
-        end = time.perf_counter()
+        fuse_s, fuse_cpu, plan = timed(engine.fuse, g, moved, method="optimus")
+        map_s, map_cpu, _ = timed(map_plan, g, plan, moved)
         print(f"| {network} | {preset} {acc.buffer_bytes // KB:,} KB | {len(g.ops)} | {times['load']:.2f} | "
-              f"{times['evaluate']:.2f} | {end - start:.2f} | {end - fused:.2f} |")
+              f"{times['evaluate']:.2f} ({times['evaluate_cpu']:.2f}) | {fuse_s + map_s:.2f} ({fuse_cpu + map_cpu:.2f}) "
+              f"| {map_s:.2f} ({map_cpu:.2f}) |")
         rows.append((network, acc, g))
+    print(f"\nLoad average (1 min) {before:.1f} before and {os.getloadavg()[0]:.1f} after the table, on "
+          f"{os.cpu_count()} cores.")
+    return rows
+
+
+def main() -> None:
+    rows = speed()
     print("\nWhat the mapping says of each plan (energy in mJ per component, latency in ms, DRAM MB); *refined*: "
           "`engine.mapping.refine` from optimus's plan toward the named objective.\n")
     print("| network | accelerator | plan | DRAM MB | DRAM | buffer | array | RF | MAC | total mJ | latency ms |")
@@ -120,4 +138,4 @@ def consistency() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    speed() if sys.argv[1:] == ["speed"] else main()

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph, OpKind
 
-if TYPE_CHECKING:  # the parts are imported where they run (`evaluate`), so importing this module stays light
+if TYPE_CHECKING:  # the parts (and pandas, for the frames) are imported where they run, so importing this module
+    # and evaluating stay light (pandas alone takes 0.3-0.4 s to import)
+    import pandas as pd
+
     from engine.allocation import Allocation
     from engine.energy import EnergyBreakdown
     from engine.fusion import FusionPlan
@@ -69,6 +70,8 @@ class Report:
 
     def groups_frame(self, method: str) -> pd.DataFrame:
         """One row per fused group of `method`: ops, DRAM bytes split, sub-groups."""
+        import pandas as pd
+
         plan = self.plans[method]
         rows = []
         for i, (grp, cost) in enumerate(zip(plan.groups, plan.costs)):
@@ -82,6 +85,8 @@ class Report:
 
         `x_limit` is the plan's DRAM bytes over the fused limit (engine.limit): how far any plan could still go.
         """
+        import pandas as pd
+
         rows = []
         fused = self.limit.fused_bytes if self.limit is not None else None
         for method, plan in self.plans.items():
@@ -278,6 +283,8 @@ LIMIT_ROWS = ("limit_layerwise", "limit_fused", "limit_fused_valid")
 def buffer_curve(graph: Graph, acc: Accelerator, methods, buffers_kb=CURVE_BUFFERS_KB, *,
                  limits: bool = False) -> pd.DataFrame:
     """DRAM bytes of every method and the Oracle at each buffer size: tidy (buffer_kb, method, dram_mb)."""
+    import pandas as pd
+
     return pd.DataFrame([row for kb in buffers_kb for row in curve_rows(graph, acc, tuple(methods), kb, limits=limits)])
 
 

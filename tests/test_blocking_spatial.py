@@ -267,6 +267,21 @@ def test_maximal_unrollings_fill_each_axis():
         SpatialArray((("rows", 2),), (("C", "rows"),), unrolling="some")
 
 
+def test_maximal_filter_keeps_exactly_the_combos_no_other_one_covers():
+    """The vectorised filter (compared a block of rows at a time) against the pairwise definition, on random axes."""
+    from engine.blocking.grid import _unbeaten
+
+    rng = random.Random(3)
+    for _ in range(200):
+        size = rng.choice([2, 4, 16, 128, 256])
+        options = [sorted({-(-n // -(-n // f)) for f in range(1, min(size, n) + 1)})
+                   for n in (rng.randint(1, 300) for _ in range(rng.randint(1, 3)))]
+        combos = [c for c in itertools.product(*options) if math.prod(c) <= size]
+        pairwise = [c for c in combos if not any(o != c and all(x >= y for x, y in zip(o, c)) for o in combos)]
+        assert _unbeaten(combos) == _unbeaten(combos, block=7) == pairwise
+    assert _unbeaten([(128,), (64,), (1,)]) == [(128,)]  # one dim on an axis: its largest factor alone
+
+
 STATIONARY = [(Layer(X=3, C=2, K=4, Fw=2, name="ws"), tpu_like(2, 2, 48), 11879.2),
               (Layer(X=2, Y=2, C=2, K=3, Fh=2, name="rs"), row_stationary(), 3707.2)]
 

@@ -92,3 +92,21 @@ def test_efficient_s_past_its_work_limit_says_so(monkeypatch):
     plan = fuse(graph, acc, method="efficient_s", bound=False)
     assert plan.status == "beam"
     assert sorted(op for group in plan.groups for op in group) == sorted(op.name for op in graph.ops)
+
+
+def test_downsets_are_counted_as_the_brute_force_counts_them():
+    """FusionModel.downsets against every subset closed under predecessors, and the cap; a fan of N readers has
+    2^N + 2 down-sets (none; the conv; it with any readers; all and the sum), too many to search without limits."""
+    import itertools
+
+    graph = fan(5, mixed=True)
+    model = FusionModel(graph, model_of(graph, _acc(4096)).tp, 8)
+    every = (1 << model.n) - 1
+    closed = sum(all(not model.pred[i] & ~s for i in model.members(s))
+                 for s in (sum(1 << i for i in c) for k in range(model.n + 1)
+                           for c in itertools.combinations(range(model.n), k)))
+    assert model.downsets(every, 1000) == closed == 2 ** 5 + 2
+    assert model.downsets(every, 10) == 17  # op by op 1, 2, 3, 5, 9, 17: it stops at the op that passes the cap
+    wide = fan(12)
+    assert optimus.limits_for(model_of(wide, _acc(4096))) == optimus.Limits()  # 4,098 > FEW_DOWNSETS: the limits
+    assert optimus.limits_for(model) is optimus.EXACT

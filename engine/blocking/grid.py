@@ -167,6 +167,21 @@ def refill_words(layer: Layer, grid: TileGrid, a, b, *, pe: bool = False, raw: b
     return words, changed
 
 
+def _unbeaten(combos: list[tuple[int, ...]], block: int = 256) -> list[tuple[int, ...]]:
+    """The distinct `combos` that no other one equals or exceeds in every factor, in their order (compared a block of
+    rows at a time, so that memory stays at block x len(combos))."""
+    if len(combos) < 2:
+        return combos
+    factors = np.array(combos).reshape(len(combos), -1)
+    lost = np.zeros(len(combos), bool)
+    for lo in range(0, len(combos), block):
+        rows = factors[lo:lo + block]
+        beaten: np.ndarray = np.all(factors[None, :, :] >= rows[:, None, :], axis=2)  # [i, j]: combo j >= combo lo + i
+        beaten[np.arange(len(rows)), lo + np.arange(len(rows))] = False  # not by itself
+        lost[lo:lo + block] = beaten.any(axis=1)
+    return [c for c, out in zip(combos, lost) if not out]
+
+
 def unrollings(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
     """The spatial unrollings worth searching: per dim on an axis, the least factor for each number of
     temporal steps ceil(bound / factor) (a larger factor with the same steps only pads more), products within each
@@ -183,7 +198,7 @@ def unrollings(layer: Layer, hierarchy: Hierarchy) -> list[tuple[int, ...]]:
             options.append(sorted({-(-n // -(-n // f)) for f in range(1, min(size, n) + 1)}))
         combos = [c for c in itertools.product(*options) if math.prod(c) <= size]
         if array.unrolling == "maximal":  # only combos no other combo beats in every factor
-            combos = [c for c in combos if not any(o != c and all(x >= y for x, y in zip(o, c)) for o in combos)]
+            combos = _unbeaten(combos)
         per_axis.append([dict(zip(dims, c)) for c in combos])
     out = []
     for combo in itertools.product(*per_axis):

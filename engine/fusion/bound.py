@@ -35,10 +35,9 @@ from dataclasses import dataclass
 from engine.fusion import sized
 from engine.fusion.cost import Capacity, least_bytes
 from engine.fusion.model import FusionModel
-from engine.fusion.optimus import Limits, chain_search
+from engine.fusion.optimus import EXACT, chain_search
 from engine.graph import Graph
 
-EXACT = Limits(states=1 << 62, groups=1 << 62, total=1 << 62)  # the windows' searches never turn into a beam
 PLACE_DP_OPS = 700  # graphs up to this many ops (the NAS cells: 636) get their windows by the shortest path,
 # larger ones greedily (the path costs a window's down-sets per op: 20 s on a chain of 1,000)
 BUDGET = 1000  # down-sets per window: ~2 s on NASNet-A Mobile for 67.1 MB of the beam's 119.0 MB (batch 4, 128 KB)

@@ -148,6 +148,7 @@ class FusionModel:
         self._kernel = Memo(1)  # "tables" -> the tables laid out for the compiled kernel (`kernel_tables`)
         self.cuts = Memo(MEMO_SIZE)  # covered ops -> cheapest cut of them in two (`engine.fusion.floor`)
         self.windows = Memo(CAPACITIES)  # down-set budget -> windows of the lower bound (`engine.fusion.bound`)
+        self.counts = Memo(CAPACITIES)  # cap -> the graph's down-sets counted to just past it (`optimus.limits_for`)
         self.capacities = Memo(CAPACITIES)  # Capacity -> this model's `SizedModel` at it (`engine.fusion.sized`)
 
     def kernel_tables(self, lay_out):
@@ -158,7 +159,7 @@ class FusionModel:
     def clear(self) -> None:
         """Forget every cached result (footprints, schedules at every capacity, windows); tables stay."""
         for memo in (self._fp, self._bounds, self._isoa, self._io, self._whole, self._finest, self.cuts,
-                     self.windows, self.capacities):
+                     self.windows, self.counts, self.capacities):
             memo.clear()
 
     def shape(self, t: str) -> tuple[int, ...]:
@@ -400,6 +401,16 @@ class FusionModel:
         for name in names:
             m |= 1 << self.index[name]
         return m
+
+    def downsets(self, ops: int, cap: int) -> int:
+        """How many down-sets the ops `ops` have (predecessors outside taken as done), counted to just past `cap`."""
+        ideals = [0]
+        for x in self.members(ops):
+            need = self.pred[x] & ops
+            ideals += [d | 1 << x for d in ideals if not need & ~d]
+            if len(ideals) > cap:
+                break
+        return len(ideals)
 
     def is_convex(self, mask: int) -> bool:
         """No op outside the group lies on a path between two ops of the group."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.fusion import optimus
-from engine.fusion.bound import EXACT
 from engine.fusion.model import FusionModel
 from engine.fusion.plan import execution_order
 from engine.fusion.sized import SizedModel
@@ -68,7 +67,7 @@ def _sweep(at: SizedModel, order: list[int], solved: set[tuple[int, int]], evalu
             if states and key not in solved:
                 solved.add(key)
                 rest = work - evaluated  # so that the window evaluates about this many groups at most
-                limits = replace(EXACT, total=rest, groups=max(1, rest // states), narrow_states=1, narrow_groups=0)
+                limits = replace(optimus.EXACT, total=rest, groups=max(1, rest // states), narrow_states=1, narrow_groups=0)
                 found = optimus.chain_search(model, at.cap, start=key[0], within=key[1], limits=limits)
                 evaluated += found.evaluated
                 if found.total < at.plan_bytes(order[a:b]):
@@ -90,23 +89,12 @@ def _window(model: FusionModel, order: list[int], a: int, budget: int) -> tuple[
     inside, last = 0, 1
     for b in range(a, len(order)):
         inside |= order[b]
-        count = _downsets(model, inside, budget)
+        count = model.downsets(inside, budget)
         if count > budget:
             if b > a:
                 return b, last
-            count = _downsets(model, inside, LONE * budget)
+            count = model.downsets(inside, LONE * budget)
             return a + 1, count if count <= LONE * budget else 0
         last = count
     return len(order), last
-
-
-def _downsets(model: FusionModel, ops: int, cap: int) -> int:
-    """How many down-sets the ops `ops` have (predecessors outside taken as done), counted to just past `cap`."""
-    ideals = [0]
-    for x in model.members(ops):
-        need = model.pred[x] & ops
-        ideals += [d | 1 << x for d in ideals if not need & ~d]
-        if len(ideals) > cap:
-            break
-    return len(ideals)
 
