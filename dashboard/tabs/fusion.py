@@ -1,8 +1,8 @@
 """The Fusion tab: headline, DAG, layer detail, method table and energy bars, patched in place per report.
 
 A slider move must reach the browser in well under a second, so nothing here builds a new
-plot or pane for a new report: the DAG is drawn once per network and only its node colours
-and hover data change; text, tables and bars change their data. All of one report's changes
+plot or pane for a new report: the DAG's figure is drawn once per page, a new network sets its
+data, and a new plan only its node colours and outlines; text, tables and bars change their data. All of one report's changes
 go out in one message (`pn.io.hold`).
 """
 
