@@ -5,9 +5,8 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import partial
 
-import holoviews as hv
 import panel as pn
 from bokeh.models import CustomJS
 
@@ -240,12 +239,6 @@ def main_area(session: Session) -> tuple[pn.Column, list]:
                      sizing_mode="stretch_width"), pieces
 
 
-@lru_cache(maxsize=1)
-def bokeh_backend() -> None:
-    """HoloViews' Bokeh backend, loaded once per process (0.03-0.1 CPU s of the event loop for each page before)."""
-    hv.extension("bokeh")
-
-
 FUSION_FIRST = 3  # the Fusion tab's first piece: headline, colouring, DAG; then compare mode, the table and the bars
 SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets from the shell's to this heading; then the rest
 
@@ -260,7 +253,6 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
 
     In a server the page's document starts as a shell and is filled in pieces once the browser has it
     (`dashboard.pieces`); elsewhere (tests, notebooks) it is whole at once."""
-    bokeh_backend()
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made

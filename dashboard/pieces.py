@@ -41,6 +41,15 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
             return
 
 
+async def locked(doc, fn: Callable[[], object]) -> None:
+    """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`); at once elsewhere (tests,
+    notebooks: no lock to take)."""
+    if doc is None or doc.session_context is None:
+        fn()
+        return
+    await on_loop(doc, fn)
+
+
 @lru_cache(maxsize=1)
 def _turn() -> asyncio.Lock:
     """The server's one turn for pieces of pages (made on the event loop that uses it)."""

@@ -16,7 +16,7 @@ from functools import partial
 
 import panel as pn
 
-from dashboard.pieces import on_loop
+from dashboard.pieces import locked
 from dashboard.workers import StopCheck
 
 # Reports at the other buffer steps are computed ahead in the background (DASHBOARD_PREFETCH=0 turns it off).
@@ -82,11 +82,7 @@ class ReportRequest:
     async def publish(self, **values):
         """Set the session's values under the document lock: the views patch Bokeh models directly, and Bokeh
         takes changes only from callbacks that hold the lock (an async task does not)."""
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:  # no server (tests, notebooks): no lock to take
-            self.session.param.update(**values)
-            return
-        await on_loop(doc, partial(self.session.param.update, **values))
+        await locked(pn.state.curdoc, partial(self.session.param.update, **values))
 
     async def prefetch(self):
         """Compute the other buffer steps' reports in the background, nearest first.

@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import holoviews as hv
 import numpy as np
 import pandas as pd
 import panel as pn
@@ -18,8 +17,6 @@ from dashboard.session import Session
 from dashboard.state import BUFFER_STEPS_KB, ExplorerState
 from dashboard.tabs.fusion import CLICK_HINT, FusionTab, dag_colouring, dag_data, dag_element
 from dashboard.views.dag import PART_COLOURS
-
-hv.extension("bokeh")  # the views set Bokeh options, which need the backend loaded (build_app does it in the page)
 
 
 async def _last(gen):
@@ -223,11 +220,19 @@ def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     assert tab.dag.legend.object.count("<tr>") == groups_after + 1  # a legend row per group
     assert "2,048 KB buffer" in tab.headline.object
     assert f"<td>{min(p.dram_bytes for p in s.report.plans.values()):,}</td>" in tab.table.object
-    s.state.network = "squeezenet1_0"  # another network: a new plot
-    assert tab.dag.pane[0].object is not figure
+    s.state.network = "squeezenet1_0"  # another network: the same figure (drawn with the page) shows it whole
+    assert tab.dag.pane[0].object is figure and not tab.dag._ops.selected.indices
+    fresh = dag_element(s.report)
+    for name in ("dag-ops", "dag-regions", "dag-labels"):
+        assert dict(figure.select_one({"name": name}).data) == dict(fresh.select_one({"name": name}).data)
+    edges = [np.column_stack([f.select_one({"name": "dag-edges"}).data[c] for c in "xy"]) for f in (figure, fresh)]
+    np.testing.assert_array_equal(*edges)  # (NaN between edges)
+    assert (figure.x_range.start, figure.y_range.end, figure.height) == \
+        (fresh.x_range.start, fresh.y_range.end, fresh.height) and "squeezenet1_0" in figure.title.text
 
 
 def test_sweep_file_draws_curves(tmp_path):
+    from dashboard.views import method_sources
     from dashboard.views.sweep import sweep_choices, sweep_frame, sweep_view
 
     rows = engine.sweep({"networks": ["squeezenet1_0", "no_such_net"], "accelerators": ["optimus"],
@@ -240,9 +245,9 @@ def test_sweep_file_draws_curves(tmp_path):
     assert set(frame["method"]) == {"dnnvm", "optimus", "oracle"}
     assert set(frame["network"]) == {"squeezenet1_0"}  # the failed network's rows are left out
     assert sweep_choices(back) == {"network": ["squeezenet1_0"], "accelerator": ["optimus"], "batch": [1]}
-    view = sweep_view(back, "squeezenet1_0", "optimus", 1)
-    assert sorted(view.keys()) == ["dnnvm", "optimus", "oracle"] and len(rows) == 8
-    oracle = view["oracle"].dframe()
+    view = method_sources(sweep_view(back, "squeezenet1_0", "optimus", 1))
+    assert sorted(view) == ["dnnvm", "optimus", "oracle"] and len(rows) == 8
+    oracle = view["oracle"].data
     ok = back[back["error"].isna()].drop_duplicates("buffer_bytes").sort_values("buffer_bytes")
     assert list(oracle["buffer_kb"]) == [64, 512]
     assert list(oracle["dram_mb"]) == list(ok["oracle_bytes"].astype(float) / 1e6)
@@ -250,6 +255,7 @@ def test_sweep_file_draws_curves(tmp_path):
 
 def test_the_sweep_tab_offers_every_combination_in_the_file_and_names_a_bad_file(tmp_path):
     from dashboard.tabs.sweep import SweepTab
+    from dashboard.views import method_sources
 
     nets, accs = ["light_squeezenet.onnx", "light_zfnet512.onnx", "light_inception_v1.onnx"], ["optimus", "eyeriss"]
     engine.sweep({"networks": nets, "accelerators": accs, "buffers_bytes": [64 * 1024, 512 * 1024],
@@ -262,10 +268,10 @@ def test_the_sweep_tab_offers_every_combination_in_the_file_and_names_a_bad_file
     first = tab.shown[0].object
     acc.value, net.value = "optimus", "light_zfnet512.onnx"
     drawn = tab.shown[0].object
-    assert drawn is not first and drawn.opts.get().kwargs["title"] == "light_zfnet512.onnx on optimus, batch 1"
+    assert drawn is not first and drawn.title.text == "light_zfnet512.onnx on optimus, batch 1"
     dnnvm = tab.rows.query("network == 'light_zfnet512.onnx' and accelerator == 'optimus'")
     dnnvm = dnnvm.sort_values("buffer_bytes")["dram_bytes"].astype(float)
-    assert list(drawn["dnnvm"].dframe()["dram_mb"]) == list(dnnvm / 1e6)
+    assert list(method_sources(drawn)["dnnvm"].data["dram_mb"]) == list(dnnvm / 1e6)
     tab.open(b"PAR1 garbage", "notes.parquet")  # named as the user called it, in one line, no server path
     assert tab.shown[0].object == "notes.parquet: not a Parquet file; open the .parquet file a sweep wrote"
     assert not net.visible
@@ -314,11 +320,17 @@ def test_clicking_the_curve_moves_the_slider_to_the_nearest_step(session):
 
     plot = CurvePlot(session.state)
     df = pd.DataFrame([{"buffer_kb": kb, "method": "optimus", "dram_mb": 10.0 / kb} for kb in (16, 256, 4096)])
-    figure = plot.draw(df).object
+    plot.start(("optimus",))
+    figure = plot.figure
+    plot.show(figure, df, (), 3)
     figure._trigger_event(events.Tap(figure, x=1000.0, y=0.01))  # what a click on the plot sends from the browser
     assert session.state.buffer_kb == 1024
     assert session.report.acc.buffer_bytes == 1024 * 1024
     assert [span.location for span in figure.select({"type": Span})] == [1024]  # the marker followed
+    plot.start(("optimus",))  # a new curve (another network): the old figure's late sizes change nothing
+    plot.show(figure, df.head(1), (), 1)
+    assert list(figure.select_one({"name": "method-optimus"}).data["buffer_kb"]) == [16, 256, 4096]
+    assert not plot.figure.select_one({"name": "method-optimus"}).data["buffer_kb"]
 
 
 def test_the_curve_comes_in_size_by_size_and_leaves_out_sizes_the_network_cannot_run():
@@ -356,22 +368,23 @@ def test_allocation_timeline_for_a_named_budget():
 
     shown = asyncio.run(_last(timeline_views(s, "M_R", None)))
     compared, plot, table = shown[1].value, shown[2].object, shown[3][1].value
-    assert isinstance(plot, hv.Overlay) and "cosma: optimal" in plot.opts.get().kwargs["title"]
+    assert "cosma: optimal" in plot.title.text
     assert {"tensor", "step", "address", "size", "event"} <= set(table.columns)
     assert list(compared["method"]) == ["cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy"]
     assert (compared["offchip_bytes"].iloc[0] <= compared["offchip_bytes"]).all()  # COSMA never above a baseline
     belady = asyncio.run(_last(timeline_views(s, "M_R", None, "default-belady")))
-    assert "default-belady" in belady[2].object.opts.get().kwargs["title"]
+    assert "default-belady" in belady[2].object.title.text
     from dashboard.views.timeline import timeline_view
 
     m_r = engine.allocation.budgets(s.graph())[0]
     spilled = engine.allocate(s.graph(), m_r, method="default-belady")  # at M_R the baseline spills
     assert spilled.spills and spilled.retrievals
-    view = timeline_view(spilled, m_r)
-    spill, retrieve, line = view.get(1), view.get(2), m_r / 1024
-    plot = hv.renderer("bokeh").get_plot(view).state
+    plot = timeline_view(spilled, m_r)
+    spill, retrieve, line = plot.select_one({"name": "spill"}), plot.select_one({"name": "retrieve"}), m_r / 1024
+    assert len(spill.data["step"]) == len(spilled.spills) and len(retrieve.data["step"]) == len(spilled.retrievals)
     pixels = plot.height / (plot.y_range.end - plot.y_range.start)  # per KB
-    ys = {spill.data["KB"].iloc[0], retrieve.data["KB"].iloc[0]}
+    ys = {spill.data["KB"][0], retrieve.data["KB"][0]}
+    assert max(ys) < plot.y_range.end  # in view
     assert all(y > line for y in ys) and min(ys) - line > 6 / pixels and max(ys) - min(ys) > 10 / pixels  # clear
     tiny = asyncio.run(_last(timeline_views(s, "bytes", 1)))  # 1 KB: below M_R
     assert "infeasible" in tiny.object
@@ -1148,7 +1161,7 @@ def _line_colours(figure) -> dict:
     from bokeh.models import GlyphRenderer, Line
 
     return {r.data_source.data["method"][0]: r.glyph.line_color for r in figure.select(GlyphRenderer)
-            if isinstance(r.glyph, Line) and "method" in r.data_source.data}
+            if isinstance(r.glyph, Line) and len(r.data_source.data.get("method", ()))}  # (a method with no rows: none)
 
 
 def test_the_what_if_curve_is_log_log_names_the_method_on_hover_and_shares_the_sweeps_colours(session, tmp_path):
@@ -1157,25 +1170,30 @@ def test_the_what_if_curve_is_log_log_names_the_method_on_hover_and_shares_the_s
     above the fused plans."""
     from bokeh.models import HoverTool, LogScale
 
-    from dashboard.tabs.curve import LIMIT_NOTE, CurvePlot, drawn
+    from dashboard.tabs.curve import LIMIT_NOTE, CurvePlot
     from dashboard.views.sweep import sweep_view
     from engine.explore import CURVE_BUFFERS_KB
 
     methods = ["dnnvm", "optimus", "oracle", "limit_layerwise", "limit_fused"]
     df = pd.DataFrame([{"buffer_kb": kb, "method": m, "dram_mb": (i + 1) * 1e5 / kb} for kb in (16, 256, 4096)
                        for i, m in enumerate(methods)])
-    column = drawn(CurvePlot(session.state), df, (), len(CURVE_BUFFERS_KB))  # every size in
-    figure = column[0].object
+    plot = CurvePlot(session.state)
+    column = plot.start(("dnnvm", "optimus"))
+    plot.show(plot.figure, df, (), len(CURVE_BUFFERS_KB))  # every size in
+    figure = column[1].object
+    assert not column[0].visible and not column[0][1].object  # no progress once every size is in
     assert isinstance(figure.x_scale, LogScale) and isinstance(figure.y_scale, LogScale)
     tips = [dict(h.tooltips) for h in figure.select(HoverTool)]
     assert tips and all(t.get("method") == "@{method}" for t in tips), tips
-    assert "limit_layerwise" in column[1].object and column[1].object == LIMIT_NOTE
+    assert "limit_layerwise" in column[2].object and column[2].object == LIMIT_NOTE
     curve = _line_colours(figure)
     assert sorted(curve) == sorted(methods) and len(set(curve.values())) == len(methods)
+    legend = [item.label.value for item in figure.legend[0].items if item.visible]
+    assert sorted(legend) == sorted(methods)  # limit_fused_valid has no rows here: not in the legend
     rows = engine.sweep({"networks": ["light_squeezenet.onnx"], "accelerators": ["optimus"],
                          "buffers_bytes": [64 * 1024, 512 * 1024], "methods": ["dnnvm", "optimus"]},
                         scheduler="synchronous", out=tmp_path / "s.parquet")
-    sweep = _line_colours(hv.render(sweep_view(rows, "light_squeezenet.onnx", "optimus", 1)))
+    sweep = _line_colours(sweep_view(rows, "light_squeezenet.onnx", "optimus", 1))
     assert sweep == {m: curve[m] for m in ("dnnvm", "optimus", "oracle")}
 
 

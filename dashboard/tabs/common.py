@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 
@@ -14,13 +13,6 @@ import engine
 def error_text(err: Exception) -> str:
     """The engine's own message for bad input; anything else is named as an internal error."""
     return str(err) if isinstance(err, engine.EngineError) else f"internal error ({err.__class__.__name__}): {err}"
-
-
-def render(element):
-    """The Bokeh figure of a HoloViews element in the page's theme. (`hv.render` alone sets the page's Bokeh theme
-    to HoloViews' light default, which turned every plot of a dark page white.)"""
-    doc = pn.state.curdoc
-    return hv.render(element, backend="bokeh", **({"theme": doc.theme} if doc is not None else {}))
 
 
 # the chosen button of a group in the header's blue with white bold text, on either theme (the design's own style

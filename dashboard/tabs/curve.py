@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import pandas as pd
 import panel as pn
 from bokeh import events
-from bokeh.models import Span
 from panel.io.state import set_curdoc
 
 import engine
+from dashboard.pieces import locked
 from dashboard.state import KB
-from dashboard.tabs.common import message, render
-from dashboard.views.curve import curve_view
+from dashboard.tabs.common import message
+from dashboard.views import draw_methods
+from dashboard.views.curve import curve_figure
 from dashboard.workers import HERE, Runner
 from engine.explore import CURVE_BUFFERS_KB, EvaluationStopped, curve_rows
 
@@ -66,23 +67,45 @@ def nearest_step(kb: float, steps) -> int:
 
 
 class CurvePlot:
-    """The curve as a Bokeh figure whose clicks move the slider and whose marker follows it.
+    """The curve as a Bokeh figure drawn once per curve (network, accelerator, methods) and given its rows as each
+    size comes in; its clicks move the slider and its marker follows the slider.
 
-    A click is heard through Bokeh's own Tap event on the figure (HoloViews' Tap stream on a
-    DynamicMap rebuilt as the sizes come in never reached the server in the browser), and the
-    marker is moved in place, so a slider move redraws nothing.
+    A click is heard through Bokeh's own Tap event on the figure (HoloViews' Tap stream on a DynamicMap rebuilt as
+    the sizes come in never reached the server in the browser); the marker is moved in place, so a slider move
+    redraws nothing. (Drawn by HoloViews for each size, the curve held the server's event loop each time.)
     """
 
     def __init__(self, state):
         self.state = state
         self.figure = None
+        self.progress = pn.Row()
+        self.left_out = pn.pane.Alert("", alert_type="warning", visible=False)
         state.param.watch(self._follow, "buffer_kb")
 
-    def draw(self, df: pd.DataFrame):
-        figure = render(curve_view(df, self.state.buffer_kb, XLIM))
-        figure.on_event(events.Tap, self.clicked)
-        self.figure = figure
-        return pn.pane.Bokeh(figure, sizing_mode="stretch_width")
+    def start(self, methods: tuple[str, ...]) -> pn.Column:
+        """A new, empty figure for a new curve of `methods` (and the bounds), with its progress, what the bounds mean
+        and the sizes left out; replaces the one before (whose `show` calls then change nothing)."""
+        self.figure = curve_figure(methods, self.state.buffer_kb, XLIM)
+        self.figure.on_event(events.Tap, self.clicked)
+        self.progress = pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
+                               pn.pane.HTML("", align="center"))
+        self.left_out = pn.pane.Alert("", alert_type="warning", visible=False)
+        return pn.Column(self.progress, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
+                         pn.pane.Markdown(LIMIT_NOTE, sizing_mode="stretch_width"), self.left_out,
+                         sizing_mode="stretch_width")
+
+    def show(self, figure, df: pd.DataFrame, skipped: tuple[str, ...], done: int):
+        """The curve so far in `figure` (if still the one drawn): its rows, its progress while sizes are still
+        coming, and the sizes left out."""
+        if figure is not self.figure:
+            return
+        draw_methods(figure, df)
+        coming = done < len(CURVE_BUFFERS_KB)
+        self.progress[1].object = f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn" if coming else ""
+        if self.progress.visible != coming:
+            self.progress.visible = coming
+        if skipped:
+            self.left_out.param.update(object="Left out of the curve: " + "; ".join(skipped), visible=True)
 
     def clicked(self, event):
         """A click anywhere on the plot: the slider goes to the step nearest the clicked buffer size."""
@@ -96,21 +119,8 @@ class CurvePlot:
 
     def _follow(self, event):
         if self.figure is not None:
-            for span in self.figure.select({"type": Span}):
+            for span in self.figure.select({"name": "current-buffer"}):
                 span.location = event.new
-
-
-def drawn(plot: CurvePlot, df: pd.DataFrame, skipped: tuple[str, ...], done: int) -> pn.Column:
-    """The curve so far: its progress while sizes are still coming, the plot, what the bounds mean, and the sizes
-    left out."""
-    parts = [plot.draw(df), pn.pane.Markdown(LIMIT_NOTE, sizing_mode="stretch_width")]
-    if done < len(CURVE_BUFFERS_KB):
-        parts.insert(0, pn.Row(pn.indicators.LoadingSpinner(value=True, size=20, align="center"),
-                               pn.pane.HTML(f"{PROGRESS} {done} of {len(CURVE_BUFFERS_KB)} sizes drawn",
-                                            align="center")))
-    if skipped:
-        parts.append(pn.pane.Alert("Left out of the curve: " + "; ".join(skipped), alert_type="warning"))
-    return pn.Column(*parts, sizing_mode="stretch_width")
 
 
 def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
@@ -120,6 +130,7 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
     """
     s = session.state.param
     plot = CurvePlot(session.state)
+    doc = pn.state.curdoc  # the page's: each size's rows are set under its lock
 
     async def curve(shown, network, batch, preset, pe_rows, pe_cols, rf_bytes, word_bits, dram_gbps, methods,
                     upload_name, input_shapes):
@@ -131,14 +142,22 @@ def curve_tab(session, active, index: int) -> pn.viewable.Viewable:
         except Exception as err:
             yield message(err)
             return
+        figure, skipped, done = None, (), 0
         try:
             async for df, skipped, done in curve_progress(graph, acc, tuple(methods), session.run):
-                if len(df):
-                    yield drawn(plot, df, skipped, done)
+                if not len(df):
+                    continue
+                if figure is None:  # the first size with rows: the figure, filled before it joins the page
+                    column = plot.start(tuple(methods))
+                    figure = plot.figure
+                    plot.show(figure, df, skipped, done)
+                    yield column
+                else:
+                    await locked(doc, partial(plot.show, figure, df, skipped, done))
         except Exception as err:
             yield message(err)
             return
-        if not len(df):
+        if figure is None and done == len(CURVE_BUFFERS_KB):
             yield pn.pane.Alert("The network runs at none of the curve's buffer sizes: " + "; ".join(skipped),
                                 alert_type="danger")
 

@@ -1,8 +1,8 @@
 """The Fusion tab: headline, DAG, layer detail, method table and energy bars, patched in place per report.
 
 A slider move must reach the browser in well under a second, so nothing here builds a new
-plot or pane for a new report: the DAG is drawn once per network and only its node colours
-and hover data change; text, tables and bars change their data. All of one report's changes
+plot or pane for a new report: the DAG's figure is drawn once per page, a new network sets its
+data, and a new plan only its node colours and outlines; text, tables and bars change their data. All of one report's changes
 go out in one message (`pn.io.hold`).
 """
 
@@ -21,7 +21,9 @@ from dashboard.views import counted
 from dashboard.views.dag import (
     PART_COLOURS,
     SWATCH_CSS,
-    dag_figure,
+    dag_drawing,
+    draw_dag,
+    empty_dag_figure,
     legend_html,
     node_table,
     outline_table,
@@ -134,10 +136,17 @@ def dag_colouring(rep, colour_by: str = "fused group", cpu_kinds=()):
 
 def dag_element(rep, colour_by: str = "fused group", cpu_kinds=()):
     """The DAG of a report as a Bokeh figure, outlined and coloured by fused group, part or module."""
+    fig = empty_dag_figure()
+    draw_dag(fig, report_drawing(rep, colour_by, cpu_kinds))
+    return fig
+
+
+def report_drawing(rep, colour_by: str = "fused group", cpu_kinds=()):
+    """What the DAG figure shows for a report (`views.dag.dag_drawing`), outlined by fused group, part or module."""
     plan = shown_plan(rep)
     overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
-    return dag_figure(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay,
-                      title or groups_title(rep))
+    return dag_drawing(rep.graph, plan.groups, rep.acc.word_bits, [c.dram_bytes for c in plan.costs], overlay,
+                       title or groups_title(rep))
 
 
 @dataclass(frozen=True)
@@ -276,51 +285,55 @@ def _levels_frame(levels, word_bytes: float) -> pd.DataFrame:
 
 
 class DagPlot:
-    """The network's DAG, drawn once per network and colouring; later reports only patch its boxes' colours,
-    the outlines and the legend.
+    """The network's DAG: one figure for the page, drawn empty with it; a new network or colouring sets its data and
+    view (`draw_dag`), and later reports only patch its boxes' colours, the outlines and the legend.
 
     Zoom, pan and the clicked op therefore survive every slider move.
     """
 
     def __init__(self, on_select):
-        self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane, made when it is drawn
+        self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane, made with its part of the page
         self.legend = pn.pane.HTML("", stylesheets=[LEGEND_CSS], width=330, max_height=900,
                                    styles={"overflow-y": "auto"})
         self._on_select = on_select
         self._key = None
         self._ops = self._regions = self._figure = None
-        self._ready: tuple | None = None  # (key, figure) made by `prepare`, not drawn yet
+        self._ready: tuple | None = None  # (key, drawing) made by `prepare`, not drawn yet
+
+    def drawn(self) -> pn.Column:
+        """The figure's pane, the figure made (empty) the first time."""
+        if self._figure is None:
+            self._figure = empty_dag_figure()
+            sources = {r.data_source.name: r.data_source for r in self._figure.renderers}
+            self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
+            self._ops.selected.on_change("indices", self._clicked)
+            self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
+        return self.pane
 
     def prepare(self, rep, colour_by: str = "fused group", cpu_kinds=()):
-        """In the worker thread that made `rep`: the figure `show` will draw for it when that is not the one drawn (a
-        new network or colouring). Made on the event loop, it held every page's server for 0.1-0.3 s."""
+        """In the worker thread that made `rep`: what `show` will draw for it when that is not what is drawn (a new
+        network or colouring)."""
         overlay, _ = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)  # the hover lines differ with and without an overlay
         ready = self._ready
         if key != self._key and (ready is None or ready[0] != key):
-            self._ready = (key, dag_element(rep, colour_by, cpu_kinds))
+            self._ready = (key, report_drawing(rep, colour_by, cpu_kinds))
 
     def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
+        self.drawn()
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)
         if key != self._key:
             ready, self._ready = self._ready, None
-            self._draw(ready[1] if ready is not None and ready[0] == key else dag_element(rep, colour_by, cpu_kinds),
-                       key)
+            draw_dag(self._figure, ready[1] if ready is not None and ready[0] == key else
+                     report_drawing(rep, colour_by, cpu_kinds))
+            self._key = key
         data = fusion_view_data(rep).dag if overlay is None else dag_data(rep, overlay, title)
         changes(self._ops.data, data.node_columns).apply(self._ops)
         changes(self._regions.data, data.region_columns).apply(self._regions)
         self._figure.title.text = data.title
         if self.legend.object != data.legend_html:
             self.legend.object = data.legend_html
-
-    def _draw(self, figure, key):
-        # by its renderers: `select_one` walks every value of every data source (0.3 s for a 708-op Llama, on the UI thread)
-        sources = {r.data_source.name: r.data_source for r in figure.renderers}
-        self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
-        self._ops.selected.on_change("indices", self._clicked)
-        self._figure, self._key = figure, key
-        self.pane[:] = [pn.pane.Bokeh(figure, sizing_mode="stretch_width")]  # a new pane lays out afresh
 
     def _clicked(self, attr, old, new):
         if new:
@@ -435,7 +448,7 @@ class FusionTab:
         then the legend: under the legend (up to 900 pixels) it opened below the window."""
         colour_by = toggles(self.session.state.param.colour_by)
         return [pn.Row(self.headline, self.busy), colour_by,
-                pn.Row(self.dag.pane, pn.Column(self.detail.panel, self.dag.legend)),
+                pn.Row(self.dag.drawn(), pn.Column(self.detail.panel, self.dag.legend)),
                 *([compare] if compare is not None else []), self.table,
                 pn.pane.Markdown(SUMMARY_NOTE, sizing_mode="stretch_width"),
                 pn.Row(self.energy.drawn(), self.latency.drawn(), sizing_mode="stretch_width")]

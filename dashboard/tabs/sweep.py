@@ -72,7 +72,7 @@ class SweepTab:
             return
         try:
             view = sweep_view(self.rows, *(self.selectors[dim].value for dim in COMBINATION))
-            self.shown[:] = [pn.pane.HoloViews(view, sizing_mode="stretch_width")]
+            self.shown[:] = [pn.pane.Bokeh(view, sizing_mode="stretch_width")]
         except Exception as err:
             self.shown[:] = [message(err)]
 

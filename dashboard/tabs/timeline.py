@@ -68,7 +68,7 @@ async def timeline_views(session, budget, budget_kb, method: str = "cosma"):
                     pn.pane.Markdown(f"**Off-chip traffic beyond the compulsory, all methods, budget "
                                      f"{budget_bytes / KB:,.1f} KB**"),
                     pn.widgets.Tabulator(compared, disabled=True, show_index=False, sizing_mode="stretch_width"),
-                    pn.pane.HoloViews(timeline_view(alloc, budget_bytes), sizing_mode="stretch_width"),
+                    pn.pane.Bokeh(timeline_view(alloc, budget_bytes), sizing_mode="stretch_width"),
                     download_table(alloc.timeline(), "allocation.csv"))
 
 

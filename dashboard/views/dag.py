@@ -464,17 +464,30 @@ for (const f of filters) {
 """
 
 
-def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="", highlight=()):
-    """The ops as labelled boxes in a layered layout, each region (fused group, or part/module of `overlay`)
-    a shaded outline tagged with its label; hover names an op, or a region's ops and DRAM bytes.
+@dataclass(frozen=True)
+class DagDrawing:
+    """What a DAG figure (`empty_dag_figure`) shows for one network and colouring: its data sources' columns (by
+    source name), its first view (ranges, height), its title and its op boxes' hover lines."""
 
-    A Bokeh figure, not a HoloViews element: HoloViews spends seconds turning a few hundred paths and
-    polygons into glyphs, Bokeh milliseconds. Its data sources are named "dag-regions", "dag-edges", "dag-ops"
-    and "dag-labels" (`DagPlot` patches the first and third per plan).
-    """
-    from bokeh.models import CDSView, ColumnDataSource, CustomJS, CustomJSFilter, CustomJSHover, HoverTool, TapTool
-    from bokeh.plotting import figure
+    columns: dict
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+    height: int
+    title: str
+    op_tooltips: tuple
 
+
+# the columns each data source's glyphs read: an empty figure's sources hold them, empty
+DAG_COLUMNS = {"dag-regions": tuple(EMPTY_SLOT), "dag-edges": ("x", "y"),
+               "dag-ops": ("x0", "y0", "x1", "y1", "x", "y", "op", "kind", "label", "inputs", "output", "MACs", "weight_bytes",
+                           "group", "group_ops", "overlay", "colour", "merged"),
+               "dag-labels": ("x", "y", "label")}
+
+
+def dag_drawing(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="",
+                highlight=()) -> DagDrawing:
+    """The DAG of `graph` with each region (fused group, or part/module of `overlay`) outlined, as data: made in
+    the worker thread that computed the report, and set into the page's one DAG figure (`draw_dag`)."""
     nodes = node_table(graph, groups, word_bits, group_bytes, overlay)
     regions = outline_table(graph, groups, group_bytes, overlay)
     regions.loc[regions["region"].isin(list(highlight)), "line_width"] = 6.0  # e.g. groups another plan lacks
@@ -489,20 +502,50 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     # stretched to fill the plot (a single op's box was drawn half the plot wide and a third of it high)
     middle = (float(xs.min()) + float(xs.max())) / 2
     half = max(float(xs.max() - xs.min()) / 2 + BOX_W, MIN_SPAN_X / 2 / scale)
-    # no tool takes the mouse wheel: over a plot up to 1,300 pixels high it zoomed instead of scrolling the page (the
-    # wheel-zoom tool is in the toolbar, one click away)
-    fig = figure(title=title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
-                 x_range=(middle - half, middle + half), y_range=(top - height / scale, top),
-                 min_height=height, height=height, sizing_mode="stretch_width", min_width=300,
-                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll=None, output_backend="canvas")
-    fig.axis.visible = False
-    fig.grid.visible = False
-    region_src = ColumnDataSource(region_columns(graph, regions), name="dag-regions")
     # every edge in one array per axis, NaN between edges: one array per edge went to the browser as a websocket
     # frame of its own (3,482 frames, 3 s of the server's UI thread, for a Llama prefill)
     joined = np.concatenate([np.vstack([p, (np.nan, np.nan)]) for p in lay.paths]) if lay.paths else np.empty((0, 2))
-    edge_src = ColumnDataSource({"x": joined[:, 0], "y": joined[:, 1]}, name="dag-edges")
-    op_src = ColumnDataSource(node_columns(nodes), name="dag-ops")
+    columns = {"dag-regions": region_columns(graph, regions), "dag-edges": {"x": joined[:, 0], "y": joined[:, 1]},
+               "dag-ops": node_columns(nodes), "dag-labels": {col: nodes[col].tolist() for col in ("x", "y", "label")}}
+    return DagDrawing(columns, (middle - half, middle + half), (top - height / scale, top), height,
+                      title or f"{graph.name}: {len(groups)} fused groups (click an op for its loop nest)",
+                      tuple(OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1]))
+
+
+def empty_dag_figure():
+    """A DAG figure with nothing in it, made with the page; each network's drawing is set into it (`draw_dag`).
+
+    Its data sources are named "dag-regions", "dag-edges", "dag-ops" and "dag-labels" (`DagPlot` patches the first
+    and third per plan). A figure made per network cost the server's event loop 0.1-0.2 CPU s to attach to the
+    page (Bokeh walks the whole document and reads every property of every new model); new data costs it little.
+    A Bokeh figure, not a HoloViews element: HoloViews spends seconds turning a few hundred paths and polygons into
+    glyphs, Bokeh milliseconds.
+    """
+    from bokeh.models import (
+        CDSView,
+        ColumnDataSource,
+        CustomJS,
+        CustomJSFilter,
+        CustomJSHover,
+        HoverTool,
+        Line,
+        Patches,
+        Quad,
+        Range1d,
+        TapTool,
+        Text,
+    )
+    from bokeh.plotting import figure
+
+    # no tool takes the mouse wheel: over a plot up to 1,300 pixels high it zoomed instead of scrolling the page (the
+    # wheel-zoom tool is in the toolbar, one click away)
+    fig = figure(x_range=Range1d(0, 1), y_range=Range1d(0, 1), min_height=420, height=420,
+                 sizing_mode="stretch_width", min_width=300, tools="pan,wheel_zoom,box_zoom,reset,save",
+                 active_scroll=None, output_backend="canvas")
+    fig.axis.visible = False
+    fig.grid.visible = False
+    region_src, edge_src, op_src, label_src = (ColumnDataSource({col: [] for col in cols}, name=name)
+                                               for name, cols in DAG_COLUMNS.items())
     ranges = {"xr": fig.x_range, "yr": fig.y_range}
 
     def near(bounds, text):  # a view of the rows with `text` whose extent (columns x0, x1, y0, y1) is near the view
@@ -510,20 +553,23 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
 
     views = {"shapes": near(["xs", "xs", "ys", "ys"], "region"), "tags": near(["tag_x", "tag_x", "tag_y", "tag_y"], "region"),
              "boxes": near(["x0", "x1", "y0", "y1"], "op"), "labels": near(["x", "x", "y", "y"], "label")}
-    fig.patches("xs", "ys", source=region_src, fill_color="colour", fill_alpha=0.18, line_color="colour",
-                line_width="line_width", view=views["shapes"])
-    tags = fig.text("tag_x", "tag_y", text="region", source=region_src, text_font_size="8pt", text_font_style="bold",
-                    text_color="colour", text_baseline="bottom", view=views["tags"])
-    fig.line("x", "y", source=edge_src, line_color="#777777", line_width=0.8, line_alpha=0.7)
-    boxes = fig.quad(left="x0", right="x1", bottom="y0", top="y1", source=op_src, fill_color="colour",
-                     line_color="#333333", line_width=0.8, nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0,
-                     selection_line_color="black", selection_line_width=3, selection_fill_color="colour",
-                     view=views["boxes"])
+    # each glyph added as one model (`add_glyph`), not `figure`'s three (the glyph, its non-selected and muted
+    # copies), which Bokeh walks whenever the page's document changes shape; only the boxes are selected, so only
+    # they need a non-selected look of their own (the browser derives the others')
+    fig.add_glyph(region_src, Patches(xs="xs", ys="ys", fill_color="colour", fill_alpha=0.18, line_color="colour",
+                                      line_width="line_width"), view=views["shapes"])
+    tags = fig.add_glyph(region_src, Text(x="tag_x", y="tag_y", text="region", text_font_size="8pt",
+                                          text_font_style="bold", text_color="colour", text_baseline="bottom"),
+                         view=views["tags"])
+    fig.add_glyph(edge_src, Line(x="x", y="y", line_color="#777777", line_width=0.8, line_alpha=0.7))
+    box = Quad(left="x0", right="x1", bottom="y0", top="y1", fill_color="colour", line_color="#333333", line_width=0.8)
+    boxes = fig.add_glyph(op_src, box, view=views["boxes"], nonselection_glyph=box.clone(),
+                          selection_glyph=box.clone(line_color="black", line_width=3))
     # the op labels never change with the plan: on a source of their own, a new plan's colours do not make the
     # browser measure every label again (708 of them in a Llama prefill: ~40 ms a move)
-    label_src = ColumnDataSource({col: nodes[col].tolist() for col in ("x", "y", "label")}, name="dag-labels")
-    fig.text("x", "y", text="label", source=label_src, text_font_size="7pt", text_align="center",
-             text_baseline="middle", text_color="#111111", text_line_height=1.1, view=views["labels"])
+    fig.add_glyph(label_src, Text(x="x", y="y", text="label", text_font_size="7pt", text_align="center",
+                                  text_baseline="middle", text_color="#111111", text_line_height=1.1),
+                  view=views["labels"])
     moved = CustomJS(args={**ranges, "filters": [v.filter for v in views.values()]}, code=VIEW_MOVED_JS)
     for bound in ("start", "end"):
         fig.x_range.js_on_change(bound, moved)
@@ -531,11 +577,35 @@ def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=N
     # one tooltip at a time: an op's names its group and that group's DRAM bytes; a region's ops are its tag's (a
     # hover on the outlines showed the region's tooltip on top of the op's, the op being inside its outline)
     group = CustomJSHover(args={"source": region_src}, code=GROUP_JS)
-    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS if overlay is not None else OP_TOOLTIPS[:-1],
-                            formatters={"@{group}": group}),
+    fig.add_tools(HoverTool(renderers=[boxes], tooltips=OP_TOOLTIPS[:-1], formatters={"@{group}": group},
+                            name="dag-op-hover"),
                   HoverTool(renderers=[tags], tooltips=REGION_TOOLTIPS), TapTool(renderers=[boxes]))
     return fig
 
+
+def draw_dag(fig, drawing: DagDrawing) -> None:
+    """Show `drawing` in a figure made by `empty_dag_figure`: every source's columns anew, the first view, the title
+    and the hover lines; no op selected."""
+    sources = {r.data_source.name: r.data_source for r in fig.renderers}  # (`select` walks every model's values)
+    for name, columns in drawing.columns.items():
+        sources[name].data = dict(columns)
+    sources["dag-ops"].selected.indices = []
+    (x0, x1), (y0, y1) = drawing.x_range, drawing.y_range
+    fig.x_range.update(start=x0, end=x1, reset_start=x0, reset_end=x1)
+    fig.y_range.update(start=y0, end=y1, reset_start=y0, reset_end=y1)
+    fig.update(height=drawing.height, min_height=drawing.height)
+    fig.title.text = drawing.title
+    hover = next(t for t in fig.tools if t.name == "dag-op-hover")
+    if list(hover.tooltips) != list(drawing.op_tooltips):
+        hover.tooltips = list(drawing.op_tooltips)
+
+
+def dag_figure(graph: Graph, groups, word_bits: int, group_bytes=None, overlay=None, title="", highlight=()):
+    """A DAG figure showing `graph` (`dag_drawing`'s arguments): the ops as labelled boxes in a layered layout, each
+    region a shaded outline tagged with its label; hover names an op, or a region's ops and DRAM bytes."""
+    fig = empty_dag_figure()
+    draw_dag(fig, dag_drawing(graph, groups, word_bits, group_bytes, overlay, title, highlight))
+    return fig
 
 
 def plan_differences(graph: Graph, plan_a, plan_b) -> pd.DataFrame:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import holoviews as hv
 import pandas as pd
 
 import engine
-from dashboard.views import method_lines
+from dashboard.views import draw_methods, method_figure
 
 COMBINATION = ("network", "accelerator", "batch")  # what one drawing of the sweep holds fixed
 
@@ -28,12 +27,14 @@ def sweep_choices(rows: pd.DataFrame) -> dict[str, list]:
     return {dim: sorted(ok[dim].unique().tolist()) for dim in COMBINATION}
 
 
-def sweep_view(rows: pd.DataFrame, network: str, accelerator: str, batch: int) -> hv.NdOverlay:
-    """The method curves of one (network, accelerator, batch), drawn as the what-if curve's (`method_lines`: the same
-    axes and colours); EngineError if the sweep has none for it."""
+def sweep_view(rows: pd.DataFrame, network: str, accelerator: str, batch: int):
+    """The method curves of one (network, accelerator, batch) as a Bokeh figure, drawn as the what-if curve's
+    (`method_figure`: the same axes and colours); EngineError if the sweep has none for it."""
     frame = sweep_frame(rows)
     one = frame[(frame["network"] == network) & (frame["accelerator"] == accelerator) & (frame["batch"] == batch)]
     if one.empty:
         raise engine.EngineError(f"the sweep has no successful rows for {network} on {accelerator} at batch {batch}; "
                                  "choose another combination")
-    return method_lines(one, title=f"{network} on {accelerator}, batch {batch}")
+    fig = method_figure(list(dict.fromkeys(one["method"])), title=f"{network} on {accelerator}, batch {batch}")
+    draw_methods(fig, one)
+    return fig

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import holoviews as hv
 import pandas as pd
 
 from dashboard.views import NEUTRAL, numbers
+
+MARKS = {"spill": ("inverted_triangle", "#d62728"), "retrieve": ("triangle", "#2ca02c")}  # marker, colour
 
 
 def placement_rectangles(alloc) -> pd.DataFrame:
@@ -28,25 +29,41 @@ def mark_rows(budget_kb: float) -> tuple[float, float]:
     return budget_kb * 1.05, budget_kb * 1.11
 
 
-def timeline_view(alloc, budget_bytes: int) -> hv.Overlay:
-    """Rectangles per placement, spills (down triangles) and retrievals (up triangles), and the budget line."""
+def timeline_view(alloc, budget_bytes: int):
+    """Rectangles per placement (a colour per tensor), spills (down triangles) and retrievals (up triangles), and the
+    budget line, as a Bokeh figure drawn directly (HoloViews held the server's event loop to render it); the marks'
+    data sources are named "spill" and "retrieve"."""
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Quad, Range1d, Scatter, Span
+    from bokeh.palettes import Category20_20
+    from bokeh.plotting import figure
+
     rects = placement_rectangles(alloc)
-    boxes = hv.Rectangles(rects, kdims=["x0", "y0", "x1", "y1"], vdims=["tensor", "size_kb", "first", "last"]).opts(
-        color="tensor", cmap="Category20", line_color="white", line_width=0.5, alpha=0.85, tools=["hover"],
-        show_legend=False,
-        hover_tooltips=[("tensor", "@tensor"), ("size (KB)", "@size_kb{0.0}"), ("steps", "@first to @last")])
-    spills = pd.DataFrame(alloc.spills, columns=["tensor", "step"])
-    back = pd.DataFrame(alloc.retrievals, columns=["tensor", "step"])
     budget_kb = budget_bytes / 1024
-    spill_y, retrieve_y = mark_rows(budget_kb)
-    spill_pts = hv.Scatter((spills["step"], [spill_y] * len(spills)), "step", "KB", label="spill").opts(
-        marker="inverted_triangle", size=10, color="#d62728")
-    back_pts = hv.Scatter((back["step"], [retrieve_y] * len(back)), "step", "KB", label="retrieve").opts(
-        marker="triangle", size=10, color="#2ca02c")
-    budget = hv.HLine(budget_kb).opts(color=NEUTRAL, line_dash="dashed", line_width=1.5)
+    rows = dict(zip(MARKS, mark_rows(budget_kb)))
+    top = max(rows["retrieve"] * 1.05, float(rects["y1"].max()) if len(rects) else 0.0)
     title = (f"{alloc.method}: {alloc.status}, off-chip {alloc.offchip_bytes / 1024:,.1f} KB, "
              f"peak {alloc.peak_bytes / 1024:,.1f} KB of {budget_bytes / 1024:,.1f} KB")
-    return (boxes * spill_pts * back_pts * budget).opts(
-        hv.opts.Overlay(title=title, xlabel="timestep (op in schedule order)", ylabel="address (KB)",
-                        yformatter=numbers(), responsive=True, height=420, show_legend=True,
-                        legend_position="right"))  # beside the plot: inside, it hid the last steps' marks
+    fig = figure(title=title, height=420, sizing_mode="stretch_width", min_width=300, y_range=Range1d(0, top),
+                 tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll=None, output_backend="canvas")
+    fig.xaxis.axis_label, fig.yaxis.axis_label = "timestep (op in schedule order)", "address (KB)"
+    fig.yaxis.formatter = numbers()
+    tensors = rects["tensor"].astype(str)
+    order = {t: i for i, t in enumerate(dict.fromkeys(tensors))}
+    columns = {col: rects[col].tolist() for col in ("x0", "x1", "y0", "y1", "size_kb", "first", "last")}
+    boxes = fig.add_glyph(ColumnDataSource({**columns, "tensor": tensors.tolist(),
+                                            "colour": [Category20_20[order[t] % 20] for t in tensors]}),
+                          Quad(left="x0", right="x1", bottom="y0", top="y1", fill_color="colour", fill_alpha=0.85,
+                               line_color="white", line_width=0.5))
+    fig.add_tools(HoverTool(renderers=[boxes], tooltips=[("tensor", "@{tensor}"), ("size (KB)", "@{size_kb}{0.0}"),
+                                                         ("steps", "@{first} to @{last}")]))
+    items = []
+    for name, events in (("spill", alloc.spills), ("retrieve", alloc.retrievals)):
+        marker, colour = MARKS[name]
+        steps = [step for _, step in events]
+        marks = fig.add_glyph(ColumnDataSource({"step": steps, "KB": [rows[name]] * len(steps)}, name=name),
+                              Scatter(x="step", y="KB", marker=marker, size=10, fill_color=colour, line_color=colour))
+        items.append(LegendItem(label=name, renderers=[marks]))
+    fig.add_layout(Span(location=budget_kb, dimension="width", line_color=NEUTRAL, line_dash="dashed",
+                        line_width=1.5))
+    fig.add_layout(Legend(items=items), "right")  # beside the plot: inside, it hid the last steps' marks
+    return fig
