@@ -143,3 +143,34 @@ def test_the_limits_tables_read_window_by_window_are_the_whole_graphs(name, smal
     monkeypatch.setattr(windowed, "WINDOW_ABOVE", 10_000)
     assert ops.tables(graph, ACC.word_bits) == windowed_tables
     ops.tables.cache_clear()
+
+
+def test_evaluate_past_the_window_limit_shares_window_models_and_never_goes_below_its_limit(small_windows):
+    """One model per window serves every method: the plans are those `fuse` gives each method alone; the limit is
+    the per-op bound (no model of the whole graph), below every plan."""
+    graph = chain(300)
+    report = engine.evaluate(graph, ACC)
+    assert not report.errors and report.limit.fused_kind == "valid"
+    for method, plan in report.plans.items():
+        alone = engine.fuse(graph, ACC, method=method)
+        assert plan.groups == alone.groups and plan.dram_bytes == alone.dram_bytes and _costs_add_up(graph, plan)
+        assert plan.dram_bytes >= report.limit.fused_bytes > 0
+    assert report.plans["optimus"].status == "windowed" and report.plans["optimus"].gap >= 0
+    assert report.mappings["dnnvm"].dram_bytes >= report.limit.fused_bytes
+
+
+@pytest.mark.parametrize("name", ["resnet18", "transformer"])
+def test_a_plans_groups_that_map_alike_get_the_mapping_each_would_get_alone(name):
+    """`map_plan` maps each distinct group once (`engine.mapping.alike`): every group's mapping is what mapping it
+    on its own gives, names included."""
+    from engine.blocking.hierarchy import Hierarchy
+    from engine.mapping import alike
+    from engine.mapping.plan import map_group, map_plan
+
+    graph = engine.load_network(name)
+    hierarchy = Hierarchy.from_accelerator(ACC)
+    for method in ("none", "optimus"):
+        plan = engine.fuse(graph, ACC, method=method)
+        mapped = map_plan(graph, plan, ACC)
+        assert mapped.groups == tuple(map_group(graph, cost, ACC, hierarchy) for cost in plan.costs)
+    assert len({alike.key(graph, cost) for cost in plan.costs}) < len(plan.costs)  # some groups did map alike
