@@ -174,3 +174,36 @@ def test_a_plans_groups_that_map_alike_get_the_mapping_each_would_get_alone(name
         mapped = map_plan(graph, plan, ACC)
         assert mapped.groups == tuple(map_group(graph, cost, ACC, hierarchy) for cost in plan.costs)
     assert len({alike.key(graph, cost) for cost in plan.costs}) < len(plan.costs)  # some groups did map alike
+
+
+@pytest.mark.parametrize("readers,buffer", [(5, 128), (6, 128), (6, 256), (6, 1024)])
+def test_the_windowed_bound_with_crossing_tensors_charged_stays_below_the_brute_force_optimum(readers, buffer):
+    """`crossing`: the fan's outputs crossing to the Sum are charged unless they fit beside it, and the bound, for
+    plan windows of 1-3 ops, never passes the brute-force optimum (nor charges where everything fits, at 1 KB)."""
+    from engine.fusion import crossing, dataflow
+    from engine.fusion.cost import Capacity
+    from engine.fusion.model import tensor_views
+    from tests.test_fusion_search import brute_force
+
+    graph = fan_out(readers)
+    acc = ACC.with_buffer(buffer).with_pe_array(4, 4)
+    best, cap = brute_force(graph, acc), Capacity.of(acc)
+    charged = []
+    for width in (1, 2, 3):
+        windows = tuple((lo, min(lo + width, len(graph.ops))) for lo in range(0, len(graph.ops), width))
+        assert windowed.lower_bound_bytes(graph, acc, cap, windows) <= best
+        charged.append(crossing.crossing_bytes(graph, acc.word_bits, 4, cap, windows, tensor_views(graph)))
+    # 4 channels x 8 columns a kept output: 2 of them fit beside the Sum at 128 B, 4 at 256 B, all at 1 KB
+    kept = buffer // 2 // 32
+    assert charged[0] == max(0, readers - kept) * 2 * 512 and dataflow.of(acc).t_c == 4
+
+
+def test_a_wide_fans_windowed_gap_is_what_its_sum_cannot_keep_on_chip(small_windows, monkeypatch):
+    """400 readers at 4 KB: at most 64 outputs fit beside the Sum, so the rest cross at 1 KB each (gap 99 % before
+    the crossing tensors were charged); bound <= exact optimum <= plan."""
+    graph, acc = fan_out(400), ACC.with_buffer(4096)
+    plan = engine.fuse(graph, acc)
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 10_000)
+    best = engine.fuse(graph, acc)
+    assert best.status == "optimal" and plan.lower_bound_bytes <= best.dram_bytes <= plan.dram_bytes
+    assert plan.gap < 0.25 and plan.lower_bound_bytes > (400 - 40 - 64) * 1024
