@@ -18,6 +18,7 @@ from functools import cached_property
 
 import networkx as nx
 
+from engine.bitmask import bits
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph, Op, OpKind
 
@@ -268,17 +269,12 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
                 mask = q.anc[q.unit[x]] & within | 1 << q.unit[x]  # x and the candidates reaching it
                 if mask.bit_count() <= len(best):  # sized in bits before any set is built: no larger part here
                     continue
-                piece = frozenset(name[u] for u in _bits(mask))
+                piece = frozenset(name[u] for u in bits(mask))
                 if not _outputs_ops(graph, piece) - {x} and _convex(*q.reach(mask), mask):
                     best = piece
         pieces.append(best)
         left -= best
     return pieces
-
-
-def _bits(mask: int) -> list[int]:
-    """Positions of the set bits of `mask`, ascending."""
-    return [i for i, c in enumerate(bin(mask)[:1:-1]) if c == "1"]
 
 
 def _dominated(graph: Graph, e: str, left: set[str]) -> set[str]:
