@@ -65,6 +65,20 @@ def wide_depthwise(width: int) -> Graph:
     return net.graph()
 
 
+def llama3_70b(tokens: int) -> Graph:
+    """Llama-3-70B (the zoo's Llama code at `llm.LLAMA3_70B`, 80 decoder layers): a prefill of `tokens` tokens, or
+    with -`tokens` one token decoded against a KV cache of that many. Not in the zoo: every zoo network runs through
+    the suite's per-network tests, and these two would add about 95 s there."""
+    from engine.zoo import llm
+
+    net = Net(f"llama3_70b_{'prefill' if tokens > 0 else 'decode'}", 1)
+    if tokens > 0:
+        llm.llama_prefill(net, tokens, llm.LLAMA3_70B)
+    else:
+        llm.llama_decode(net, -tokens, llm.LLAMA3_70B)
+    return net.graph()
+
+
 CASES = {  # name -> (builder, argument)
     "chain_1k": (chain, 1_000), "chain_2k": (chain, 2_000), "chain_10k": (chain, 10_000),
     "chain_100k": (chain, 100_000),
@@ -72,6 +86,7 @@ CASES = {  # name -> (builder, argument)
     "fan_out_100k": (fan_out, 100_000),
     "concat_20k": (concat, 20_000), "concat_100k": (concat, 100_000),
     "depthwise_2^24": (wide_depthwise, 2**24), "depthwise_2^31": (wide_depthwise, 2**31),
+    "llama3_70b_prefill": (llama3_70b, 2048), "llama3_70b_decode": (llama3_70b, -2048),
 }
 CALLS = ("fuse", "evaluate")
 LIMITS = {  # name -> (network, what is timed, time limit given in seconds or None)
