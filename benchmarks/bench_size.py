@@ -6,7 +6,8 @@ so wall time measures the neighbours too), a wall-clock timeout (TIMEOUT_S) and 
 "timeout" or "MemoryError", never hangs the run. Each call's CPU seconds (`time.process_time`) are printed beside
 its wall seconds. Peak memory is the child's `ru_maxrss` (the interpreter, numpy, numba and
 the compiled fusion kernel included: about 200 MB before any graph). The solver-limit cases time
-`allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given.
+`allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given; the
+partition cases time `partition` of a wide fan and a long chain with every op supported.
 
 Run: .venv/bin/python -m benchmarks.bench_size [CASE[:fuse|:evaluate] ...]   (prints the markdown section of
 BENCHMARKS.md)
@@ -64,6 +65,20 @@ def wide_depthwise(width: int) -> Graph:
     return net.graph()
 
 
+def llama3_70b(tokens: int) -> Graph:
+    """Llama-3-70B (the zoo's Llama code at `llm.LLAMA3_70B`, 80 decoder layers): a prefill of `tokens` tokens, or
+    with -`tokens` one token decoded against a KV cache of that many. Not in the zoo: every zoo network runs through
+    the suite's per-network tests, and these two would add about 95 s there."""
+    from engine.zoo import llm
+
+    net = Net(f"llama3_70b_{'prefill' if tokens > 0 else 'decode'}", 1)
+    if tokens > 0:
+        llm.llama_prefill(net, tokens, llm.LLAMA3_70B)
+    else:
+        llm.llama_decode(net, -tokens, llm.LLAMA3_70B)
+    return net.graph()
+
+
 CASES = {  # name -> (builder, argument)
     "chain_1k": (chain, 1_000), "chain_2k": (chain, 2_000), "chain_10k": (chain, 10_000),
     "chain_100k": (chain, 100_000),
@@ -71,6 +86,7 @@ CASES = {  # name -> (builder, argument)
     "fan_out_100k": (fan_out, 100_000),
     "concat_20k": (concat, 20_000), "concat_100k": (concat, 100_000),
     "depthwise_2^24": (wide_depthwise, 2**24), "depthwise_2^31": (wide_depthwise, 2**31),
+    "llama3_70b_prefill": (llama3_70b, 2048), "llama3_70b_decode": (llama3_70b, -2048),
 }
 CALLS = ("fuse", "evaluate")
 LIMITS = {  # name -> (network, what is timed, time limit given in seconds or None)
@@ -79,6 +95,10 @@ LIMITS = {  # name -> (network, what is timed, time limit given in seconds or No
     "allocate_nasnet_a_mobile_M_R_1s": ("nasnet_a_mobile", "allocate", 1.0),
     "budgets_llama3_8b_prefill": ("llama3_8b_prefill", "budgets", None),
     "budgets_resnet1202": ("resnet1202", "budgets", None),
+    "budgets_nasnet_a_mobile": ("nasnet_a_mobile", "budgets", None),
+}
+PARTITIONS = {  # name -> (builder, argument): `partition` with every op supported (one region, post-pruned)
+    "partition_fan_out_10k": (fan_out, 10_000), "partition_chain_10k": (chain, 10_000),
 }
 
 
@@ -100,6 +120,13 @@ def child(name: str, call: str) -> dict:
         got = engine.allocate(g, m_r, time_limit_s=limit)
         return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "status": got.status,
                 "limit": limit}
+    if name in PARTITIONS:
+        build, arg = PARTITIONS[name]
+        g = build(arg)
+        start, cpu = time.perf_counter(), time.process_time()
+        got = engine.partition(g, lambda op: True)
+        return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                "status": f"{len(got.parts)} parts"}
     build, arg = CASES[name]
     g = build(arg)
     acc = engine.Accelerator.preset("optimus")
@@ -148,13 +175,14 @@ def main(names: list[str]) -> None:
           "the subprocess's resident peak (`ru_maxrss`; about 200 MB of it is the interpreter, numpy and the "
           "compiled kernel). `optimus` preset.\n")
     print("| case | ops | call | CPU s | wall s | peak MB | result |\n|---|---:|---|---:|---:|---:|---|")
-    for arg in names or [*CASES, *LIMITS]:
+    for arg in names or [*CASES, *LIMITS, *PARTITIONS]:
         name, _, only = arg.partition(":")  # "chain_100k:fuse" runs one call of a case
         for call in ((only,) if only else CALLS if name in CASES else ("",)):
             got = fenced(name, call)
             peak = got.get("peak_mb")
             cpu = f"{got['cpu']:.2f}" if "cpu" in got else "-"
-            print(f"| {name} | {got.get('ops', '')} | {call or LIMITS[name][1]} | {cpu} | {got['seconds']:.2f} | "
+            what = call or (LIMITS[name][1] if name in LIMITS else "partition")
+            print(f"| {name} | {got.get('ops', '')} | {what} | {cpu} | {got['seconds']:.2f} | "
                   f"{peak if peak is not None else '-'} | {got['status']} |", flush=True)
 
 

@@ -140,7 +140,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
     from engine.energy import energy_breakdown
-    from engine.fusion import fuse, oracle_bytes
+    from engine.fusion import fuse_each, oracle_bytes
     from engine.mapping.objective import check_objective, refine
 
     if access_model not in ACCESS_MODELS:
@@ -156,16 +156,16 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         if should_stop is not None and should_stop():
             raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
 
-    plans = {}
-    for m in methods:
-        check(f"the '{m}' search")
-        plans[m] = refine(graph, fuse(graph, acc, method=m), acc, objective)
+    found = fuse_each(graph, acc, methods, before=lambda m: check(f"the '{m}' search"))  # one model for all methods
+    plans = {m: refine(graph, found[m], acc, objective) for m in methods}
     check("the energy")
     mapped = None
     if access_model == "mapping":
-        from engine.mapping import map_plan
+        from engine.fusion.memo import Memo
+        from engine.mapping.plan import ALIKE, map_plan
 
-        mapped = {m: map_plan(graph, plans[m], acc) for m in methods}
+        alike = Memo(ALIKE)  # the methods' plans share most groups' mappings (a lone op maps alike in every plan)
+        mapped = {m: map_plan(graph, plans[m], acc, mapped=alike) for m in methods}
         energy = {m: mapped[m].energy for m in methods}
     else:
         price = blocked_energy if access_model == "blocking" else energy_breakdown

@@ -11,12 +11,14 @@ part waits for inputs it needs late or holds back outputs it made early
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
 
+from engine.bitmask import bits
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph, Op, OpKind
 
@@ -196,17 +198,21 @@ def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
     """Add eligible neighbours to {seed} while the set stays convex, until none can join."""
     region, mask = {seed}, q.mask([seed])
     d, a = q.desc[q.unit[seed]], q.anc[q.unit[seed]]
+    frontier = set(und[seed]) - region  # the region's neighbours, kept as it grows (not gathered again per round)
     grown = True
     while grown:
         grown = False
-        for v in sorted({n for u in region for n in und[u]} - region, key=q.unit.__getitem__):
+        added = []
+        for v in sorted(frontier, key=q.unit.__getitem__):
             if not eligible(v):
                 continue
             bit = 1 << q.unit[v]
             nd, na = d | q.desc[q.unit[v]], a | q.anc[q.unit[v]]
             if _convex(nd, na, mask | bit):
                 region.add(v)
+                added.append(v)
                 mask, d, a, grown = mask | bit, nd, na, True
+        frontier = (frontier | {n for v in added for n in und[v]}) - region
     return frozenset(region)
 
 
@@ -248,31 +254,47 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
     leaves it. The largest such part that keeps the contraction acyclic is taken.
     """
     pieces: list[frozenset] = []
-    left = [op.name for op in graph.ops if op.name in region]
+    order = [op.name for op in graph.ops if op.name in region]
+    left, at = set(order), 0
     while left:
-        q = _Quotient(graph, [*others, *pieces])
-        e = left[0]
+        while order[at] not in left:
+            at += 1
+        e = order[at]
         cand = _dominated(graph, e, left)
         best = frozenset([e])
-        for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
-            piece = frozenset(v for v in cand if v == x or (q.desc[q.unit[v]] >> q.unit[x]) & 1)
-            if len(piece) <= len(best) or _outputs_ops(graph, piece) - {x}:
-                continue
-            mask = q.mask(piece)
-            if _convex(*q.reach(mask), mask):
-                best = piece
+        if len(cand) > 1:  # only a part larger than {e} needs the contraction (one op alone is always convex)
+            q = _Quotient(graph, [*others, *pieces])
+            within, name = q.mask(cand), {q.unit[v]: v for v in cand}
+            for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
+                mask = q.anc[q.unit[x]] & within | 1 << q.unit[x]  # x and the candidates reaching it
+                if mask.bit_count() <= len(best):  # sized in bits before any set is built: no larger part here
+                    continue
+                piece = frozenset(name[u] for u in bits(mask))
+                if not _outputs_ops(graph, piece) - {x} and _convex(*q.reach(mask), mask):
+                    best = piece
         pieces.append(best)
-        left = [v for v in left if v not in best]
+        left -= best
     return pieces
 
 
-def _dominated(graph: Graph, e: str, left: list[str]) -> set[str]:
-    """e plus the ops of `left` (topologically ordered) whose inputs all come from inside the set."""
+def _dominated(graph: Graph, e: str, left: set[str]) -> set[str]:
+    """e plus the ops of `left` (all after e) whose inputs all come from inside the set: found from e through
+    consumers, in topological order (an op whose inputs all come from the set reads one of its members)."""
     cand = {e}
-    for v in left[1:]:
-        ins = graph.op(v).inputs
-        if ins and all(graph.producer(t) in cand for t in ins):
+    position = graph.position
+    ahead = [(position[c], c) for t in graph.op(e).outputs for c in graph.consumers(t)]
+    heapq.heapify(ahead)
+    seen: set[str] = set()
+    while ahead:
+        _, v = heapq.heappop(ahead)
+        if v in seen or v not in left:
+            continue
+        seen.add(v)
+        if all(graph.producer(t) in cand for t in graph.op(v).inputs):
             cand.add(v)
+            for t in graph.op(v).outputs:
+                for c in graph.consumers(t):
+                    heapq.heappush(ahead, (position[c], c))
     return cand
 
 
@@ -291,7 +313,7 @@ def _describe(graph: Graph, groups: list[tuple[frozenset, int]], device: dict[st
     net_out = set(graph.outputs)
     parts = []
     for g in ordered:
-        ops = tuple(op.name for op in graph.ops if op.name in g)
+        ops = tuple(sorted(g, key=graph.position.__getitem__))
         dev = device[ops[0]]
         inputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).inputs if graph.producer(t) not in g))
         outputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).outputs

@@ -156,3 +156,19 @@ def test_a_language_models_length_is_read_off_its_name_or_its_builders_default()
     assert zoo.length("llama3_8b_prefill") == ("llama3_8b_prefill", "seq", 2048)
     assert zoo.length("gpt2") == ("gpt2", "seq", 1024) and zoo.length("bert_base_seq384")[2] == 384
     assert zoo.length("resnet50") is None and zoo.length("llama3_8b_prefill_kv12") is None
+
+
+@pytest.mark.parametrize("kv", [1, 2048, 8191])
+def test_llama3_70b_of_the_size_benchmark_is_the_8b_code_at_meta_llama_3_70b_config(kv):
+    """80 layers, d 8192, 64 heads of 128, 8 KV heads, FFN 28672: 70,553,706,496 parameters (Meta-Llama-3-70B's
+    count on its model card, 70.6 B: 80 x 855,654,400 + 2 x 128256 x 8192 + 8192), 9 weights a layer plus the
+    embedding, the final norm and the LM head, and the decode MACs of the per-layer formula above at its dims."""
+    from benchmarks.bench_size import llama3_70b
+
+    d, heads, kv_heads, dh, ffn, layers = 8192, 64, 8, 128, 28672, 80
+    g = llama3_70b(-kv)
+    assert g.params == 70_553_706_496 == layers * 855_654_400 + 2 * VOCAB * d + d
+    assert sum(t.is_weight for t in g.tensor_list) == 9 * layers + 3
+    layer = d * (2 * d + 2 * kv_heads * dh) + 2 * heads * (kv + 1) * dh + 3 * d * ffn
+    assert g.macs == layers * layer + d * VOCAB
+    assert llama3_70b(2048).params == g.params

@@ -18,6 +18,7 @@ from engine.allocation import model, solve
 from engine.allocation.divide import lossless_cuts
 from engine.allocation.problem import Carry, make_problem, requirement
 from engine.allocation.record import needs
+from engine.bitmask import bits
 from engine.graph import Graph
 
 
@@ -145,6 +146,10 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     pred_mask = {op: sum(bit[p] for p in prob.preds[op]) for op in ops}
     for op, twin in _twins(prob).items():  # interchangeable ops run in the given order: no optimum is lost
         pred_mask[op] |= bit[twin]
+    succ_mask = dict.fromkeys(ops, 0)  # the ops each op's running may make ready (twins' order included)
+    for op in ops:
+        for i in bits(pred_mask[op]):
+            succ_mask[ops[i]] |= bit[op]
     readers = {a: sum(bit[c] for c in prob.consumers.get(a, ())) for a in prob.tensors}
     touch = {op: tuple(dict.fromkeys(prob.reads[op] + prob.writes[op])) for op in ops}
     size, later = prob.size, prob.keep
@@ -172,19 +177,24 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         here, *state = step(*state, op)
         bound = max(bound, here)
 
-    def solve_from(done: int, live: frozenset, live_bytes: int) -> float:
+    def solve_from(done: int, live: frozenset, live_bytes: int, ready: int) -> float:
+        """Least peak from the down-set `done` on; `ready`: its ops whose predecessors have all run (kept as the
+        state grows, not found again among every op)."""
         if done in best:
             return best[done][0]
         calls[0] += 1  # the clock is read every 64 new states (a few ms), however deep the descent
         if len(best) > DP_STATES or (calls[0] & 63 == 0 and time.perf_counter() > deadline):
             raise _TooWide
         choice = (math.inf, None)
-        moves = sorted((step(done, live, live_bytes, op), op) for op in ops
-                       if not done & bit[op] and not pred_mask[op] & ~done)
+        moves = sorted((step(done, live, live_bytes, ops[i]), ops[i]) for i in bits(ready))
         for (here, after, live2, bytes2), op in moves:  # cheapest step first tightens the cut sooner
             if here >= min(choice[0], bound):
                 break
-            value = max(here, solve_from(after, live2, bytes2))
+            now = ready & ~after
+            for i in bits(succ_mask[op]):  # successors of op whose last predecessor op was
+                if not pred_mask[ops[i]] & ~after:
+                    now |= 1 << i
+            value = max(here, solve_from(after, live2, bytes2, now))
             if value < choice[0]:
                 choice = (value, op)
         best[done] = choice
@@ -193,7 +203,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     depth = sys.getrecursionlimit()
     sys.setrecursionlimit(max(depth, 4 * len(ops) + 100))
     try:
-        if solve_from(0, start_live, start_bytes) == math.inf:
+        if solve_from(0, start_live, start_bytes, sum(bit[op] for op in ops if not pred_mask[op])) == math.inf:
             return ops
     except _TooWide:
         return None

@@ -19,6 +19,7 @@ from engine.errors import EngineError, UnknownNameError
 from engine.fusion import dnnvm, efficient_s, none, online, optimus, sized, windowed
 from engine.fusion.bound import lower_bound
 from engine.fusion.cost import RELOADS, Capacity, GroupCost, group_cost, model_of, oracle_bytes
+from engine.fusion.model import FusionModel
 from engine.fusion.plan import FusionPlan, build_plan, check_runnable
 from engine.fusion.polish import improve
 from engine.graph import Graph
@@ -34,7 +35,7 @@ METHODS = {
 
 MAX_COUNT = 1 << 60  # bytes x positions of a tensor the compiled cost model multiplies (int64, with 8x to spare)
 
-__all__ = ["fuse", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
+__all__ = ["fuse", "fuse_each", "FusionPlan", "GroupCost", "group_cost", "oracle_bytes", "METHODS", "RELOADS"]
 
 
 def _check_in_range(graph: Graph, acc: Accelerator) -> None:
@@ -64,35 +65,54 @@ def fuse(graph: Graph, acc: Accelerator, *, method: str = "optimus", reloads: st
     Exact plans are left as they are. A graph of more than `windowed.WINDOW_ABOVE` ops is fused window by
     window (`engine.fusion.windowed`): an optimus plan then says "windowed", with its proven bound.
     """
+    return fuse_each(graph, acc, (method,), reloads=reloads, bound=bound, polish=polish)[method]
+
+
+def fuse_each(graph: Graph, acc: Accelerator, methods: tuple[str, ...], *, reloads: str = "tile", bound: bool = True,
+              polish: bool = True, before: Callable[[str], None] | None = None) -> dict[str, FusionPlan]:
+    """`fuse` with each of `methods` (method -> plan), all on one model of the graph, or past `windowed.WINDOW_ABOVE`
+    ops on one model of each window (built once, not once per method: most of a windowed search's time).
+
+    `before(method)` is called before each method's search (on each window): `evaluate` stops there when told to.
+    """
     if not isinstance(graph, Graph) or not isinstance(acc, Accelerator):
         raise EngineError(f"fuse needs an engine.Graph and an engine.Accelerator, got {type(graph).__name__} and "
                           f"{type(acc).__name__} (load one with engine.load_network and engine.Accelerator.preset)")
     _check_in_range(graph, acc)
-    if not isinstance(method, str) or method not in METHODS:
-        raise UnknownNameError("fusion method", str(method), METHODS)
+    for method in methods:
+        if not isinstance(method, str) or method not in METHODS:
+            raise UnknownNameError("fusion method", str(method), METHODS)
     try:
         if len(graph.ops) > windowed.WINDOW_ABOVE:
-            def solve(part: Graph) -> FusionPlan:  # one window: Efficient-S's work shared among the windows by ops
-                share = efficient_s.WINDOWED_WORK * len(part.ops) // len(graph.ops)
+            def solve(part: Graph, model: FusionModel, method: str) -> FusionPlan:
+                if before is not None:
+                    before(method)
+                share = efficient_s.WINDOWED_WORK * len(part.ops) // len(graph.ops)  # Efficient-S's work, by ops
                 search = partial(efficient_s.search, work_limit=max(1, share)) if method == "efficient_s" else None
-                return _fuse(part, acc, method, reloads, False, polish, search)
+                return _fuse(part, acc, method, reloads, False, polish, model, search)
 
-            return windowed.fuse_windows(graph, acc, method, solve, cap=Capacity.of(acc, reloads), with_bound=bound)
-        return _fuse(graph, acc, method, reloads, bound, polish)
+            return windowed.fuse_windows(graph, acc, tuple(methods), solve, cap=Capacity.of(acc, reloads),
+                                         with_bound=bound)
+        plans = {}
+        for method in methods:
+            if before is not None:
+                before(method)
+            plans[method] = _fuse(graph, acc, method, reloads, bound, polish, model_of(graph, acc))
+        return plans
     except MemoryError:  # a table past what the process may allocate: refused before it was filled
         raise EngineError(f"graph '{graph.name}' ({len(graph.ops):,} ops) needs more memory than this process may "
-                          f"use for method '{method}' on '{acc.name}'; try method 'dnnvm', a smaller buffer (smaller "
-                          f"groups), or fuse the network in parts") from None
+                          f"use for method {', '.join(map(repr, methods))} on '{acc.name}'; try method 'dnnvm', a "
+                          "smaller buffer (smaller groups), or fuse the network in parts") from None
 
 
-def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool,
+def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool, polish: bool, model: FusionModel,
           search: Callable[[sized.SizedModel], tuple[list[int], int, bool]] | None = None) -> FusionPlan:
-    """`fuse` once its arguments are checked: the model, the method's search (or `search` in its place), its polish
-    and bound, the plan."""
+    """`fuse` once its arguments are checked, on `model` (the graph's): the method's search (or `search` in its
+    place), its polish and bound, the plan."""
     search = search or METHODS[method][0]
     status = METHODS[method][1]
     start = time.perf_counter()
-    at = sized.of(model_of(graph, acc), Capacity.of(acc, reloads))  # the buffer bound once
+    at = sized.of(model, Capacity.of(acc, reloads))  # the buffer bound once
     check_runnable(at, acc.name)
     groups, evaluated, exact = search(at)
     if polish and method == "optimus" and not exact:

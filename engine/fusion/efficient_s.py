@@ -45,13 +45,15 @@ def segments(at: SizedModel, sequence: list[int], *, work_limit: int | None = No
         if best[i] == inf:
             continue
         mask = 0
+        parts: list[int] = []  # the segment's weakly connected components, kept as it grows by one op
         for j in range(i, len(sequence)):
             mask |= 1 << sequence[j]
+            parts = _joined(parts, 1 << sequence[j], model.link[sequence[j]])
             evaluated += 1
             work += j - i + 1
             if j > i and (work > work_limit or not prior_fits(model, mask, cap)):
                 break  # the prior footprint only grows as the segment grows
-            if j > i and not model.is_connected(mask):
+            if j > i and len(parts) > 1:
                 continue
             cost = at.dram_bytes(mask)
             if cost is not None and best[i] + cost < best[j + 1]:
@@ -62,6 +64,19 @@ def segments(at: SizedModel, sequence: list[int], *, work_limit: int | None = No
         groups.append(sum(1 << sequence[t] for t in range(i, j)))
         j = i
     return groups[::-1], evaluated, work <= work_limit
+
+
+def _joined(parts: list[int], bit: int, link: int) -> list[int]:
+    """Components `parts` (masks) with the op `bit` added: it joins every component it links to (`link`: its
+    producers, consumers and co-readers)."""
+    merged, apart = bit, []
+    for part in parts:
+        if part & link:
+            merged |= part
+        else:
+            apart.append(part)
+    apart.append(merged)
+    return apart
 
 
 def search(at: SizedModel, *, work_limit: int | None = None) -> tuple[list[int], int, bool]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import bound, dataflow
+from engine.fusion import bound, crossing, dataflow
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -133,31 +133,49 @@ def shared_weights(graph: Graph) -> set[str]:
 
 def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) -> int:
     """A proven lower bound on every valid partition's traffic: each plan window's `bound` windows, with what earlier
-    plan windows made free, plus the shared weights once."""
+    plan windows made free, plus the shared weights once, plus what the tensors crossing plan windows must cost
+    (`crossing`: the windows charge them nowhere)."""
     lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
+    total += crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc).t_c, cap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
     return total
 
 
-def fuse_windows(graph: Graph, acc: Accelerator, method: str, solve: Callable[[Graph], FusionPlan], *,
-                 cap: Capacity, with_bound: bool) -> FusionPlan:
-    """`solve` (one method's `fuse` on a graph) on each window of `cuts`, joined into one plan of `graph`.
+def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
+                 solve: Callable[[Graph, FusionModel, str], FusionPlan], *, cap: Capacity,
+                 with_bound: bool) -> dict[str, FusionPlan]:
+    """`solve` (one method's `fuse` of one window's graph, given its model) on each window of `cuts`, joined into
+    one plan of `graph` per method.
 
-    An optimus plan says "windowed" and, when `with_bound`, carries `lower_bound_bytes`; another method's keeps
-    its status ("beam" if any window's was).
+    Every method runs on a window before the next window is made, so each window's model (and the group costs it
+    caches) is built once and shared by the methods, and dropped once they are done with it. An optimus plan says
+    "windowed" and, when `with_bound`, carries `lower_bound_bytes`; another method's keeps its status ("beam" if
+    any window's was).
     """
-    start = time.perf_counter()
     windows = cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
-    lives = spans(graph)
-    plans = [solve(window_graph(graph, lo, hi, lives)) for lo, hi in windows]
+    lives, tp = spans(graph), dataflow.of(acc)
+    plans: dict[str, list[FusionPlan]] = {m: [] for m in methods}
+    for lo, hi in windows:
+        part = window_graph(graph, lo, hi, lives)
+        model = FusionModel(part, tp, acc.word_bits)
+        for m in methods:
+            plans[m].append(solve(part, model, m))
+    return {m: _joined(graph, acc, m, plans[m], windows, cap, with_bound) for m in methods}
+
+
+def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan], windows, cap: Capacity,
+            with_bound: bool) -> FusionPlan:
+    """The windows' plans of one method as one plan of `graph`, with the lower bound an optimus plan carries."""
+    start = time.perf_counter()
     costs = tuple(c for p in plans for c in p.costs)
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
     floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
+    seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
     return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
                    dram_bytes=sum(p.dram_bytes for p in plans), fmap_in_bytes=sum(p.fmap_in_bytes for p in plans),
                    fmap_out_bytes=sum(p.fmap_out_bytes for p in plans), param_bytes=sum(p.param_bytes for p in plans),
-                   groups_evaluated=sum(p.groups_evaluated for p in plans), search_seconds=time.perf_counter() - start,
+                   groups_evaluated=sum(p.groups_evaluated for p in plans), search_seconds=seconds,
                    status=status, lower_bound_bytes=floor)

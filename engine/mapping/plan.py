@@ -15,8 +15,10 @@ from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.energy import COMPONENTS, EnergyBreakdown
 from engine.fusion.cost import GroupCost
+from engine.fusion.memo import Memo
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, OpKind
+from engine.mapping import alike
 from engine.mapping.nest import OpNest, fusion_level, height_of, lone_nest, tile_nest
 
 
@@ -102,11 +104,26 @@ class MappedPlan:
         return next(g for g in self.groups if op in g.ops)
 
 
-def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator) -> MappedPlan:
-    """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency."""
+ALIKE = 4096  # mappings `map_plan` keeps by `alike.key` (distinct groups: a few hundred in the largest zoo network)
+
+
+def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo | None = None) -> MappedPlan:
+    """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency.
+
+    A group that maps as one already mapped (`alike.key`: the same ops, shapes and schedule up to names) takes
+    that mapping renamed; `mapped` keeps them (several plans of one graph on `acc` may share one), else a
+    `Memo` of `ALIKE` for this call.
+    """
     hierarchy = Hierarchy.from_accelerator(acc)
-    groups = tuple(map_group(graph, cost, acc, hierarchy) for cost in plan.costs)
-    return MappedPlan(plan.method, groups, _breakdown(groups, acc))
+    mapped = Memo(ALIKE) if mapped is None else mapped
+    groups = []
+    for cost in plan.costs:
+        same = alike.key(graph, cost)
+        hit = mapped.get(same)
+        if hit is None:
+            hit = mapped.put(same, map_group(graph, cost, acc, hierarchy))
+        groups.append(alike.renamed(hit, cost.ops))
+    return MappedPlan(plan.method, tuple(groups), _breakdown(tuple(groups), acc))
 
 
 def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> GroupMapping:

@@ -123,6 +123,9 @@ class LlamaConfig:
 
 
 LLAMA3_8B = LlamaConfig()
+# meta-llama/Meta-Llama-3-70B's config.json (Llama Team, "The Llama 3 Herd of Models", 2024, Table 3): 80 layers,
+# hidden_size 8192, 64 attention heads, 8 key-value heads, intermediate_size 28672; vocabulary and context as 8B's
+LLAMA3_70B = LlamaConfig(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672)
 
 
 def llama_prefill(net: Net, seq: int = 2048, cfg: LlamaConfig = LLAMA3_8B) -> None:
