@@ -1259,8 +1259,6 @@ def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_a
     """Issue 29's DAG: 24 pairs of a Llama prefill's groups a layer gap apart shared a colour; resnet50's G1 and G2
     tags printed on top of each other; the wheel zoomed instead of scrolling the page; an op's hover showed its
     outline's tooltip too; a clicked op's loop nest opened under the legend, below the window."""
-    import itertools
-
     from bokeh.models import HoverTool
 
     from dashboard.views.dag import BOX_H, BOX_W, GAP_Y, PAD, layered_layout, outline_table
@@ -1271,16 +1269,20 @@ def test_the_dag_colours_neighbours_apart_tags_apart_one_tooltip_wheel_scrolls_a
         plan = engine.fuse(graph, acc, method="optimus")
         regions = outline_table(graph, plan.groups)
         pos = layered_layout(graph)
-        boxes = [(min(pos[o][0] for o in g) - BOX_W / 2 - PAD, max(pos[o][0] for o in g) + BOX_W / 2 + PAD,
-                  min(pos[o][1] for o in g) - BOX_H / 2 - PAD, max(pos[o][1] for o in g) + BOX_H / 2 + PAD)
-                 for g in plan.groups]
-        for i, j in itertools.combinations(range(len(boxes)), 2):
-            a, b = boxes[i], boxes[j]
-            apart = max(a[0] - b[1], b[0] - a[1], a[2] - b[3], b[2] - a[3])  # the gap between the outlines' boxes
-            assert apart >= GAP_Y or regions.colour[i] != regions.colour[j], (name, i, j)
-            # a tag is ~40 x 14 units at the first zoom (8 pt bold "G123")
-            dx, dy = abs(regions.tag_x[i] - regions.tag_x[j]), abs(regions.tag_y[i] - regions.tag_y[j])
-            assert dx >= 40 or dy >= 14, (name, i, j)
+        x0, x1, y0, y1 = np.array([(min(pos[o][0] for o in g) - BOX_W / 2 - PAD, max(pos[o][0] for o in g) + BOX_W / 2 + PAD,
+                                    min(pos[o][1] for o in g) - BOX_H / 2 - PAD, max(pos[o][1] for o in g) + BOX_H / 2 + PAD)
+                                   for g in plan.groups]).T
+        pairs = np.triu(np.ones((len(x0), len(x0)), bool), 1)  # every pair of groups once
+        # the gap between two outlines' boxes (every pair at once: the Llama prefill has hundreds of groups)
+        apart = np.maximum.reduce([x0[:, None] - x1[None], x0[None] - x1[:, None], y0[:, None] - y1[None],
+                                   y0[None] - y1[:, None]])
+        colour = np.array(regions.colour)
+        alike = pairs & (apart < GAP_Y) & (colour[:, None] == colour[None])
+        assert not alike.any(), (name, np.argwhere(alike)[:3])
+        # a tag is ~40 x 14 units at the first zoom (8 pt bold "G123")
+        tag_x, tag_y = np.array(regions.tag_x), np.array(regions.tag_y)
+        overlap = pairs & (abs(tag_x[:, None] - tag_x[None]) < 40) & (abs(tag_y[:, None] - tag_y[None]) < 14)
+        assert not overlap.any(), (name, np.argwhere(overlap)[:3])
     figure = dag_element(session.report)
     assert figure.toolbar.active_scroll is None
     hovers = figure.select(HoverTool)
