@@ -403,11 +403,14 @@ def test_an_unproven_allocation_says_why_and_how_far_from_the_bound(monkeypatch)
     note, compared = shown[0].object, shown[2].value
     cosma = compared.iloc[0]
     # "feasible" when each fixed order was solved to its optimum; on a machine too loaded to do that within the
-    # tab's limit, "time_limit": the status promises only which of the two happened, and the note says it
+    # tab's limit, "time_limit": the status promises only which of the two happened, and the note says it. Whether
+    # the free-order model is built at all depends on how fast the machine builds its first order: the note names
+    # the path taken, and always the gap
     assert cosma["method"] == "cosma" and cosma["status"] in ("feasible", "time_limit")
     assert cosma["gap_to_bound"].endswith("%")
-    assert note.startswith(f"**cosma: {cosma['status']}**. The free-order ILP was not built")
-    assert f"{cosma['gap_to_bound']} above the spill bound" in note and "divide='auto'" in note
+    assert note.startswith(f"**cosma: {cosma['status']}**. ") and f"{cosma['gap_to_bound']} above" in note
+    if "The free-order ILP was not built" in note or "still being built" in note:
+        assert f"{cosma['gap_to_bound']} above the spill bound" in note and "divide='auto'" in note
     assert compared["gap_to_bound"].iloc[1:].isna().all()  # the baselines prove nothing
 
 
