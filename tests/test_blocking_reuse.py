@@ -1,0 +1,76 @@
+"""A blocking reused across buffer sizes (`engine.blocking.reuse`) is the one a fresh search finds at that size."""
+
+from dataclasses import replace
+
+import pytest
+
+import engine.blocking.counts as counts
+from engine.accelerator import Accelerator
+from engine.blocking import reuse
+from engine.blocking.hierarchy import Hierarchy
+from engine.blocking.layer import Layer
+from engine.blocking.optimizer import block
+from engine.blocking.reuse import reusing_block
+from engine.loading import load_network
+from engine.mapping.nest import op_layer
+
+# CURVE sizes (engine.explore.CURVE_BUFFERS_KB), visited up and down as a slider moves
+SIZES_KB = (64, 16384, 8, 512, 128, 2048, 32)
+
+
+def _shapes(network: str) -> dict:
+    g = load_network(network)
+    out = {}
+    for op in g.ops:
+        layer = op_layer(g, op)
+        if layer is not None:
+            out.setdefault(replace(layer, name=""), op.name)
+    return out
+
+
+def _counts(layer, h, name, once):
+    counts._counts.cache_clear()
+    c = counts.hierarchy_counts(layer, h, name, weights_once=once)
+    return c.blocking, c.levels, c.macs, c.mac_pj, c.rf_skipped, c.loop_nest, c.cycles
+
+
+@pytest.mark.parametrize("preset", ["optimus", "eyeriss-like"])
+def test_every_resnet50_layer_reused_equals_fresh(preset, monkeypatch):
+    """Every ResNet-50 layer (lone, and with each weight read once), at each size: nest, words and energy per level."""
+    acc = Accelerator.preset(preset)
+    shapes = _shapes("resnet50")
+    searches, fresh = [], []
+    monkeypatch.setattr(reuse, "block", lambda layer, h: searches.append(1) or block(layer, h))
+    for kb in SIZES_KB:
+        h = Hierarchy.from_accelerator(acc.with_buffer(kb * 1024))
+        for layer, name in shapes.items():
+            for once in (False, True):
+                monkeypatch.setattr(counts, "reusing_block", reusing_block)
+                reused = _counts(layer, h, name, once)
+                monkeypatch.setattr(counts, "reusing_block", lambda layer, h: fresh.append(1) or block(layer, h))
+                assert reused == _counts(layer, h, name, once), (preset, kb, name, once)
+    # reused where it fits: a search at each size for each layer would be as many as the fresh ones
+    assert len(searches) < 0.7 * len(fresh)
+
+
+def test_reused_only_where_it_fits_and_is_searched_once(monkeypatch):
+    """The search at a size large enough for anything serves a buffer its blocking fits, not one it overflows; a
+    hierarchy with other energies is searched anew."""
+    layer = Layer(X=14, Y=14, C=64, K=64, Fw=3, Fh=3, name="conv", pad=(1, 1, 1, 1))
+    acc = Accelerator.preset("optimus")
+    big = Hierarchy.from_accelerator(acc.with_buffer(16 << 20))
+    first = reusing_block(layer, big)
+    assert first.blocking == block(layer, big).blocking
+    again = reusing_block(layer, Hierarchy.from_accelerator(acc.with_buffer(8 << 20)))
+    assert again.evaluated == 0 and again.blocking == first.blocking  # 8 MB holds the whole layer: not searched
+    assert again.cost.memory_pj == pytest.approx(first.cost.memory_pj, rel=1e-12)
+    small = Hierarchy.from_accelerator(acc.with_buffer(2048))  # 2 KB: the layer's least-energy tiles overflow it
+    tight = reusing_block(layer, small)
+    assert tight.evaluated > 0 and tight.blocking == block(layer, small).blocking
+    assert tight.cost.memory_pj > first.cost.memory_pj
+    dearer = replace(big, mac_pj=big.mac_pj * 2, levels=(replace(big.levels[0], energy_pj=(9.0, 9.0, 9.0)),
+                                                        *big.levels[1:]))
+    searches = []
+    monkeypatch.setattr(reuse, "block", lambda layer, h: searches.append(h) or block(layer, h))
+    assert reusing_block(layer, dearer).cost.memory_pj == pytest.approx(block(layer, dearer).cost.memory_pj, rel=1e-12)
+    assert len(searches) == 1 and searches[0].levels[1].size_bytes == reuse.ANY_SIZE
