@@ -40,7 +40,7 @@ def test_every_resnet50_layer_reused_equals_fresh(preset, monkeypatch):
     acc = Accelerator.preset(preset)
     shapes = _shapes("resnet50")
     searches, fresh = [], []
-    monkeypatch.setattr(reuse, "block", lambda layer, h: searches.append(1) or block(layer, h))
+    monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(1) or block(layer, h, **kw))
     for kb in SIZES_KB:
         h = Hierarchy.from_accelerator(acc.with_buffer(kb * 1024))
         for layer, name in shapes.items():
@@ -71,6 +71,6 @@ def test_reused_only_where_it_fits_and_is_searched_once(monkeypatch):
     dearer = replace(big, mac_pj=big.mac_pj * 2, levels=(replace(big.levels[0], energy_pj=(9.0, 9.0, 9.0)),
                                                         *big.levels[1:]))
     searches = []
-    monkeypatch.setattr(reuse, "block", lambda layer, h: searches.append(h) or block(layer, h))
+    monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(h) or block(layer, h, **kw))
     assert reusing_block(layer, dearer).cost.memory_pj == pytest.approx(block(layer, dearer).cost.memory_pj, rel=1e-12)
     assert len(searches) == 1 and searches[0].levels[1].size_bytes == reuse.ANY_SIZE

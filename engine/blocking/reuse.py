@@ -5,17 +5,18 @@ whose capacities are no larger, as long as it still fits there: its feasible set
 the blocking's cost does not depend on the sizes. So a dashboard's buffer slider need not search again each layer
 whose best blocking fits well below the buffer: the blocking found with the levels outside the PE array made large
 enough for anything (searched once per layer and energies) serves every buffer it fits, and one found at a size
-serves every smaller size it fits.
+serves every smaller size it fits. Where none does, one found at another size that fits bounds the new search.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 from functools import lru_cache
 
 from engine.blocking.hierarchy import Hierarchy, Memory
 from engine.blocking.layer import Layer
-from engine.blocking.model import evaluate
+from engine.blocking.model import Cost, evaluate
 from engine.blocking.optimizer import BlockingResult, block
 from engine.blocking.routes import level_orders
 
@@ -36,7 +37,9 @@ def reusing_block(layer: Layer, hierarchy: Hierarchy) -> BlockingResult:
         reused = _reuse(layer, found[-1], hierarchy)
         if reused is not None:
             return reused
-    found.append(block(layer, hierarchy))
+    # one found at a smaller size that fits here bounds the search (it skips what costs more)
+    fitting = [cost.memory_pj for cost in (_priced(layer, r, hierarchy) for r in found) if cost is not None and cost.fits]
+    found.append(block(layer, hierarchy, within_pj=min(fitting, default=math.inf) * (1 + 1e-9)))
     return found[-1]
 
 
@@ -69,8 +72,7 @@ def _any_size(hierarchy: Hierarchy) -> Hierarchy:
 def _reuse(layer: Layer, result: BlockingResult, hierarchy: Hierarchy) -> BlockingResult | None:
     """`result` on `hierarchy`, when each level of `hierarchy` is no larger than where `result` was found and its
     blocking fits there; else None."""
-    order = [m.name for m in result.hierarchy.levels]
-    mine = next((h for h in level_orders(hierarchy) if [m.name for m in h.levels] == order), None)
+    mine = _ordered(hierarchy, result)
     if mine == result.hierarchy:  # the hierarchy it was searched on (one with no on-chip level outside the array)
         return result
     if mine is None or not all(_no_larger(a, b) for a, b in zip(mine.levels, result.hierarchy.levels)):
@@ -79,6 +81,18 @@ def _reuse(layer: Layer, result: BlockingResult, hierarchy: Hierarchy) -> Blocki
     if not cost.fits:
         return None
     return replace(result, hierarchy=mine, cost=cost, evaluated=0, seconds=0.0)
+
+
+def _ordered(hierarchy: Hierarchy, result: BlockingResult) -> Hierarchy | None:
+    """`hierarchy` with its levels in the order `result`'s blocking was found on (None: no such order)."""
+    order = [m.name for m in result.hierarchy.levels]
+    return next((h for h in level_orders(hierarchy) if [m.name for m in h.levels] == order), None)
+
+
+def _priced(layer: Layer, result: BlockingResult, hierarchy: Hierarchy) -> Cost | None:
+    """`result`'s blocking priced on `hierarchy` (whether it fits there included)."""
+    mine = _ordered(hierarchy, result)
+    return None if mine is None else evaluate(layer, mine, result.blocking)
 
 
 def _no_larger(mem: Memory, than: Memory) -> bool:
