@@ -54,8 +54,9 @@ def test_every_resnet50_layer_reused_equals_fresh(preset, monkeypatch):
 
 
 def test_reused_only_where_it_fits_and_is_searched_once(monkeypatch):
-    """The search at a size large enough for anything serves a buffer its blocking fits, not one it overflows; a
-    hierarchy with other energies is searched anew."""
+    """A blocking found at a size serves a smaller buffer it fits, not one it overflows, and the one found with the
+    buffer large enough for anything serves every buffer; a hierarchy with other energies is searched anew."""
+    reuse._found.cache_clear()
     layer = Layer(X=14, Y=14, C=64, K=64, Fw=3, Fh=3, name="conv", pad=(1, 1, 1, 1))
     acc = Accelerator.preset("optimus")
     big = Hierarchy.from_accelerator(acc.with_buffer(16 << 20))
@@ -68,9 +69,13 @@ def test_reused_only_where_it_fits_and_is_searched_once(monkeypatch):
     tight = reusing_block(layer, small)
     assert tight.evaluated > 0 and tight.blocking == block(layer, small).blocking
     assert tight.cost.memory_pj > first.cost.memory_pj
+    # the second size searched once with the buffer large enough for anything: it serves any larger buffer
+    huge = Hierarchy.from_accelerator(acc.with_buffer(64 << 20))
+    assert reusing_block(layer, huge).evaluated == 0 and reusing_block(layer, huge).blocking == block(layer, huge).blocking
     dearer = replace(big, mac_pj=big.mac_pj * 2, levels=(replace(big.levels[0], energy_pj=(9.0, 9.0, 9.0)),
                                                         *big.levels[1:]))
     searches = []
     monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(h) or block(layer, h, **kw))
     assert reusing_block(layer, dearer).cost.memory_pj == pytest.approx(block(layer, dearer).cost.memory_pj, rel=1e-12)
-    assert len(searches) == 1 and searches[0].levels[1].size_bytes == reuse.ANY_SIZE
+    assert searches == [dearer]
+    assert reusing_block(layer, small).blocking == tight.blocking and len(searches) == 1  # found at 2 KB: not again

@@ -4,8 +4,9 @@ A blocking that is least energy on a hierarchy is least energy on any hierarchy 
 whose capacities are no larger, as long as it still fits there: its feasible set is a subset of the first one's and
 the blocking's cost does not depend on the sizes. So a dashboard's buffer slider need not search again each layer
 whose best blocking fits well below the buffer: the blocking found with the levels outside the PE array made large
-enough for anything (searched once per layer and energies) serves every buffer it fits, and one found at a size
-serves every smaller size it fits. Where none does, one found at another size that fits bounds the new search.
+enough for anything (searched once per layer and energies, when a second size is asked for: a single evaluation
+pays nothing more) serves every buffer it fits, and one found at a size serves every smaller size it fits. Where
+none does, one found at another size that fits bounds the new search.
 """
 
 from __future__ import annotations
@@ -32,15 +33,21 @@ def reusing_block(layer: Layer, hierarchy: Hierarchy) -> BlockingResult:
         reused = _reuse(layer, result, hierarchy)
         if reused is not None:
             return reused
-    if not found:  # first: the levels outside the array large enough for anything, which serves every size it fits
-        found.append(block(layer, _any_size(hierarchy)))
+    if len(found) == 1:  # a second size: search once with the levels outside the array large enough for anything
+        large = _any_size(hierarchy)
+        found.append(block(layer, large, within_pj=_bound(layer, found, large)))
         reused = _reuse(layer, found[-1], hierarchy)
         if reused is not None:
             return reused
-    # one found at a smaller size that fits here bounds the search (it skips what costs more)
-    fitting = [cost.memory_pj for cost in (_priced(layer, r, hierarchy) for r in found) if cost is not None and cost.fits]
-    found.append(block(layer, hierarchy, within_pj=min(fitting, default=math.inf) * (1 + 1e-9)))
+    found.append(block(layer, hierarchy, within_pj=_bound(layer, found, hierarchy)))
     return found[-1]
+
+
+def _bound(layer: Layer, found: list[BlockingResult], hierarchy: Hierarchy) -> float:
+    """Memory pJ (a hair more) of the least-energy blocking found at another size that fits `hierarchy`: the search
+    there may skip whatever costs more (inf when none fits)."""
+    fitting = [cost.memory_pj for cost in (_priced(layer, r, hierarchy) for r in found) if cost is not None and cost.fits]
+    return min(fitting, default=math.inf) * (1 + 1e-9)
 
 
 @lru_cache(maxsize=4096)
