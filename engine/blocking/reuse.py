@@ -4,8 +4,8 @@ A blocking that is least energy on a hierarchy is least energy on any hierarchy 
 whose capacities are no larger, as long as it still fits there: its feasible set is a subset of the first one's and
 the blocking's cost does not depend on the sizes. So a dashboard's buffer slider need not search again each layer
 whose best blocking fits well below the buffer: the blocking found with the levels outside the PE array made large
-enough for anything (searched once per layer and energies, when a second size is asked for: a single evaluation
-pays nothing more) serves every buffer it fits, and one found at a size serves every smaller size it fits. Where
+enough for anything (searched once per layer and energies, after the first size, bounded by its blocking) serves
+every buffer it fits, and one found at a size serves every smaller size it fits. Where
 none does, one found at another size that fits bounds the new search.
 """
 
@@ -33,14 +33,12 @@ def reusing_block(layer: Layer, hierarchy: Hierarchy) -> BlockingResult:
         reused = _reuse(layer, result, hierarchy)
         if reused is not None:
             return reused
-    if len(found) == 1:  # a second size: search once with the levels outside the array large enough for anything
-        large = _any_size(hierarchy)
-        found.append(block(layer, large, within_pj=_bound(layer, found, large)))
-        reused = _reuse(layer, found[-1], hierarchy)
-        if reused is not None:
-            return reused
-    found.append(block(layer, hierarchy, within_pj=_bound(layer, found, hierarchy)))
-    return found[-1]
+    result = block(layer, hierarchy, within_pj=_bound(layer, found, hierarchy))
+    large = _any_size(hierarchy)
+    if not found and large != hierarchy:  # once: the levels outside the array large enough for anything (bounded)
+        found.append(block(layer, large, within_pj=_bound(layer, [result], large)))
+    found.append(result)
+    return result
 
 
 def _bound(layer: Layer, found: list[BlockingResult], hierarchy: Hierarchy) -> float:
