@@ -9,7 +9,7 @@ from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, TENSORS, Layer
 from engine.blocking.model import Blocking, evaluate
-from engine.blocking.optimizer import block
+from engine.blocking.reuse import reusing_block
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
 
@@ -119,7 +119,7 @@ def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
     weights = layer.groups * layer.footprint("W", layer.dims)
     penalty = once_penalty_pj(layer, hierarchy)
     while True:
-        best = block(layer, _weights_dearer(hierarchy, penalty))
+        best = reusing_block(layer, _weights_dearer(hierarchy, penalty))
         searched = replace(best.hierarchy, levels=(*best.hierarchy.levels[:-1], top))
         cost = evaluate(layer, searched, best.blocking)
         if sum(a.reads for a in cost.accesses if a.level == top.name and a.tensor == "W") <= weights or penalty > 1e15:
@@ -135,7 +135,7 @@ def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False):
     if weights_once:  # the search sees the penalty; the counts are priced at the true energies
         best, hierarchy, cost = _weights_read_once(layer, hierarchy)
     else:
-        best = block(layer, hierarchy)
+        best = reusing_block(layer, hierarchy)
         hierarchy, cost = best.hierarchy, best.cost
     rows = []
     for l, mem in enumerate(hierarchy.levels):

@@ -65,11 +65,12 @@ def as_hierarchy(hierarchy) -> Hierarchy:
     raise EngineError(f"cannot block on {type(hierarchy).__name__}; give a Hierarchy, an Accelerator or a name")
 
 
-def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> BlockingResult:
+def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact", within_pj: float = np.inf) -> BlockingResult:
     """The least-energy blocking of `layer` on `hierarchy`, using only the on-chip `levels` named (default all).
 
     `method="exact"` is the dynamic program (fast, optimal under the model); "exhaustive"
-    scores every blocking one by one (the oracle, small layers only).
+    scores every blocking one by one (the oracle, small layers only). `within_pj`: memory energy (pJ) that some
+    blocking which fits is known to cost at most, so the exact search skips whatever costs more.
     """
     hierarchy = as_hierarchy(hierarchy)
     if levels is not None:
@@ -79,7 +80,7 @@ def block(layer: Layer, hierarchy, *, levels=None, method: str = "exact") -> Blo
     start = time.perf_counter()
     best, evaluated = None, 0
     for h in level_orders(hierarchy):
-        cap = best[2].memory_pj / layer.groups if best else np.inf  # one group's energy to beat
+        cap = (best[2].memory_pj if best else within_pj) / layer.groups  # one group's energy to beat
         try:
             blocking, n = exact_blocking(layer, h, cap) if method == "exact" else exhaustive_blocking(layer, h)
         except EngineError:
