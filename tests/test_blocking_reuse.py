@@ -34,14 +34,17 @@ def _counts(layer, h, name, once):
     return c.blocking, c.levels, c.macs, c.mac_pj, c.rf_skipped, c.loop_nest, c.cycles
 
 
-@pytest.mark.parametrize("preset", ["optimus", "eyeriss-like"])
-def test_every_resnet50_layer_reused_equals_fresh(preset, monkeypatch):
-    """Every ResNet-50 layer (lone, and with each weight read once), at each size: nest, words and energy per level."""
+@pytest.mark.parametrize("preset, network, sizes_kb", [("optimus", "resnet50", SIZES_KB),
+                                                       ("eyeriss-like", "resnet18", SIZES_KB[:5])],
+                         ids=["optimus-resnet50", "eyeriss-like-resnet18"])
+def test_every_layer_reused_equals_fresh(preset, network, sizes_kb, monkeypatch):
+    """Every layer of the network (lone, and with each weight read once), at each size: nest, words and energy per
+    level. (Eyeriss-like's searches cost about 5x the optimus preset's: ResNet-18's shapes at five sizes.)"""
     acc = Accelerator.preset(preset)
-    shapes = _shapes("resnet50")
+    shapes = _shapes(network)
     searches, fresh = [], []
     monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(1) or block(layer, h, **kw))
-    for kb in SIZES_KB:
+    for kb in sizes_kb:
         h = Hierarchy.from_accelerator(acc.with_buffer(kb * 1024))
         for layer, name in shapes.items():
             for once in (False, True):
