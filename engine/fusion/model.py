@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from engine.bitmask import bits
 from engine.fusion.dataflow import Throughput
 from engine.fusion.memo import Memo
 from engine.graph import Graph, OpKind
@@ -388,13 +389,7 @@ class FusionModel:
         self.desc = _reach(self.succ, range(self.n - 1, -1, -1))
 
     # ---- group structure -------------------------------------------------
-    @staticmethod
-    def members(mask: int) -> list[int]:
-        """Op indices of a mask, ascending (topological order); read off its binary string, the fastest way in Python."""
-        if not mask:
-            return []
-        low = (mask & -mask).bit_length() - 1
-        return [low + i for i, c in enumerate(bin(mask >> low)[:1:-1]) if c == "1"]
+    members = staticmethod(bits)  # op indices of a mask, ascending (topological order)
 
     def mask_of(self, names) -> int:
         m = 0
