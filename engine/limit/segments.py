@@ -31,7 +31,8 @@ free, as in the per-op bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -45,6 +46,7 @@ from engine.limit.ops import tables as op_tables
 
 MAX_LINKS = 12  # links of a component whose 2^links cuts are tried (a transformer layer's pieces have 1-12)
 HORIZON = 10  # producer steps above a piece within which `_supply` looks for what its shared inputs cost to hold
+CHAIN_ROUNDS = 40  # rounds of `_chain_bits` pricing the links its best cuts keep (a lower bound after any round)
 INF = float("inf")
 BIG = 1e30  # INF in the cut sums (0 * inf is not 0); bit counts stay below 2^53, exact in float64
 
@@ -105,6 +107,10 @@ class Segments:
     hold: tuple[int, ...] = ()  # per tensor: whole-image elements a group making a streamed operand whole holds
     # of it when it reads it (a streamed tensor cannot be: `UNBOUNDED`)
     cuts: tuple[Cuts, ...] = ()  # per kind of component: its pieces under every subset of cut links
+    chains: tuple[tuple[int, ...], ...] = ()  # components in a row, each the readers' of a loose link the one before
+    # makes (a residual stream between layers): per component of a chain but the first, (the one before, the link,
+    # the first component of the same kinds and positions: their joint pieces are priced once)
+    joined: Mapping[int, tuple[int, Link, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ class Cuts:
     pieces: tuple[Piece, ...]
     uses: np.ndarray  # (subsets, pieces) of 0 / 1
     cut_bits: np.ndarray  # (subsets,)
+    masks: tuple[int, ...]  # per piece: its ops as bits of the component's (k: the k-th)
+    owner: np.ndarray  # (subsets, ops): the piece each op is in
 
 
 @lru_cache(maxsize=16)
@@ -170,7 +178,39 @@ def segments_of(model: FusionModel) -> Segments:
         if kind == len(cuts):
             cuts.append(_cuts(seg, ops, own, near))
         keyed.append(Component(ops, own, kind))
-    return replace(seg, components=tuple(keyed), cuts=tuple(cuts))
+    chains, joined = _chains(keyed, loose)
+    return replace(seg, components=tuple(keyed), cuts=tuple(cuts), chains=chains, joined=joined)
+
+
+def _chains(comps: list[Component], loose: list[Link]) -> tuple[tuple[tuple[int, ...], ...],
+                                                                 dict[int, tuple[int, Link, int]]]:
+    """Components in a row joined by loose links, each made in one component and read all in the next (the residual
+    stream from one layer's component to the next's), where a component reads one such link and makes one."""
+    comp_of = {i: c for c, comp in enumerate(comps) for i in comp.ops}
+    pairs = []
+    for ln in loose:
+        readers = {comp_of.get(r, -1) for r in ln.readers}
+        a, b = comp_of.get(ln.producer, -1), min(readers)
+        if len(readers) == 1 and a >= 0 and b >= 0 and a != b:
+            pairs.append((a, b, ln))
+    outs = [a for a, _, _ in pairs]
+    ins = [b for _, b, _ in pairs]
+    joined: dict[int, tuple[int, Link, int]] = {}
+    reps: dict[tuple, int] = {}
+    for a, b, ln in pairs:
+        if outs.count(a) == 1 and ins.count(b) == 1:
+            key = (comps[a].kind, comps[b].kind, comps[a].ops.index(ln.producer),
+                   tuple(comps[b].ops.index(r) for r in ln.readers))
+            joined[b] = (a, ln, reps.setdefault(key, b))
+    after = {a: b for b, (a, _, _) in joined.items()}
+    chains = []
+    for c in range(len(comps)):
+        if c not in joined and c in after:
+            chain = [c]
+            while chain[-1] in after:
+                chain.append(after[chain[-1]])
+            chains.append(tuple(chain))
+    return tuple(chains), joined
 
 
 def _signature(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...]) -> tuple:
@@ -354,21 +394,186 @@ def _source(model: FusionModel, j: int) -> tuple[int, int, bool, bool]:
 
 def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits: int) -> int:
     """Bits every plan moves beyond the once-term (network inputs, outputs and weights once) at this capacity:
-    per component, the cheapest cut into pieces (computed once per kind of component)."""
-    done: dict[int, int] = {}
-    total = 0
-    for comp in seg.components:
-        bits = done.get(comp.kind)
-        if bits is None:
-            cuts = seg.cuts[comp.kind]
-            costs = np.array([_piece_bits(seg, p, cap, reach, batch, word_bits) for p in cuts.pieces], dtype=np.float64)
-            costs[np.isinf(costs)] = BIG
-            least = float((cuts.cut_bits + cuts.uses @ costs).min())
-            if least >= BIG:
+    per component, the cheapest cut into pieces (computed once per kind of component); along a chain of components
+    joined by loose links, the cheapest cuts together, each link paying what keeping it on chip costs (`_chain_bits`)."""
+    costs: dict[int, np.ndarray] = {}  # per kind: its pieces' least excess bits
+    rows: dict[int, np.ndarray] = {}  # per kind: every cut's
+
+    def row_bits(kind: int) -> np.ndarray:
+        if kind not in rows:
+            cuts = seg.cuts[kind]
+            costs[kind] = np.array([_piece_bits(seg, p, cap, reach, batch, word_bits) for p in cuts.pieces],
+                                   dtype=np.float64)
+            rows[kind] = cuts.cut_bits + cuts.uses @ np.minimum(costs[kind], BIG)
+            if rows[kind].min() >= BIG:
                 raise ValueError("a component with no piece that runs: its ops alone always run")
-            bits = done[comp.kind] = int(least)
-        total += bits
+        return rows[kind]
+
+    chained = {c for chain in seg.chains for c in chain}
+    total = sum(int(row_bits(comp.kind).min()) for c, comp in enumerate(seg.components) if c not in chained)
+    known: dict[tuple[int, int, int], float] = {}  # (pair, piece before, piece after) -> bits keeping the link costs
+    for chain in seg.chains:
+        for c in chain:
+            row_bits(seg.components[c].kind)
+        total += int(_chain_bits(seg, chain, rows, costs, known,
+                                 lambda piece: _piece_bits(seg, piece, cap, reach, batch, word_bits)))
     return total
+
+
+def _chain_bits(seg: Segments, chain: tuple[int, ...], rows: dict[int, np.ndarray], costs: dict[int, np.ndarray],
+                known: dict[tuple[int, int, int], float], price) -> float:
+    """The least bits of a chain of components, the cuts of each chosen together with what each loose link between
+    two costs. A link made in piece P of one component and read all in piece Q of the next is cut, its bytes out and
+    back, or kept: then one group holds P and Q, which pays at least the bound of the two as one piece (`_joint`) and
+    at least the two's, so the link adds what the first passes the second by. A piece kept with the piece before
+    adds nothing for a link kept after it (its price is not counted twice); a link whose readers are in different
+    pieces is cut, counted in the component's cut. The links' prices are found lazily: a dynamic programme along the
+    chain (state: a cut, and whether the piece that makes the next link was priced with the one before) counts the
+    unknown ones 0 (a lower bound), and prices those its best choice keeps, until they are all known (or
+    `CHAIN_ROUNDS` rounds: a lower bound still)."""
+    comps = seg.components
+    steps, kinds = _steps(seg, chain)
+    least = [np.minimum.reduceat(rows[comps[c].kind][kind.order], kind.starts) for c, kind in zip(chain, kinds)]
+    for _ in range(CHAIN_ROUNDS):
+        f = np.stack([least[0], np.full(len(least[0]), INF)], axis=1)
+        back = []
+        for k, step in enumerate(steps):
+            flat = f.ravel()
+            f, how = _link(flat, step, known)
+            f = f + least[k + 1][:, None]
+            back.append((flat, how))
+        r, state = divmod(int(f.argmin()), 2)
+        missing = set()
+        for k in range(len(steps) - 1, -1, -1):
+            flat, how = back[k]
+            group, pp, qq = (int(x[r, state]) for x in how)
+            if pp >= 0 and qq >= 0 and (steps[k].pair, pp, qq) not in known:
+                missing.add((steps[k].pair, pp, qq))
+            if group < 0:  # cut: from the best entry before
+                entry = int(flat.argmin())
+            else:
+                ends = steps[k].starts[group + 1] if group + 1 < len(steps[k].starts) else len(flat)
+                among = steps[k].order[steps[k].starts[group]:ends]
+                entry = int(among[flat[among].argmin()])
+            r, state = divmod(entry, 2)
+        if not missing:
+            break
+        for key in missing:
+            pair, pp, qq = key
+            a_kind, b_kind = comps[seg.joined[pair][0]].kind, comps[pair].kind
+            apart = min(costs[a_kind][pp], BIG) + min(costs[b_kind][qq], BIG)
+            known[key] = max(0.0, price(_joint(seg, pair, pp, qq)) - apart)
+    best = float(f.min())
+    if best >= BIG:
+        raise ValueError("a chain of components with no pieces that run: its ops alone always run")
+    return best
+
+
+@dataclass(frozen=True, eq=False)
+class _Kind:
+    """A component's cuts in a chain, gathered by what the chain reads of them: the piece reading the loose link
+    before (-1: its readers apart, -2: none) and the piece making the link after (-2: none); only the least of each
+    gathering counts."""
+
+    order: np.ndarray  # the cuts, by gathering
+    starts: np.ndarray  # where each gathering starts in `order`
+    reads: np.ndarray  # per gathering: the piece reading the link before
+    makes: np.ndarray  # per gathering: the piece making the link after
+
+
+@dataclass(frozen=True, eq=False)
+class _Step:
+    """A loose link of a chain, read off the gatherings of the components it joins (buffer-independent)."""
+
+    pair: int  # the component it enters, or the first of the same kinds and positions
+    twice: float  # its bits out and back
+    up: np.ndarray  # the makers' pieces (-1: priced with the piece before), each once
+    order: np.ndarray  # the entries (gathering * 2 + state) of the component before, by maker's piece
+    starts: np.ndarray  # where each maker's piece starts in `order`
+    q: np.ndarray  # per gathering of the component after: the readers' piece (-1: apart)
+    uq: np.ndarray  # the readers' pieces, each once
+    qinv: np.ndarray  # per gathering: its readers' piece's place in `uq`
+    clash: np.ndarray  # per gathering: the readers' piece makes the next link
+
+
+def _gather(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the distinct keys, the entries sorted by key, where each key starts among them)."""
+    unique, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    order = np.argsort(inv, kind="stable")
+    return unique, order, np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]
+
+
+@lru_cache(maxsize=64)
+def _steps(seg: Segments, chain: tuple[int, ...]) -> tuple[tuple[_Step, ...], tuple[_Kind, ...]]:
+    """The links of a chain as `_link` reads them, and its components' cuts gathered."""
+    comps = seg.components
+    size = [len(seg.cuts[comps[c].kind].uses) for c in chain]
+    reads = [np.full(n, -2) for n in size]
+    makes = [np.full(n, -2) for n in size]
+    for k in range(len(chain) - 1):
+        a, b = comps[chain[k]], comps[chain[k + 1]]
+        ln = seg.joined[chain[k + 1]][1]
+        makes[k] = seg.cuts[a.kind].owner[:, a.ops.index(ln.producer)]
+        held = seg.cuts[b.kind].owner[:, [b.ops.index(r) for r in ln.readers]]
+        reads[k + 1] = np.where((held == held[:, :1]).all(axis=1), held[:, 0], -1)
+    kinds = []
+    for k in range(len(chain)):
+        keys, order, starts = _gather(np.stack([reads[k], makes[k]], axis=1))
+        kinds.append(_Kind(order, starts, keys[:, 0], keys[:, 1]))
+    steps = []
+    for k in range(len(chain) - 1):
+        _, ln, pair = seg.joined[chain[k + 1]]
+        p, after = kinds[k].makes, kinds[k + 1]
+        before = np.where(np.stack([np.zeros(len(p), dtype=bool), p == kinds[k].reads], axis=1), -1, p[:, None])
+        up, order, starts = _gather(before.ravel())
+        uq, qinv = np.unique(after.reads, return_inverse=True)
+        clash = (after.reads >= 0) & (after.reads == after.makes)
+        steps.append(_Step(pair, 2.0 * ln.nbytes * 8, up, order, starts, after.reads, uq, qinv.ravel(), clash))
+    return tuple(steps), tuple(kinds)
+
+
+def _link(flat: np.ndarray, step: _Step, known: dict[tuple[int, int, int], float]) -> tuple[np.ndarray,
+                                                                                            tuple[np.ndarray, ...]]:
+    """One step of `_chain_bits`: from the least bits `flat` (per entry row * 2 + state of the component before; state
+    1 when its maker's piece was priced with the piece before) to the next component's, before its own cut is added;
+    and per (cut, state) the maker's piece it came by (its place in `step.up`; -1: cut, from the best entry) and the
+    pieces kept (-1 when none)."""
+    least = np.minimum.reduceat(flat[step.order], step.starts)
+    price = np.zeros((len(step.up), len(step.uq)))
+    if known:
+        where_p = {int(x): i for i, x in enumerate(step.up) if x >= 0}
+        where_q = {int(x): j for j, x in enumerate(step.uq) if x >= 0}
+        for (pair, pp, qq), bits in known.items():
+            if pair == step.pair and pp in where_p and qq in where_q:
+                price[where_p[pp], where_q[qq]] = bits
+    kept = least[:, None] + price
+    free = np.where(price > 0, INF, kept)  # kept, nothing priced: the next link may price the readers' piece
+    paid = np.where(price > 0, kept, INF)
+    i0, i1 = free.argmin(axis=0)[step.qinv], paid.argmin(axis=0)[step.qinv]
+    v0, v1 = free[i0, step.qinv], paid[i1, step.qinv]
+    q = step.q
+    cut = flat.min() + np.where(q >= 0, step.twice, 0.0)
+    # state 0: cut, kept with nothing priced, or priced where the readers' piece makes no next link; state 1: priced
+    use_cut = (q < 0) | (cut <= np.minimum(v0, np.where(step.clash, INF, v1)))
+    use_paid = ~use_cut & ~step.clash & (v1 < v0)
+    s0 = np.where(use_cut, cut, np.where(use_paid, v1, v0))
+    g0 = np.where(use_cut, -1, np.where(use_paid, i1, i0))
+    p0 = np.where(use_cut, -1, step.up[g0])
+    s1 = np.where(step.clash, v1, INF)
+    return np.stack([s0, s1], axis=1), (np.stack([g0, i1], axis=1), np.stack([p0, step.up[i1]], axis=1),
+                                        np.stack([np.where(use_cut, -1, q), q], axis=1))
+
+
+@lru_cache(maxsize=4096)
+def _joint(seg: Segments, pair: int, before: int, after: int) -> Piece:
+    """Piece `before` of the component that makes the loose link into component `pair` and piece `after` of `pair`,
+    as one piece (the link and both components' links inside it)."""
+    a_index, ln, _ = seg.joined[pair]
+    a, b = seg.components[a_index], seg.components[pair]
+    ops = [i for k, i in enumerate(a.ops) if seg.cuts[a.kind].masks[before] >> k & 1]
+    ops += [i for k, i in enumerate(b.ops) if seg.cuts[b.kind].masks[after] >> k & 1]
+    return _piece(seg, tuple(sorted(ops)), a.links + b.links + (ln,))
 
 
 def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: tuple[Link, ...] = ()) -> Cuts:
@@ -383,8 +588,10 @@ def _cuts(seg: Segments, ops: tuple[int, ...], links: tuple[Link, ...], loose: t
     apart = tuple((sum(1 << at[r] for r in ln.readers) | (1 << at[ln.producer] if ln.producer in at else 0),
                    ln.nbytes) for ln in loose)
     masks, uses, cut_bits = _rows(joins, cone, below, tuple(ln.nbytes for ln in links), apart)
+    number = np.array([[(k + 1) * (g >> i & 1) for i in range(len(ops))] for k, g in enumerate(masks)])
+    owner = np.rint(uses @ number).astype(np.int64) - 1  # a cut's pieces part the component's ops
     return Cuts(tuple(_piece(seg, tuple(i for k, i in enumerate(ops) if g >> k & 1), links) for g in masks), uses,
-                cut_bits)
+                cut_bits, masks, owner)
 
 
 @lru_cache(maxsize=64)
