@@ -411,7 +411,7 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
 
     chained = {c for chain in seg.chains for c in chain}
     total = sum(int(row_bits(comp.kind).min()) for c, comp in enumerate(seg.components) if c not in chained)
-    known: dict[tuple[int, int, int], float] = {}  # (pair, piece before, piece after) -> bits keeping the link costs
+    known: dict[tuple, float] = {}  # pieces kept together (`_price`'s keys) -> bits keeping the link costs
     for chain in seg.chains:
         for c in chain:
             row_bits(seg.components[c].kind)
@@ -420,53 +420,110 @@ def excess_bits(seg: Segments, cap: Capacity, reach: int, batch: int, word_bits:
     return total
 
 
+FREE, PAID = -1, -2  # states of a component's piece that makes the next link: unpriced, or priced with the one before
+
+
 def _chain_bits(seg: Segments, chain: tuple[int, ...], rows: dict[int, np.ndarray], costs: dict[int, np.ndarray],
-                known: dict[tuple[int, int, int], float], price) -> float:
+                known: dict[tuple, float], price) -> float:
     """The least bits of a chain of components, the cuts of each chosen together with what each loose link between
     two costs. A link made in piece P of one component and read all in piece Q of the next is cut, its bytes out and
     back, or kept: then one group holds P and Q, which pays at least the bound of the two as one piece (`_joint`) and
-    at least the two's, so the link adds what the first passes the second by. A piece kept with the piece before
-    adds nothing for a link kept after it (its price is not counted twice); a link whose readers are in different
-    pieces is cut, counted in the component's cut. The links' prices are found lazily: a dynamic programme along the
-    chain (state: a cut, and whether the piece that makes the next link was priced with the one before) counts the
-    unknown ones 0 (a lower bound), and prices those its best choice keeps, until they are all known (or
-    `CHAIN_ROUNDS` rounds: a lower bound still)."""
+    at least the two's, so the link adds what the first passes the second by. Where Q makes the next link and that is
+    kept too, with piece R after, the group holds P, Q and R: had P and Q added nothing, the second link adds what
+    the three as one piece pass their own bounds by (or what Q and R do, the larger); had they added something, Q is
+    priced already and the second link adds nothing, so no piece's bound counts twice. A link whose readers are in
+    different pieces is cut, counted in the component's cut.
+
+    A dynamic programme along the chain over each component's cuts (gathered by the pieces that read and make its
+    links: `_steps`) and the state of the piece that makes the next link (unpriced, priced, or kept free with piece P
+    before it) finds the least. The joint pieces are priced lazily: an unpriced one counts 0 (a lower bound), those
+    its best choice keeps are priced, and it runs again, until they are all priced (or `CHAIN_ROUNDS` rounds: a lower
+    bound still)."""
     comps = seg.components
     steps, kinds = _steps(seg, chain)
-    least = [np.minimum.reduceat(rows[comps[c].kind][kind.order], kind.starts) for c, kind in zip(chain, kinds)]
+    least = [np.minimum.reduceat(rows[comps[c].kind][kind.order], kind.starts).tolist()
+             for c, kind in zip(chain, kinds)]
     for _ in range(CHAIN_ROUNDS):
-        f = np.stack([least[0], np.full(len(least[0]), INF)], axis=1)
-        back = []
+        trail: list[list[dict[int, tuple[float, tuple[int, int, tuple[tuple, ...]]]]]] = [
+            [{FREE: (bits, (-1, FREE, ()))} for bits in least[0]]]
         for k, step in enumerate(steps):
-            flat = f.ravel()
-            f, how = _link(flat, step, known)
-            f = f + least[k + 1][:, None]
-            back.append((flat, how))
-        r, state = divmod(int(f.argmin()), 2)
-        missing = set()
-        for k in range(len(steps) - 1, -1, -1):
-            flat, how = back[k]
-            group, pp, qq = (int(x[r, state]) for x in how)
-            if pp >= 0 and qq >= 0 and (steps[k].pair, pp, qq) not in known:
-                missing.add((steps[k].pair, pp, qq))
-            if group < 0:  # cut: from the best entry before
-                entry = int(flat.argmin())
-            else:
-                ends = steps[k].starts[group + 1] if group + 1 < len(steps[k].starts) else len(flat)
-                among = steps[k].order[steps[k].starts[group]:ends]
-                entry = int(among[flat[among].argmin()])
-            r, state = divmod(entry, 2)
+            trail.append(_advance(trail[-1], step, kinds[k].makes, kinds[k + 1], least[k + 1], known))
+        g = min(range(len(trail[-1])), key=lambda x: min(v for v, _ in trail[-1][x].values()))
+        state = min(trail[-1][g], key=lambda x: trail[-1][g][x][0])
+        missing: set[tuple] = set()
+        for k in range(len(steps), 0, -1):
+            _, back = trail[k][g][state]
+            g, state, keys = back
+            missing.update(key for key in keys if key not in known)
         if not missing:
             break
         for key in missing:
-            pair, pp, qq = key
-            a_kind, b_kind = comps[seg.joined[pair][0]].kind, comps[pair].kind
-            apart = min(costs[a_kind][pp], BIG) + min(costs[b_kind][qq], BIG)
-            known[key] = max(0.0, price(_joint(seg, pair, pp, qq)) - apart)
-    best = float(f.min())
+            known[key] = _price(seg, key, costs, price)
+    best = min(v for st in trail[-1] for v, _ in st.values())
     if best >= BIG:
         raise ValueError("a chain of components with no pieces that run: its ops alone always run")
     return best
+
+
+def _advance(states: list[dict[int, tuple[float, tuple[int, int, tuple[tuple, ...]]]]], step: _Step,
+             makes: np.ndarray, after: _Kind, least: list[float],
+             known: dict[tuple, float]) -> list[dict[int, tuple[float, tuple[int, int, tuple[tuple, ...]]]]]:
+    """One link of `_chain_bits`: from the states of the component before (per gathering: state -> (bits, back)) to
+    the next one's (back: the gathering and state it came from, and the joint pieces it priced)."""
+    offers: dict[tuple[str, int, int], tuple[float, int, int]] = {}  # what a kept link may price (nothing; the
+    # maker's piece with the readers'; the piece before, the maker's and the readers') -> the least bits offering it
+    cut = (INF, -1, FREE)
+    for g, st in enumerate(states):
+        w = int(makes[g])
+        for state, (bits, _) in st.items():
+            offer = ("none", -1, -1) if state == PAID else ("pair", -1, w) if state == FREE else ("three", state, w)
+            if bits < offers.get(offer, (INF,))[0]:
+                offers[offer] = (bits, g, state)
+            if bits < cut[0]:
+                cut = (bits, g, state)
+    kept: dict[int, list[tuple[float, int, tuple, tuple[float, int, int]]]] = {}  # reader piece -> outcomes
+    for q in {int(x) for x in after.reads if x >= 0}:
+        out = kept[q] = []
+        for offer, src in offers.items():
+            if offer[0] == "none":
+                out.append((0.0, FREE, (), src))
+                continue
+            pair_key = ("pair", step.pair, offer[2], q)
+            if offer[0] == "pair":
+                bits = known.get(pair_key, 0.0)
+                out.append((bits, PAID if bits > 0 else offer[2], (pair_key,), src))
+            else:
+                three_key = ("three", step.three, offer[1], offer[2], q)
+                bits = max(known.get(three_key, 0.0), known.get(pair_key, 0.0))
+                out.append((bits, PAID if bits > 0 else FREE, (three_key, pair_key), src))
+    result = []
+    for g, q in enumerate(after.reads.tolist()):
+        clash = q >= 0 and q == int(after.makes[g])
+        options: dict[int, tuple[float, tuple[int, int, tuple[tuple, ...]]]] = {FREE: (cut[0] + (step.twice if q >= 0 else 0.0) + least[g], (cut[1], cut[2], ()))}
+        for bits, state, keys, (before, g0, s0) in kept.get(q, ()):
+            if not clash:
+                state = FREE  # the readers' piece makes no next link: nothing to keep apart
+            total = before + bits + least[g]
+            if total < options.get(state, (INF,))[0]:
+                options[state] = (total, (g0, s0, keys))
+        result.append(options)
+    return result
+
+
+def _price(seg: Segments, key: tuple, costs: dict[int, np.ndarray], price) -> float:
+    """Bits a kept link adds: what the pieces of `key` as one piece pass their own bounds by (at least 0)."""
+    comps = seg.components
+    members: tuple[tuple[int, int], ...]
+    if key[0] == "pair":
+        _, pair, before, after = key
+        members = ((seg.joined[pair][0], before), (pair, after))
+        joint = _joint(seg, pair, before, after)
+    else:
+        _, (a, b, c), first, middle, last = key
+        members = ((a, first), (b, middle), (c, last))
+        joint = _joint_three(seg, (a, b, c), first, middle, last)
+    apart = sum(min(costs[comps[c].kind][piece], BIG) for c, piece in members)
+    return max(0.0, price(joint) - apart)
 
 
 @dataclass(frozen=True, eq=False)
@@ -481,19 +538,13 @@ class _Kind:
     makes: np.ndarray  # per gathering: the piece making the link after
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class _Step:
-    """A loose link of a chain, read off the gatherings of the components it joins (buffer-independent)."""
+    """A loose link of a chain (buffer-independent)."""
 
-    pair: int  # the component it enters, or the first of the same kinds and positions
+    pair: int  # the component it enters, or the first of the same kinds and positions (its joint pieces priced once)
+    three: tuple[int, int, int]  # the components around it and the link before, or the first three of the same pairs
     twice: float  # its bits out and back
-    up: np.ndarray  # the makers' pieces (-1: priced with the piece before), each once
-    order: np.ndarray  # the entries (gathering * 2 + state) of the component before, by maker's piece
-    starts: np.ndarray  # where each maker's piece starts in `order`
-    q: np.ndarray  # per gathering of the component after: the readers' piece (-1: apart)
-    uq: np.ndarray  # the readers' pieces, each once
-    qinv: np.ndarray  # per gathering: its readers' piece's place in `uq`
-    clash: np.ndarray  # per gathering: the readers' piece makes the next link
 
 
 def _gather(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -506,7 +557,7 @@ def _gather(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @lru_cache(maxsize=64)
 def _steps(seg: Segments, chain: tuple[int, ...]) -> tuple[tuple[_Step, ...], tuple[_Kind, ...]]:
-    """The links of a chain as `_link` reads them, and its components' cuts gathered."""
+    """The links of a chain, and its components' cuts gathered."""
     comps = seg.components
     size = [len(seg.cuts[comps[c].kind].uses) for c in chain]
     reads = [np.full(n, -2) for n in size]
@@ -521,48 +572,25 @@ def _steps(seg: Segments, chain: tuple[int, ...]) -> tuple[tuple[_Step, ...], tu
     for k in range(len(chain)):
         keys, order, starts = _gather(np.stack([reads[k], makes[k]], axis=1))
         kinds.append(_Kind(order, starts, keys[:, 0], keys[:, 1]))
-    steps = []
+    steps: list[_Step] = []
+    threes: dict[tuple[int, int], tuple[int, int, int]] = {}
     for k in range(len(chain) - 1):
         _, ln, pair = seg.joined[chain[k + 1]]
-        p, after = kinds[k].makes, kinds[k + 1]
-        before = np.where(np.stack([np.zeros(len(p), dtype=bool), p == kinds[k].reads], axis=1), -1, p[:, None])
-        up, order, starts = _gather(before.ravel())
-        uq, qinv = np.unique(after.reads, return_inverse=True)
-        clash = (after.reads >= 0) & (after.reads == after.makes)
-        steps.append(_Step(pair, 2.0 * ln.nbytes * 8, up, order, starts, after.reads, uq, qinv.ravel(), clash))
+        three = threes.setdefault((steps[-1].pair, pair), (chain[k - 1], chain[k], chain[k + 1])) if k else (-1, -1, -1)
+        steps.append(_Step(pair, three, 2.0 * ln.nbytes * 8))
     return tuple(steps), tuple(kinds)
 
 
-def _link(flat: np.ndarray, step: _Step, known: dict[tuple[int, int, int], float]) -> tuple[np.ndarray,
-                                                                                            tuple[np.ndarray, ...]]:
-    """One step of `_chain_bits`: from the least bits `flat` (per entry row * 2 + state of the component before; state
-    1 when its maker's piece was priced with the piece before) to the next component's, before its own cut is added;
-    and per (cut, state) the maker's piece it came by (its place in `step.up`; -1: cut, from the best entry) and the
-    pieces kept (-1 when none)."""
-    least = np.minimum.reduceat(flat[step.order], step.starts)
-    price = np.zeros((len(step.up), len(step.uq)))
-    if known:
-        where_p = {int(x): i for i, x in enumerate(step.up) if x >= 0}
-        where_q = {int(x): j for j, x in enumerate(step.uq) if x >= 0}
-        for (pair, pp, qq), bits in known.items():
-            if pair == step.pair and pp in where_p and qq in where_q:
-                price[where_p[pp], where_q[qq]] = bits
-    kept = least[:, None] + price
-    free = np.where(price > 0, INF, kept)  # kept, nothing priced: the next link may price the readers' piece
-    paid = np.where(price > 0, kept, INF)
-    i0, i1 = free.argmin(axis=0)[step.qinv], paid.argmin(axis=0)[step.qinv]
-    v0, v1 = free[i0, step.qinv], paid[i1, step.qinv]
-    q = step.q
-    cut = flat.min() + np.where(q >= 0, step.twice, 0.0)
-    # state 0: cut, kept with nothing priced, or priced where the readers' piece makes no next link; state 1: priced
-    use_cut = (q < 0) | (cut <= np.minimum(v0, np.where(step.clash, INF, v1)))
-    use_paid = ~use_cut & ~step.clash & (v1 < v0)
-    s0 = np.where(use_cut, cut, np.where(use_paid, v1, v0))
-    g0 = np.where(use_cut, -1, np.where(use_paid, i1, i0))
-    p0 = np.where(use_cut, -1, step.up[g0])
-    s1 = np.where(step.clash, v1, INF)
-    return np.stack([s0, s1], axis=1), (np.stack([g0, i1], axis=1), np.stack([p0, step.up[i1]], axis=1),
-                                        np.stack([np.where(use_cut, -1, q), q], axis=1))
+@lru_cache(maxsize=4096)
+def _joint_three(seg: Segments, three: tuple[int, int, int], first: int, middle: int, last: int) -> Piece:
+    """Pieces of three components in a chain (each joined to the next by a loose link) as one piece."""
+    ops: list[int] = []
+    links: tuple[Link, ...] = ()
+    for c, piece in zip(three, (first, middle, last)):
+        comp = seg.components[c]
+        ops += [i for k, i in enumerate(comp.ops) if seg.cuts[comp.kind].masks[piece] >> k & 1]
+        links += comp.links + ((seg.joined[c][1],) if c != three[0] else ())
+    return _piece(seg, tuple(sorted(ops)), links)
 
 
 @lru_cache(maxsize=4096)
