@@ -85,9 +85,9 @@ def test_no_partition_of_a_convnext_block_moves_less_than_the_fused_limit(lo, hi
 @pytest.fixture
 def three_links(monkeypatch):
     """Components of at most 3 links: a residual stream between two layers is left out of every component."""
-    from engine.limit import segments
+    from engine.limit import components
 
-    monkeypatch.setattr(segments, "MAX_LINKS", 3)
+    monkeypatch.setattr(components, "MAX_LINKS", 3)
     segments_of.cache_clear()
     yield
     segments_of.cache_clear()
