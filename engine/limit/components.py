@@ -10,7 +10,7 @@ MAX_LINKS = 12  # links of a component whose 2^links cuts are tried (a transform
 
 
 def chains_of(comps: list[Component], loose: list[Link]) -> tuple[tuple[tuple[int, ...], ...],
-                                                                 dict[int, tuple[int, Link, int]]]:
+                                                                  dict[int, tuple[int, Link, int]]]:
     """Components in a row joined by loose links, each made in one component and read all in the next (the residual
     stream from one layer's component to the next's), where a component reads one such link and makes one."""
     comp_of = {i: c for c, comp in enumerate(comps) for i in comp.ops}
@@ -40,8 +40,8 @@ def chains_of(comps: list[Component], loose: list[Link]) -> tuple[tuple[tuple[in
     return tuple(chains), joined
 
 
-def components_of(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]], int,
-                                                                 list[Link]]:
+def components_of(model: FusionModel, links: list[Link]) -> tuple[list[tuple[tuple[int, ...], tuple[Link, ...]]],
+                                                                   int, list[Link]]:
     """Ops joined by single-reader links, then by links of several readers (largest first) while a component keeps
     at most `MAX_LINKS` links; (components with their links, how many links are left out, the links of several
     readers among them)."""

@@ -143,8 +143,8 @@ def _near(seg: Segments, tensors: frozenset[int]) -> frozenset[int]:
 def _cut_value(seg: Segments, tensors: frozenset[int], near: frozenset[int], counted: frozenset[int], at: int) -> int:
     """`_supply`'s minimum cut with the makers it may choose (`near`)."""
     return least_closure(tensors, seg.maker, seg.feeds, lambda p: min(seg.whole[p] if at == 0 else seg.finest[p]),
-                    lambda j: seg.outside[j][at], near,
-                    lambda j: seg.outside[j][at] if seg.maker[j] < 0 and j not in counted else 0)
+                         lambda j: seg.outside[j][at], near,
+                         lambda j: seg.outside[j][at] if seg.maker[j] < 0 and j not in counted else 0)
 
 
 def in_cone(seg: Segments, st: Streamed, i: int) -> bool:

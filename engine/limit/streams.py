@@ -18,7 +18,7 @@ FREE, PAID = -1, -2  # states of a component's piece that makes the next link: u
 
 
 def chain_bits(seg: Segments, chain: tuple[int, ...], rows: dict[int, np.ndarray], costs: dict[int, np.ndarray],
-                known: dict[tuple, float], price) -> float:
+               known: dict[tuple, float], price) -> float:
     """The least bits of a chain of components, the cuts of each chosen together with what each loose link between
     two costs. A link made in piece P of one component and read all in piece Q of the next is cut, its bytes out and
     back, or kept: then one group holds P and Q, which pays at least the bound of the two as one piece (`_joint`) and
