@@ -7,15 +7,18 @@ Sizes are counted in elements; bytes come from an accelerator's word width.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from engine.errors import GraphError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MAX_BATCH = 1 << 20  # a batch larger than this is a typo, and would overflow the byte counts downstream
 
@@ -224,6 +227,8 @@ class Graph:
     @cached_property
     def dag(self) -> nx.DiGraph:
         """Op-level DAG; edge (a, b) carries `tensors`, the activations a writes and b reads."""
+        import networkx as nx  # on first use: `import engine` and loading a network stay fast without it
+
         g = nx.DiGraph()
         g.add_nodes_from(op.name for op in self.ops)
         for op in self.ops:
@@ -283,20 +288,45 @@ class Graph:
 
 
 def _stable_topological(name: str, ops: tuple[Op, ...], producer: dict[str, str]) -> tuple[Op, ...]:
-    """Kahn's algorithm that keeps the given order wherever dependencies allow."""
+    """Kahn's algorithm that keeps the given order wherever dependencies allow (the least position ready first)."""
     by_name = {op.name: op for op in ops}
     if len(by_name) != len(ops):
         raise GraphError(f"graph '{name}': two ops share a name")
-    g = nx.DiGraph()
     rank = {op.name: i for i, op in enumerate(ops)}
-    g.add_nodes_from(rank)
-    g.add_edges_from((producer[t], op.name) for op in ops for t in op.inputs if t in producer)
-    try:
-        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
-    except nx.NetworkXUnfeasible:
-        cycle = nx.find_cycle(g)
-        raise GraphError(f"graph '{name}' has a cycle through ops {[a for a, _ in cycle]}") from None
-    return tuple(by_name[n] for n in order)
+    after: list[set[int]] = [set() for _ in ops]  # per op: the ops that read what it makes
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            if t in producer:
+                after[rank[producer[t]]].add(i)
+    waiting = [0] * len(ops)
+    for later in after:
+        for i in later:
+            waiting[i] += 1
+    ready = [i for i, w in enumerate(waiting) if not w]
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in after[i]:
+            waiting[k] -= 1
+            if not waiting[k]:
+                heapq.heappush(ready, k)
+    if len(order) < len(ops):
+        raise GraphError(f"graph '{name}' has a cycle through ops {_cycle(ops, after, waiting)}")
+    return tuple(ops[i] for i in order)
+
+
+def _cycle(ops: tuple[Op, ...], after: list[set[int]], waiting: list[int]) -> list[str]:
+    """The ops of one cycle among those Kahn's algorithm left waiting, in the order they feed each other."""
+    left = {i for i, w in enumerate(waiting) if w}
+    before = {i: min(k for k in left if i in after[k]) for i in left}  # one waiting producer of each
+    seen: dict[int, int] = {}
+    i = min(left)
+    while i not in seen:
+        seen[i] = len(seen)
+        i = before[i]
+    walk = sorted(seen, key=seen.__getitem__)[seen[i]:]
+    return [ops[k].name for k in reversed(walk)]
 
 
 def conv_macs(out_shape: tuple[int, ...], in_channels: int, kernel: tuple[int, ...], groups: int = 1) -> int:

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-import networkx as nx
-
 from engine.bitmask import bits
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph, Op, OpKind
@@ -141,6 +139,8 @@ class _Quotient:
             for op in g:
                 self.unit[op] = n
             n += 1
+        import networkx as nx  # on first use, as `Graph.dag` does: `import engine` stays fast without it
+
         q = nx.DiGraph()
         q.add_nodes_from(set(self.unit.values()))
         q.add_edges_from((self.unit[a], self.unit[b]) for a, b in graph.dag.edges if self.unit[a] != self.unit[b])
@@ -238,6 +238,8 @@ def _in_execution_order(graph: Graph, groups: list[frozenset]) -> list[frozenset
     """Groups sorted topologically on the contracted graph (ties by the first op's position)."""
     owner = {op: i for i, g in enumerate(groups) for op in g}
     first = [min(graph.position[op] for op in g) for g in groups]
+    import networkx as nx  # on first use, as `Graph.dag` does
+
     q = nx.DiGraph()
     q.add_nodes_from(range(len(groups)))
     q.add_edges_from((owner[a], owner[b]) for a, b in graph.dag.edges if owner[a] != owner[b])

@@ -59,3 +59,18 @@ def test_old_module_reuse_name_still_works():
 
     assert plan_modules is engine.plan_modules is engine.module_reuse.plan_modules is engine.modules.plan_modules
     assert NpuModel is engine.module_reuse.NpuModel
+
+
+def test_a_limit_curve_loads_neither_numba_nor_networkx():
+    """The first limit curve of a process (issue 27: under 1 s with imports) reads the cost model's tables without the
+    compiled searches (Numba: 0.25 s to import) or networkx (0.15 s); a fresh interpreter says which were loaded."""
+    import subprocess
+    import sys
+
+    script = ("import sys, engine\n"
+              "engine.limit.curve(engine.load_network('gpt2'), engine.Accelerator.preset('optimus'), [1 << 20])\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'numba', 'networkx', 'pandas', 'scipy'}))\n"
+              "print('engine.fusion.core' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.split("\n")[:2] == ["[]", "False"]

@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.accelerator import Accelerator
 from engine.errors import EngineError, GraphError, UnknownNameError
-from engine.fusion import core, dataflow
+from engine.fusion import dataflow
 from engine.fusion.model import SAME, WINDOW, FusionModel, model_for
 from engine.graph import Graph
 
@@ -455,6 +455,9 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
     scheduled by `compute_schedule`, the cost model `group_cost` runs, and its record says so (`path` "python")."""
     if not masks:
         return []
+    from engine.fusion import core  # the compiled kernel, loaded on first use: the limits read this module without it
+
+    kinds = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled", core.FOLDED: "folded"}
     rows, tiles, isoa = core.schedules(*core.tables(model), *core.workspace(model, search=False),
                                        np.array([core.bitset(m, model.n) for m in masks]), cap.fmap, cap.param,
                                        cap.shared, cap.per_band, model.batch, model.word_bits)
@@ -468,15 +471,12 @@ def records(model: FusionModel, masks: list[int], cap: Capacity) -> list[GroupCo
                                   "run on this buffer")
             out.append(fallback)
             continue
-        best = _Schedule(fin, fout, par, _KINDS[kind], footprint, bool(resident), steps, images, passes, band)
+        best = _Schedule(fin, fout, par, kinds[kind], footprint, bool(resident), steps, images, passes, band)
         members = model.members(mask)
         op_rows = dict(zip(members, tile)) if kind == core.FUSED else {}
         chosen = sum(1 << i for i, flag in zip(members, chunked) if flag)
         out.append(_assemble(model, mask, cap, best, op_rows, chosen, "compiled"))
     return out
-
-
-_KINDS = {core.FUSED: "fused", core.LAYERWISE: "layerwise", core.UNMODELLED: "unmodelled", core.FOLDED: "folded"}
 
 
 def _assemble(model: FusionModel, mask: int, cap: Capacity, best: _Schedule, op_rows: dict[int, int],

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import bound, crossing, dataflow
+from engine.fusion import crossing, dataflow
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -135,6 +135,8 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) ->
     """A proven lower bound on every valid partition's traffic: each plan window's `bound` windows, with what earlier
     plan windows made free, plus the shared weights once, plus what the tensors crossing plan windows must cost
     (`crossing`: the windows charge them nowhere)."""
+    from engine.fusion import bound  # the compiled search, loaded on first use: the limits read `spans` without it
+
     lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
     total += crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc).t_c, cap, windows, views)
