@@ -105,7 +105,7 @@ CASES = {  # name -> (builder, argument)
     "chain_100k": (chain, 100_000),
     "fan_out_1k": (fan_out, 1_000), "fan_out_5k": (fan_out, 5_000), "fan_out_10k": (fan_out, 10_000),
     "fan_out_100k": (fan_out, 100_000), "fan_out_open_100k": (fan_out_open, 100_000),
-    "fan_out_tree_100k": (fan_out_tree, 100_000),
+    "fan_out_tree_10k": (fan_out_tree, 10_000),
     "concat_20k": (concat, 20_000), "concat_100k": (concat, 100_000),
     "depthwise_2^24": (wide_depthwise, 2**24), "depthwise_2^31": (wide_depthwise, 2**31),
     "llama3_70b_prefill": (llama3_70b, 2048), "llama3_70b_decode": (llama3_70b, -2048),
