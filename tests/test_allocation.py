@@ -302,6 +302,13 @@ def test_a_limit_passed_before_any_plan_gives_the_plan_built_without_search():
     expected = sum(size[a] * (readers[a] - (a not in made) + (a in made and a not in g.outputs and readers[a] > 0))
                    for a in size if readers[a])
     assert check(a, g) == a.offchip_bytes == expected > 0
+    mpmf.cache_clear()
+    order = mpmf(g, word_bits=BITS).order  # a fixed schedule is kept: the plan runs in it
+    assert order != a.order
+    fixed = allocate(g, m_r, word_bits=BITS, time_limit_s=1e-6, schedule=order)
+    assert fixed.order == order and fixed.status == "time_limit" and "given order" in fixed.message
+    fixed.validate()
+    assert check(fixed, g) == fixed.offchip_bytes == expected
 
 
 @pytest.mark.parametrize("schedule", ["free", "mpmf"])

@@ -82,7 +82,8 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
             got = solve_cosma(graph, budget_bytes, order, fixed=fixed, include_params=include_params, divide=divide,
                               time_limit_s=time_limit_s, solver=solver, word_bits=word_bits, deadline=search_until)
         if got is None or (not got.order and got.status == "time_limit"):
-            return _in_time(graph, table, deadline, start, common,
+            fixed_order = None if isinstance(schedule, str) else tuple(schedule)
+            return _in_time(graph, table, fixed_order, deadline, start, common,
                             "the time limit passed before the search had a plan" if got is None else got.message)
         order, placements, spills, retrievals = got.order, got.placements, got.spills, got.retrievals
         status, gap, message = got.status, got.gap, got.message
@@ -104,12 +105,16 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     return result
 
 
-def _in_time(graph: Graph, table, until: float, start: float, common: _Common, why: str) -> Allocation:
-    """The answer when the search left no plan: the cheaper baseline in the graph's order finished by `until`, or
-    else the plan that spills every tensor read later (built in one pass from `table`, `record.op_table`), status
-    "time_limit", no gap known."""
-    order = tuple(op.name for op in graph.ops)
+def _in_time(graph: Graph, table, order, until: float, start: float, common: _Common, why: str) -> Allocation:
+    """The answer when the search left no plan: the cheaper baseline in `order` (the user's fixed schedule, else
+    the graph's order) finished by `until`, or else the plan that spills every tensor read later (built in one
+    pass from `table`, `record.op_table` in the graph's order), status "time_limit", no gap known."""
+    names = tuple(op.name for op in graph.ops)
+    order = names if order is None else order
     steps, sizes = table
+    if order != names:
+        by_name = dict(zip(names, steps))
+        steps = [by_name[op] for op in order]
     *plan, cost = spill_all(steps, sizes, frozenset(graph.outputs))
     name = "spill-everything"
     for policy in baselines.POLICIES:
@@ -123,7 +128,8 @@ def _in_time(graph: Graph, table, until: float, start: float, common: _Common, w
     placements, spills, retrievals = plan
     return Allocation(order, tuple(placements), tuple(spills), tuple(retrievals), cost, _peak(placements, len(order)),
                       "time_limit", None, time.perf_counter() - start, **common,
-                      message=f"{why}; shown instead: the {name} plan in the graph's order (not searched, no bound)")
+                      message=f"{why}; shown instead: the {name} plan in the "
+                              f"{'graph' if order == names else 'given'} order (not searched, no bound)")
 
 
 def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float, common: _Common) -> Allocation:
