@@ -93,10 +93,11 @@ def _unlinked(model: FusionModel, lo: int, hi: int) -> bool:
 
 def _apart(model: FusionModel) -> bool:
     """Whether the ops of `model` share no tensor that costs bytes (only free ones: a window's border), feed none
-    of each other, share no weight and pass no softmax between them: then a group's `io` is the sum of its
-    members' (reads, writes and parameters each belong to one op), so the sum of the ops' once-loaded bytes
-    (`cost.least_bytes`) bounds every partition, with no search (the down-sets of k such ops are 2^k)."""
-    if model.n < 2 or any(model.pred) or any(model.shares_weights):
+    of each other, read no parameters (nor streamed operands) and pass no softmax between them: then a group's
+    `io` is the sum of its members' and no reload multiplies it, so every partition costs the sum of the ops'
+    once-loaded bytes (`cost.least_bytes`), the search's own answer, found without it (the down-sets of k such
+    ops are 2^k)."""
+    if model.n < 2 or any(model.pred) or any(model.io(1 << i)[2] for i in range(model.n)):
         return False
     if any(qk >= 0 for qk, _ in model.spill_on) or any(s >= 0 for s in model.spill_off):
         return False
