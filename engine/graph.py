@@ -45,8 +45,8 @@ class OpKind(StrEnum):
 
 
 def word_bytes(elements: int, word_bits: int) -> int:
-    """Bytes that `elements` values of `word_bits` bits occupy, rounded up to whole bytes."""
-    return math.ceil(elements * word_bits / 8)
+    """Bytes that `elements` values of `word_bits` bits occupy, rounded up to whole bytes (exact at any size)."""
+    return -(-elements * word_bits // 8)
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ class Tensor:
         if any((not isinstance(d, int)) or d <= 0 for d in self.shape):
             raise GraphError(f"tensor '{self.name}' has a non-positive or non-integer dimension: {self.shape}")
 
-    @property
-    def elements(self) -> int:
+    @cached_property
+    def elements(self) -> int:  # cached: allocation reads every tensor's size once per op that touches it
         return math.prod(self.shape)
 
     def nbytes(self, word_bits: int) -> int:

@@ -1,14 +1,17 @@
 """engine.allocate's contract: argument errors, infeasible budgets, validate() catching bad plans, timeline()."""
 
+import itertools
+import random
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import engine
-from engine.allocation import METHODS, allocate, budgets
+from engine.allocation import METHODS, Placement, allocate, budgets, record
 from engine.graph import Graph, Op, Tensor
 
 
@@ -74,10 +77,33 @@ def test_validate_catches_broken_plans(diamond):
         "without a retrieval": replace(good, retrievals=(), offchip_bytes=sum(
             diamond.tensor(a).nbytes(8) for a, _ in good.spills)),
         "overlap": replace(good, placements=tuple(p._replace(address=0) for p in good.placements)),
+        "peak_bytes": replace(good, peak_bytes=good.peak_bytes + 1),
     }
     for what, plan in broken.items():
         with pytest.raises(engine.EngineError, match=what):
             plan.validate()
+
+
+def test_the_overlap_sweep_agrees_with_every_pair():
+    # the checker sweeps over steps keeping the stays on chip sorted by address; every pair decides it here
+    rng = random.Random(5)
+    verdicts = set()
+    for _ in range(400):
+        stays = []
+        for k in range(rng.randint(2, 7)):
+            first = rng.randint(0, 5)
+            stays.append(Placement(f"t{k}", first, first + rng.randint(0, 3), rng.randint(0, 12), rng.randint(1, 5)))
+        clash = any(a.first_step <= b.last_step and b.first_step <= a.last_step
+                    and a.address < b.address + b.size and b.address < a.address + a.size
+                    for a, b in itertools.combinations(stays, 2))
+        verdicts.add(clash)
+        plan = SimpleNamespace(placements=tuple(stays), method="m")
+        if clash:
+            with pytest.raises(engine.EngineError, match="overlap in address"):
+                record._check_overlap(plan)
+        else:
+            record._check_overlap(plan)
+    assert verdicts == {True, False}
 
 
 def test_timeline_is_tidy(diamond):

@@ -95,3 +95,35 @@ def test_a_graph_of_few_downsets_is_searched_without_limits_and_its_bound_meets_
     assert plan.status == "optimal" and plan.groups_evaluated == 551_037 > optimus.Limits().total
     assert plan.dram_bytes == 7_748_332_800 == lower_bound(sized.of(model, Capacity.of(acc))).bytes
     assert len(plan.groups) == 16
+
+
+def _fan(readers: int, conv: bool):
+    from engine.graph import OpKind
+    from engine.zoo._builder import Net
+
+    net = Net(f"fan_{readers}", 1)
+    x = net.conv(net.input((8, 8, 8), "x"), "conv", 8, 3, padding=1)
+    for k in range(readers):
+        if conv:
+            net.conv(x, f"reader{k}", 4 + k, 1 + 2 * (k % 2), padding=k % 2)
+        else:
+            net.add_op(f"reader{k}", OpKind.ELTWISE, "Relu", (x,), ((1, 8, 8, 8),))
+    return net.graph()
+
+
+def test_a_fans_readers_apart_are_bounded_by_their_own_bytes_without_a_search(monkeypatch):
+    from engine.fusion import bound
+    from engine.fusion.bound import lower_bound_of
+    from engine.fusion.cost import least_bytes
+
+    acc = engine.Accelerator.preset("optimus")
+    model, cap = model_of(_fan(12, conv=False), acc), Capacity.of(acc)
+    assert not bound._apart(model)  # the Conv feeds every reader
+    sub = window_model(model, 1, model.n)  # the readers alone: x is made outside, free here
+    assert bound._apart(sub)
+    assert not bound._apart(window_model(model_of(_fan(12, conv=True), acc), 1, model.n))  # readers with weights
+    quick = lower_bound_of(sub, cap)
+    assert quick.groups_evaluated == 0 and quick.bytes == sum(least_bytes(sub, 1 << i) for i in range(sub.n)) > 0
+    monkeypatch.setattr(bound, "_apart", lambda m: False)
+    searched = lower_bound_of(sub, cap)
+    assert searched.groups_evaluated > 0 and searched.bytes == quick.bytes  # the search finds the same sum

@@ -15,10 +15,11 @@ from typing import TypedDict
 
 from engine.allocation import baselines
 from engine.allocation.cosma import solve_cosma
+from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.mpmf import budgets, mpmf
-from engine.allocation.problem import requirement
-from engine.allocation.record import Allocation, Placement
+from engine.allocation.record import Allocation, Placement, op_table
 from engine.allocation.solve import SOLVERS
+from engine.allocation.spillall import spill_all
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph
 
@@ -33,6 +34,10 @@ class _Common(TypedDict):
 
 METHODS = ("cosma", "default-belady", "default-greedy", "mpmf-belady", "mpmf-greedy")
 SCHEDULES = ("free", "mpmf")
+# The time kept back from the search, in units of allocate's first linear pass over the ops (each op's tensors and
+# their bytes): the result's check takes about 3 of them, a baseline about 4 and the plan built without a search 1
+# (ResNet-1202, 1,807 ops: a pass 2.9-3.8 ms, check 11, baseline 14, spill-everything 2.3 CPU ms on this machine).
+RESERVE_SCANS = 12
 
 __all__ = ["allocate", "Allocation", "Placement", "budgets", "mpmf", "METHODS", "SCHEDULES"]
 
@@ -46,28 +51,40 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     their name. divide: None (one ILP), "auto" (break nodes chosen automatically) or a
     sequence of break-node op names. A budget below M_R gives status "infeasible" naming
     the op that cannot fit; a time-out gives the best solution found, status "time_limit".
-    `time_limit_s` covers the whole call (MPMF order, spill bound, MIP starts, lifetimes, model builds, solves:
-    past it the best plan so far is the answer); what no clock stops is the linear set-up and the check of the
-    result (about 0.03 ms an op of CPU: 0.06 s on ResNet-1202's 1,807 ops), so a limit far below that is kept
-    only to within it (BENCHMARKS.md, "Size").
+    `time_limit_s` covers the whole call: the search (MPMF order, spill bound, MIP starts, lifetimes, model
+    builds, solves) stops early enough to leave time for the answer's fallback and check, a reserve of
+    RESERVE_SCANS times the first linear pass over the ops (timed, so it follows the machine's speed and load).
+    When the search leaves no plan, the best baseline in the graph's order that finishes in time is the answer,
+    or else the plan that spills every tensor a later op reads (`spillall`), status "time_limit" either way.
     """
-    _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
     start = time.perf_counter()
+    _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
     deadline = start + time_limit_s
     common = _Common(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
                   graph=graph)
-    worst = max(graph.ops, key=lambda op: requirement(graph, op.name, include_params=include_params,
-                                                      word_bits=word_bits))
-    need = requirement(graph, worst.name, include_params=include_params, word_bits=word_bits)
+    scan = time.perf_counter()
+    table = op_table(graph, [op.name for op in graph.ops], include_params=include_params, word_bits=word_bits)
+    sizes = table[1]
+    need, worst = max((sum(sizes[a] for a in reads + writes), -k) for k, (reads, writes) in enumerate(table[0]))
+    worst_name = graph.ops[-worst].name
+    scan = time.perf_counter() - scan  # one linear pass: the unit the reserve for the fallback and check is in
     if need > budget_bytes:
         what = "inputs, outputs and weights" if include_params else "inputs and outputs"
         return Allocation((), (), (), (), 0, 0, "infeasible", None, time.perf_counter() - start, **common,
-                          message=f"op '{worst.name}' needs {need} bytes on chip at once ({what}) but the budget "
+                          message=f"op '{worst_name}' needs {need} bytes on chip at once ({what}) but the budget "
                                   f"is {budget_bytes} bytes; M_R = {need}")
     if method == "cosma":
-        order, fixed = _order(graph, schedule, include_params, word_bits, time_limit_s / 2, solver)
-        got = solve_cosma(graph, budget_bytes, order, fixed=fixed, include_params=include_params, divide=divide,
-                          time_limit_s=time_limit_s, solver=solver, word_bits=word_bits, deadline=deadline)
+        search_until = deadline - RESERVE_SCANS * scan
+        got = None
+        if time.perf_counter() < search_until:
+            order, fixed = _order(graph, schedule, include_params, word_bits,
+                                  (search_until - time.perf_counter()) / 2, solver)
+            got = solve_cosma(graph, budget_bytes, order, fixed=fixed, include_params=include_params, divide=divide,
+                              time_limit_s=time_limit_s, solver=solver, word_bits=word_bits, deadline=search_until)
+        if got is None or (not got.order and got.status == "time_limit"):
+            fixed_order = None if isinstance(schedule, str) else tuple(schedule)
+            return _in_time(graph, table, fixed_order, deadline, start, common,
+                            "the time limit passed before the search had a plan" if got is None else got.message)
         order, placements, spills, retrievals = got.order, got.placements, got.spills, got.retrievals
         status, gap, message = got.status, got.gap, got.message
     else:
@@ -86,6 +103,33 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
         except EngineError as err:  # never hand out a plan the checker rejects: the best baseline in its order
             return _baseline_instead(result, graph, str(err), start, common)
     return result
+
+
+def _in_time(graph: Graph, table, order, until: float, start: float, common: _Common, why: str) -> Allocation:
+    """The answer when the search left no plan: the cheaper baseline in `order` (the user's fixed schedule, else
+    the graph's order) finished by `until`, or else the plan that spills every tensor read later (built in one
+    pass from `table`, `record.op_table` in the graph's order), status "time_limit", no gap known."""
+    names = tuple(op.name for op in graph.ops)
+    order = names if order is None else order
+    steps, sizes = table
+    if order != names:
+        by_name = dict(zip(names, steps))
+        steps = [by_name[op] for op in order]
+    *plan, cost = spill_all(steps, sizes, frozenset(graph.outputs))
+    name = "spill-everything"
+    for policy in baselines.POLICIES:
+        try:
+            got = baselines.run(graph, common["budget_bytes"], order, policy, deadline=until,
+                                include_params=common["include_params"], word_bits=common["word_bits"])
+        except OutOfTime:
+            break
+        if _bytes(graph, got[1] + got[2], common["word_bits"]) < cost:
+            plan, cost, name = list(got), _bytes(graph, got[1] + got[2], common["word_bits"]), policy
+    placements, spills, retrievals = plan
+    return Allocation(order, tuple(placements), tuple(spills), tuple(retrievals), cost, _peak(placements, len(order)),
+                      "time_limit", None, time.perf_counter() - start, **common,
+                      message=f"{why}; shown instead: the {name} plan in the "
+                              f"{'graph' if order == names else 'given'} order (not searched, no bound)")
 
 
 def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float, common: _Common) -> Allocation:

@@ -13,8 +13,11 @@ always fits a budget of at least M_R.
 from __future__ import annotations
 
 import bisect
+import math
+import time
 from dataclasses import dataclass, field
 
+from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.record import Placement, needs
 from engine.graph import Graph
 
@@ -47,13 +50,13 @@ class _Arena:
 
 
 def run(graph: Graph, budget: int, order, policy: str, *, include_params: bool, word_bits: int, carry=None,
-        later: frozenset[str] = frozenset()):
+        later: frozenset[str] = frozenset(), deadline: float = math.inf):
     """Placements, spills and retrievals of `order` under `budget` with replacement `policy`.
 
     By default the run starts from an empty chip; given a `carry` (a segment's starting
     state) it starts from that, and tensors in `later` count as read right after `order`.
+    Raises `OutOfTime` when `deadline` (a perf_counter time) passes before the run ends.
     """
-    sizes = {t.name: t.nbytes(word_bits) for t in graph.tensor_list}
     uses: dict[str, list[int]] = {}
     steps = []
     for t, op in enumerate(order):
@@ -63,6 +66,7 @@ def run(graph: Graph, budget: int, order, policy: str, *, include_params: bool, 
             uses.setdefault(a, []).append(t)
     for a in later:
         uses.setdefault(a, []).append(len(order))
+    sizes = {a: graph.tensors[a].nbytes(word_bits) for a in uses}
     if carry is None:
         external = {a for reads, _ in steps for a in reads} - {a for _, writes in steps for a in writes}
         arena = _Arena(budget, host=set(external), fresh=set(external))
@@ -71,6 +75,8 @@ def run(graph: Graph, budget: int, order, policy: str, *, include_params: bool, 
                        set(carry.host), set(carry.fresh))
     ctx = _Context(sizes, uses, policy, frozenset(graph.outputs))
     for t, (reads, writes) in enumerate(steps):
+        if deadline < math.inf and time.perf_counter() > deadline:
+            raise OutOfTime(f"baseline '{policy}' stopped at step {t} of {len(steps)} by the deadline")
         trial = arena.copy()
         if not _step(trial, ctx, t, reads, writes, flush=False):
             trial = arena.copy()

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-from engine.allocation import atbound, baselines, model, solution, solve
+from engine.allocation import atbound, model, solution, solve
 from engine.allocation import divide as dnc
 from engine.allocation.bound import relaxed_bound, spill_bound, staged_bound
 from engine.allocation.lifetimes import analyse, forced
@@ -81,6 +81,11 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
     bounds = segments_for(graph, order, divide, fixed=fixed, include_params=include_params, word_bits=word_bits)
     carry = Carry.start(graph, include_params)
     plans, statuses, gaps, notes = [], [], [], []
+    floor = None  # a divided plan's gap: the whole graph's spill bound, first (in a tenth of the time, at most 1 s)
+    if len(bounds) > 1 and time.perf_counter() < deadline:
+        whole = make_problem(graph, order, budget, Carry.start(graph, include_params), include_params=include_params,
+                             word_bits=word_bits, order=order if fixed else None)
+        floor = spill_bound(whole, solver=solver, time_limit_s=_seconds(deadline, 1.0, 0.1)) * whole.unit
     for k, (lo, hi) in enumerate(bounds):
         later = frozenset(a for op in order[hi:] for a in needs(graph, op, include_params)[0])
         ops = order[lo:hi]
@@ -106,11 +111,8 @@ def solve_cosma(graph: Graph, budget: int, order, *, fixed: bool, include_params
         notes += [f"segment {k + 1}: {stats.note}" if len(bounds) > 1 else stats.note] if stats.note else []
         carry = plan.carry
     joined = _join(plans, statuses, gaps, notes)
-    if len(plans) > 1:  # the whole graph's spill bound gives the joined plan a gap, or proves it optimal
-        whole = make_problem(graph, order, budget, Carry.start(graph, include_params), include_params=include_params,
-                             word_bits=word_bits, order=order if fixed else None)
+    if len(plans) > 1 and floor is not None:  # the whole graph's spill bound gives a gap, or proves it optimal
         cost = sum(graph.tensor(a).nbytes(word_bits) for a, _ in joined.spills + joined.retrievals)
-        floor = spill_bound(whole, solver=solver, time_limit_s=_seconds(deadline, 1.0)) * whole.unit
         joined = (replace(joined, status="optimal", gap=0.0) if cost <= floor
                   else replace(joined, gap=(cost - floor) / cost))
     return joined
@@ -143,9 +145,11 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
     addresses (`bound.relaxed_bound`, in a tenth of the share), a bound that sees its
     choice of order, and the cover's plan in the relaxation's order. Otherwise the ILPs
     follow (`_solve_models`), in the order whose plan was cheapest. When the time is up after the cover,
-    no model is built: the cheaper of the cover's and the baselines' plans is the answer (`_plan_now`).
+    no model is built: the cover's plan, if any, is the answer (`_plan_now`).
     """
     began = time.perf_counter()
+    if began >= until:  # an earlier segment or the set-up took the time: no stage may start past it
+        return None, solve.SolveStats("time_limit", False, None, 0.0, "start")
     lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
     free_first = prob.order is None and time.perf_counter() < until
     orders = [prob.order if prob.order is not None else _first_order(prob, lb, need_order) if free_first else prob.ops]
@@ -153,19 +157,18 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
     for order in orders:  # the relaxation's order joins the list after the first
         here = replace(prob, order=order)
         known[order] = (atbound.plan_at_bound(here, solver=solver, time_limit_s=_seconds(until, share / 3))
-                        if whole or prob.order is not None else None)  # see _start on free segments
+                        if (whole or prob.order is not None) and time.perf_counter() < until
+                        else None)  # see _start on free segments
         if known[order] is not None and atbound.cost(here, known[order]) <= lb:
             return (solution.plan_of(here, *known[order]),
                     solve.SolveStats("optimal", True, 0.0, time.perf_counter() - began, "bound", lb))
         if time.perf_counter() >= until:  # no time left for a model: building one alone can take seconds
-            return _plan_now(graph, here, known[order], lb, began, need_order if prob.order is None else None,
-                             include_params=include_params, word_bits=word_bits)
+            return _plan_now(here, known[order], lb, began)
         if prob.order is None and whole and len(orders) == 1:
             try:
                 lb, best = _relaxation(prob, lb, until, share, solver)
             except model.OutOfTime:  # the limit came while its lifetimes were found: the plans so far
-                return _plan_now(graph, here, known[order], lb, began, need_order,
-                                 include_params=include_params, word_bits=word_bits)
+                return _plan_now(here, known[order], lb, began)
             orders += [best] if best is not None and best != order else []
     price = lambda o: math.inf if known[o] is None else atbound.cost(replace(prob, order=o), known[o])  # noqa: E731
     first = min(known, key=price)
@@ -173,28 +176,20 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
         m, stats = _solve_models(graph, prob, lb, need_order, share, until, known, first, whole=whole,
                                  include_params=include_params, word_bits=word_bits, solver=solver)
     except model.OutOfTime:  # the limit came while the first model was built: the plans so far
-        return _plan_now(graph, replace(prob, order=first), known[first], lb, began,
-                         need_order if prob.order is None else None, include_params=include_params,
-                         word_bits=word_bits)
+        return _plan_now(replace(prob, order=first), known[first], lb, began)
     return (solution.read(m) if stats.has_solution else None), stats
 
 
-def _plan_now(graph: Graph, prob, cover, lb: int, began: float, need_order, *, include_params: bool,
-              word_bits: int) -> tuple[solution.Plan, solve.SolveStats]:
-    """The cheapest of the cover's plan (or None) in `prob`'s order and the baselines' in it and, for a free
-    schedule (`need_order` given), in the MPMF order, when the time is up before any model is built: status
-    "time_limit" with its gap to the spill bound `lb` ("optimal" at it)."""
-    ops = set(prob.ops)
-    orders = [prob.order] + ([tuple(op for op in need_order(0.25) if op in ops)] if need_order else [])
-    plans = [(prob.order, cover)] if cover is not None else []
-    plans += [(o, baselines.run(graph, prob.budget, o, policy, include_params=include_params, word_bits=word_bits,
-                                carry=prob.carry, later=prob.keep)) for o in orders for policy in baselines.POLICIES]
-    order, best = min(plans, key=lambda p: atbound.cost(replace(prob, order=p[0]), p[1]))
-    here = replace(prob, order=order)
-    value = atbound.cost(here, best)
+def _plan_now(prob, cover, lb: int, began: float) -> tuple[solution.Plan | None, solve.SolveStats]:
+    """The cover's plan in `prob`'s order (None without one) when the time is up before any model is built:
+    status "time_limit" with its gap to the spill bound `lb` ("optimal" at it). Nothing else runs past the
+    deadline: without a plan, `allocate` answers with a plan it can build in the time it kept back."""
+    if cover is None:
+        return None, solve.SolveStats("time_limit", False, None, time.perf_counter() - began, "start", lb)
+    value = atbound.cost(prob, cover)
     gap = 0.0 if value <= lb else (value - max(lb, 0)) / value
-    return solution.plan_of(here, *best), solve.SolveStats("optimal" if gap == 0.0 else "time_limit", True, gap,
-                                                           time.perf_counter() - began, "start", lb)
+    return solution.plan_of(prob, *cover), solve.SolveStats("optimal" if gap == 0.0 else "time_limit", True, gap,
+                                                            time.perf_counter() - began, "start", lb)
 
 
 def _relaxation(prob, lb: int, until: float, share: float, solver: str) -> tuple[int, tuple[str, ...] | None]:

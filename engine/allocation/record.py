@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -104,6 +106,15 @@ def needs(graph: Graph, op: str, include_params: bool) -> tuple[tuple[str, ...],
     return reads, tuple(dict.fromkeys(o.outputs))
 
 
+def op_table(graph: Graph, order, *, include_params: bool, word_bits: int):
+    """(`needs` of each op of `order`, tensor -> bytes for every tensor they touch): one pass that the
+    requirement scan and the plans built without a search share."""
+    steps = [needs(graph, op, include_params) for op in order]
+    tensors = graph.tensors
+    sizes = {a: tensors[a].nbytes(word_bits) for reads, writes in steps for a in reads + writes}
+    return steps, sizes
+
+
 def _start_events(alloc: Allocation, g: Graph) -> list[str]:
     """How each placement begins: created by its op, loaded (compulsory), or retrieved."""
     created: dict[str, int] = {}
@@ -123,7 +134,7 @@ def _check(alloc: Allocation, g: Graph) -> None:
         raise EngineError(f"{name}: order must run every op of '{g.name}' exactly once")
     step_of = {op: t for t, op in enumerate(order)}
     for op in order:
-        for pred in g.predecessors(op):
+        for pred in filter(None, map(g.producer, g.op(op).inputs)):
             if step_of[pred] > step_of[op]:
                 raise EngineError(f"{name}: op '{op}' runs at step {step_of[op]} before its producer '{pred}'")
     n = len(order)
@@ -146,12 +157,13 @@ def _check(alloc: Allocation, g: Graph) -> None:
     _check_uses(alloc, step_of, by_tensor)
     _check_transfers(alloc, step_of, by_tensor)
     _check_overlap(alloc)
-    on_chip = [0] * n
+    change = [0] * (n + 1)  # bytes arriving minus leaving at each step
     for p in alloc.placements:
-        for t in range(p.first_step, p.last_step + 1):
-            on_chip[t] += p.size
-    if alloc.peak_bytes != max(on_chip, default=0):
-        raise EngineError(f"{name}: peak_bytes {alloc.peak_bytes} but {max(on_chip)} bytes are on chip at the peak")
+        change[p.first_step] += p.size
+        change[p.last_step + 1] -= p.size
+    peak = max(itertools.accumulate(change[:n]), default=0)
+    if alloc.peak_bytes != peak:
+        raise EngineError(f"{name}: peak_bytes {alloc.peak_bytes} but {peak} bytes are on chip at the peak")
 
 
 def _covering(stays: list[Placement], t: int) -> Placement | None:
@@ -208,13 +220,22 @@ def _check_transfers(alloc, step_of, by_tensor) -> None:
 
 
 def _check_overlap(alloc) -> None:
-    """No two placements share an address at a common step (sweep over steps)."""
-    events: dict[int, list[Placement]] = {}
-    for p in alloc.placements:
-        for t in range(p.first_step, p.last_step + 1):
-            events.setdefault(t, []).append(p)
-    for t, here in events.items():
-        here.sort(key=lambda p: p.address)
-        for a, b in zip(here, here[1:]):
-            if a.address + a.size > b.address:
-                raise EngineError(f"{alloc.method}: '{a.tensor}' and '{b.tensor}' overlap in address at step {t}")
+    """No two placements share an address at a common step: a sweep over steps keeping the stays on chip sorted
+    by address (they never overlap, so a new stay need only be checked against its two neighbours)."""
+    arrivals = sorted(alloc.placements, key=lambda p: (p.first_step, p.address))
+    departures = sorted(alloc.placements, key=lambda p: p.last_step)
+    here: list[tuple[int, int, Placement]] = []  # (address, id, placement) of the stays on chip
+    gone = 0
+    for p in arrivals:
+        while gone < len(departures) and departures[gone].last_step < p.first_step:
+            q = departures[gone]
+            del here[bisect.bisect_left(here, (q.address, id(q)))]
+            gone += 1
+        i = bisect.bisect_left(here, (p.address, id(p)))
+        below = here[i - 1][2] if i else None
+        above = here[i][2] if i < len(here) else None
+        for a, b in ((below, p), (p, above)):
+            if a is not None and b is not None and a.address + a.size > b.address:
+                raise EngineError(f"{alloc.method}: '{a.tensor}' and '{b.tensor}' overlap in address at step "
+                                  f"{max(a.first_step, b.first_step)}")
+        here.insert(i, (p.address, id(p), p))

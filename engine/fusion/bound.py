@@ -67,6 +67,8 @@ def lower_bound_of(model: FusionModel, cap: Capacity, *, budget: int = BUDGET) -
 def _lower_bound(model: FusionModel, cap: Capacity, budget: int,
                  cuts: tuple[tuple[int, int], ...] | None = None) -> LowerBound:
     """`lower_bound` computed afresh (over `cuts`, else `windows`)."""
+    if _apart(model):  # a fan's readers (their shared input free): no window search, each op on its own
+        return LowerBound(sum(least_bytes(model, 1 << i) for i in range(model.n)), ((0, model.n),), 0)
     placed = tuple(windows(model, budget=budget)) if cuts is None else cuts
     shared = shared_weight_bytes(model)
     total: float = shared  # plus each window's least sum of bounds (`Chain.total`)
@@ -87,6 +89,20 @@ def _unlinked(model: FusionModel, lo: int, hi: int) -> bool:
     sum of its ops' once-loaded bytes (fmaps and parameters once, `cost.least_bytes`), which a lone op never beats."""
     inside = (1 << hi) - (1 << lo)
     return hi - lo > 1 and not any(model.link[i] & inside & ~(1 << i) for i in range(lo, hi))
+
+
+def _apart(model: FusionModel) -> bool:
+    """Whether the ops of `model` share no tensor that costs bytes (only free ones: a window's border), feed none
+    of each other, read no parameters (nor streamed operands) and pass no softmax between them: then a group's
+    `io` is the sum of its members' and no reload multiplies it, so every partition costs the sum of the ops'
+    once-loaded bytes (`cost.least_bytes`), the search's own answer, found without it (the down-sets of k such
+    ops are 2^k)."""
+    if model.n < 2 or any(model.pred) or any(model.io(1 << i)[2] for i in range(model.n)):
+        return False
+    if any(qk >= 0 for qk, _ in model.spill_on) or any(s >= 0 for s in model.spill_off):
+        return False
+    return not any(readers & (readers - 1) and (model.tbytes[j] or model.stream_elems[j])
+                   for j, readers in enumerate(model.consumer_mask))
 
 
 def windows(model: FusionModel, *, budget: int = BUDGET) -> list[tuple[int, int]]:
