@@ -137,3 +137,23 @@ def test_a_piece_whose_page_ended_before_it_ran_does_not_wait_forever(monkeypatc
     ran = []
     asyncio.run(pieces.on_loop(doc, lambda: ran.append(1)))
     assert ran == []
+
+
+def test_a_dag_layout_is_computed_by_the_runner_asked_first_and_cached_for_every_other():
+    from dashboard.views.dag import dag_layout, layered_layout
+    from dashboard.views.layout import lay_out
+
+    graph = engine.load_network("squeezenet1_0", batch=5)  # a graph no other test lays out
+    away, asked = Runner(away=True), []
+
+    def run(fn, *args):
+        asked.append(fn)
+        return away(fn, *args)  # in a worker process: a big network's layout no longer holds the server's GIL
+
+    lay = dag_layout(graph, run)
+    assert asked == [lay_out]
+    assert dag_layout(graph) is lay and layered_layout(graph) is lay.pos and dag_layout(graph, run) is lay
+    assert asked == [lay_out]  # asked once, whoever asks later
+    here = lay_out(graph)
+    assert lay.pos == here.pos and (lay.width, lay.height) == (here.width, here.height)
+    assert all((a == b).all() for a, b in zip(lay.paths, here.paths, strict=True))
