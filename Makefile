@@ -36,7 +36,7 @@ compiled: $(STAMP)
 # browser connected, and its document built again (docs/dashboard.md, "A room of users")
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
-	  --check-unused-sessions 1000 --unused-session-lifetime 15000 \
+	  --check-unused-sessions 1000 --unused-session-lifetime 60000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
 # the compile (a core for about a minute), the test tools' install and the browser's side by side

@@ -157,3 +157,28 @@ def test_a_dag_layout_is_computed_by_the_runner_asked_first_and_cached_for_every
     here = lay_out(graph)
     assert lay.pos == here.pos and (lay.width, lay.height) == (here.width, here.height)
     assert all((a == b).all() for a, b in zip(lay.paths, here.paths, strict=True))
+
+
+def test_the_heap_before_the_first_page_is_frozen_once_and_a_pages_garbage_is_still_collected():
+    # in a process of its own: freezing this one's heap would keep the other tests' garbage
+    code = """
+import gc
+from dashboard.heap import freeze_startup_heap
+
+class Page:  # a closed page's document: objects in a reference cycle
+    def __init__(self):
+        self.me = self
+
+frozen = freeze_startup_heap()
+assert frozen == gc.get_freeze_count() > 1000, frozen  # the imports' objects
+page = Page()
+assert freeze_startup_heap() == frozen == gc.get_freeze_count()  # once: the pages' objects are not frozen
+del page
+assert gc.collect() >= 1  # the page, collected
+print("ok")
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
