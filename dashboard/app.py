@@ -13,7 +13,6 @@ from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
-from dashboard.heap import freeze_startup_heap
 from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
 from dashboard.pieces import build
 from dashboard.session import MAX_UPLOAD_BYTES, Session
@@ -259,7 +258,6 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     (`dashboard.pieces`); elsewhere (tests, notebooks) it is whole at once."""
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     if served:
-        freeze_startup_heap()  # the imports' objects out of every full garbage collection on the event loop
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()

@@ -1,4 +1,5 @@
-"""The server process's heap as it was before its first page, left out of the garbage collector's full passes.
+"""The server process's heap as it was before its first page, left out of the garbage collector's full passes
+(frozen when the server starts: `dashboard/app_hooks.py`).
 
 Panel runs a full `gc.collect()` on the server's event loop a few seconds after each page closes (to free the page's
 document), and Python runs full collections of its own as objects pile up. A full collection visits every object
