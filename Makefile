@@ -31,12 +31,13 @@ compiled: $(STAMP)
 	@echo "loading the compiled fusion search (the first time after install: compiling it, about two minutes)"
 	$(BIN)/python -c "from engine.fusion.optimus import compile_ahead; compile_ahead()"
 
-# a closed page's session ends 15-16 s later, and with it that page's work (its work not started is dropped then);
-# a page has as long to open its websocket after its HTML: a session unused for 1 s was dropped before a slow
-# browser connected, and its document built again (docs/dashboard.md, "A room of users")
+# a closed page's session ends 60-61 s later, and with it that page's work (its work not started is dropped then;
+# its prefetch, served after every page's asked-for work, runs till then); a page has as long to open its websocket
+# after its HTML: a session unused for 1 s, and under load one unused for 15 s, was dropped before a slow browser
+# connected, and its document built again on the event loop (docs/dashboard.md, "A room of users")
 serve: compiled
 	$(BIN)/panel serve dashboard --address $${ADDRESS:-127.0.0.1} --port $${PORT:-5006} \
-	  --check-unused-sessions 1000 --unused-session-lifetime 15000 \
+	  --check-unused-sessions 1000 --unused-session-lifetime 60000 \
 	  --allow-websocket-origin $${ADDRESS:-127.0.0.1}:$${PORT:-5006} --allow-websocket-origin localhost:$${PORT:-5006}
 
 # the compile (a core for about a minute), the test tools' install and the browser's side by side

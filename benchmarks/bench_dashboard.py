@@ -135,7 +135,7 @@ def served_dashboard(*apps: str, env: dict | None = None, setup: str = ""):
     panel = Path(sys.executable).parent / "panel"
     server = subprocess.Popen([str(panel), "serve", *(apps or ("dashboard",)), "--port", str(port), "--address",
                                "127.0.0.1", "--allow-websocket-origin", f"127.0.0.1:{port}",
-                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "15000",
+                               "--check-unused-sessions", "1000", "--unused-session-lifetime", "60000",
                                *(("--setup", setup) if setup else ())],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})

@@ -17,7 +17,7 @@ from benchmarks.bench_dashboard import served_dashboard
 NETWORKS = ("resnet50", "googlenet", "squeezenet1_0", "mobilenet_v2", "vgg16")
 LOADS = 100
 READ_AT = (1, 5, 10, 25, 50, 75, 100)
-SESSION_END_S = 17.0  # make serve drops a session unused for 15 s, checking every second
+SESSION_END_S = 62.0  # make serve drops a session unused for 60 s, checking every second
 
 
 def family(pid: int) -> list[int]:

@@ -5,6 +5,7 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 
 from __future__ import annotations
 
+import itertools
 from functools import partial
 
 import panel as pn
@@ -218,28 +219,30 @@ def main_area(session: Session) -> tuple[pn.Column, list]:
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
     fusion = FusionTab(session)  # made with the page: its preparers run beside the page's first report
-    fusion_views: list = []  # made by the first of its two pieces, shown by both
+    fusion_views: list = []  # made by the first of its pieces, shown by each
 
-    def fusion_parts(first: bool) -> list:
-        if first:
-            fusion_views[:] = fusion.parts(compare=ComparePanel(session).panel())
-            return [guide("Fusion"), *fusion_views[:FUSION_FIRST]]
-        return fusion_views[FUSION_FIRST:]
+    def fusion_part(first: int, end: int) -> list:
+        if not fusion_views:
+            fusion_views[:] = [guide("Fusion"), *fusion.parts(compare=ComparePanel(session).panel())]
+        return fusion_views[first:end]
 
-    views = {"Fusion": partial(fusion_parts, True),
-             "What-if curve": lambda: [guide("What-if curve"), curve_tab(session, active, 1)],
+    views = {"What-if curve": lambda: [guide("What-if curve"), curve_tab(session, active, 1)],
              "Memory timeline": lambda: [guide("Memory timeline"), timeline_tab(session, active, 2)],
              "Tables": lambda: [guide("Tables"), tables_tab(session, active, 3)],
              "Sweep": lambda: [guide("Sweep"), SweepTab().panel()]}
-    frames = {name: pn.Column(sizing_mode="stretch_width") for name in views}
+    frames = {name: pn.Column(sizing_mode="stretch_width") for name in ("Fusion", *views)}
     tabs.extend(list(frames.items()))
-    pieces = [partial(_fill, frames[name], view) for name, view in views.items()]
-    pieces.insert(1, partial(_fill, frames["Fusion"], partial(fusion_parts, False)))
+    pieces = [partial(_fill, frames["Fusion"], partial(fusion_part, first, end))
+              for first, end in itertools.pairwise(FUSION_PIECES)]
+    pieces += [partial(_fill, frames[name], view) for name, view in views.items()]
     return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
                      sizing_mode="stretch_width"), pieces
 
 
-FUSION_FIRST = 3  # the Fusion tab's first piece: headline, colouring, DAG; then compare mode, the table and the bars
+# The Fusion tab's pieces, as bounds in its views (the guide, then `FusionTab.parts`): the guide, headline and
+# colouring; the DAG; compare mode; the table and its note; the bars. Each takes ~0.03-0.09 CPU s as a server adds
+# it, a third to a half of it Bokeh's walk of the whole document (BENCHMARKS.md, "a room of users").
+FUSION_PIECES = (0, 3, 4, 5, 7, 8)
 SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets from the shell's to this heading; then the rest
 
 

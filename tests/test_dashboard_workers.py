@@ -137,3 +137,48 @@ def test_a_piece_whose_page_ended_before_it_ran_does_not_wait_forever(monkeypatc
     ran = []
     asyncio.run(pieces.on_loop(doc, lambda: ran.append(1)))
     assert ran == []
+
+
+def test_a_dag_layout_is_computed_by_the_runner_asked_first_and_cached_for_every_other():
+    from dashboard.views.dag import dag_layout, layered_layout
+    from dashboard.views.layout import lay_out
+
+    graph = engine.load_network("squeezenet1_0", batch=5)  # a graph no other test lays out
+    away, asked = Runner(away=True), []
+
+    def run(fn, *args):
+        asked.append(fn)
+        return away(fn, *args)  # in a worker process: a big network's layout no longer holds the server's GIL
+
+    lay = dag_layout(graph, run)
+    assert asked == [lay_out]
+    assert dag_layout(graph) is lay and layered_layout(graph) is lay.pos and dag_layout(graph, run) is lay
+    assert asked == [lay_out]  # asked once, whoever asks later
+    here = lay_out(graph)
+    assert lay.pos == here.pos and (lay.width, lay.height) == (here.width, here.height)
+    assert all((a == b).all() for a, b in zip(lay.paths, here.paths, strict=True))
+
+
+def test_the_heap_before_the_first_page_is_frozen_once_and_a_pages_garbage_is_still_collected():
+    # in a process of its own: freezing this one's heap would keep the other tests' garbage
+    code = """
+import gc
+from dashboard.heap import freeze_startup_heap
+
+class Page:  # a closed page's document: objects in a reference cycle
+    def __init__(self):
+        self.me = self
+
+frozen = freeze_startup_heap()
+assert frozen == gc.get_freeze_count() > 1000, frozen  # the imports' objects
+page = Page()
+assert freeze_startup_heap() == frozen == gc.get_freeze_count()  # once: the pages' objects are not frozen
+del page
+assert gc.collect() >= 1  # the page, collected
+print("ok")
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr

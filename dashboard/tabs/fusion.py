@@ -22,6 +22,7 @@ from dashboard.views.dag import (
     PART_COLOURS,
     SWATCH_CSS,
     dag_drawing,
+    dag_layout,
     draw_dag,
     empty_dag_figure,
     legend_html,
@@ -411,8 +412,9 @@ class FusionTab:
         self.table = pn.pane.HTML("", stylesheets=[TABLE_CSS], sizing_mode="stretch_width")
         self.energy = BarsPlot(energy_bars, top="top")
         self.latency = BarsPlot(latency_bars, top="latency_ms")
-        session.preparers.extend([fusion_view_data, lambda rep: self.dag.prepare(rep, state.colour_by,
-                                                                                 tuple(state.cpu_kinds))])
+        # the layout first, by the session's runner (a server's worker process): the views' tables read it
+        session.preparers.extend([lambda rep: dag_layout(rep.graph, session.run), fusion_view_data,
+                                  lambda rep: self.dag.prepare(rep, state.colour_by, tuple(state.cpu_kinds))])
         session.param.watch(lambda e: self.show(e.new), "report")
         state.param.watch(lambda e: self.recolour(), ["colour_by", "cpu_kinds"])
         state.param.watch(lambda e: self.detail.show(session.report, e.new), "selected_op")

@@ -1,25 +1,23 @@
 """The network DAG in a layered top-to-bottom layout, each fused group (or part, or module) a shaded outline.
 
-The layout is Sugiyama's (layers, crossing reduction, long edges routed through their own
-slots), computed by grandalf once per network; a new plan only recolours the op boxes and
-redraws the outlines around them.
+The layout is Sugiyama's (`dashboard.views.layout`), computed once per network (in a server, by a worker
+process); a new plan only recolours the op boxes and redraws the outlines around them.
 """
 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import networkx as nx
 import numpy as np
 import pandas as pd
-from grandalf.graphs import Edge, Vertex
-from grandalf.graphs import Graph as LayoutGraph
-from grandalf.layouts import SugiyamaLayout
 
 from dashboard.state import KB  # the buffer slider's: a KB is 1,024 bytes in every view (STYLE.md, Units)
 from dashboard.views import counted
+from dashboard.views.layout import BOX_H, BOX_W, GAP_Y, DagLayout, lay_out
+from dashboard.workers import HERE, Runner
 from engine.graph import Graph
 
 # Tableau's 10 with two more: distinct hues; the group colouring keeps neighbouring groups apart.
@@ -29,8 +27,6 @@ GREY = "#cccccc"
 NAN = float("nan")  # between the pieces of a tight outline (`tight_outline`)
 # CPU/accelerator parts take their device's colour (so the colour says where an op runs), by label prefix
 PART_COLOURS = {"accelerator part": "#4e79a7", "CPU part": "#f28e2b"}
-BOX_W, BOX_H = 120.0, 30.0  # an op's box in layout units (pixels at the first zoom)
-GAP_X, GAP_Y = 16.0, 46.0  # between boxes in a layer, and between layers
 PAD = 7.0  # an outline's margin around its ops' boxes
 MAX_HEIGHT = 1300  # the DAG plot's pixels
 MIN_SPAN_X = 400.0  # layout units across the first view, at least: a ~640-pixel plot stretches a box at most 1.6x
@@ -41,86 +37,22 @@ SWATCH_CSS = "".join(f"span.s{i} {{ background: {c}40; border-color: {c}; }}\n" 
 
 
 @dataclass(frozen=True)
-class DagLayout:
-    """Where each op's box sits (centre), and one polyline per DAG edge in `graph.dag.edges()` order."""
+class _Anywhere:
+    """A runner left out of a cache's key: the layout is the same wherever it was computed."""
 
-    pos: dict
-    paths: tuple
-    width: float
-    height: float
+    run: Runner = field(compare=False)
 
 
-class _Box:
-    """What grandalf needs of a vertex's drawing: its size; it sets the centre `xy`."""
-
-    w, h = BOX_W, BOX_H
-    xy = (0.0, 0.0)
-
-
-class _Route:
-    """What grandalf needs of an edge's drawing: it sets the routed points."""
-
-    points = ()
-
-    def setpath(self, points):
-        self.points = tuple(points)
-
-
-class _Vertex(Vertex):
-    """grandalf's vertex, hashed by its op's position: grandalf gathers vertices and edges in sets, and hashed by
-    their memory addresses (the default) they came out in another order in every process, and so did the layout."""
-
-    def __init__(self, data: str, key: int):
-        super().__init__(data)
-        self.key = key
-
-    def __hash__(self) -> int:
-        return self.key
-
-
-class _Edge(Edge):
-    """grandalf's edge, hashed by its position among the graph's edges (see `_Vertex`)."""
-
-    def __init__(self, x: _Vertex, y: _Vertex, key: int):
-        super().__init__(x, y)
-        self.key = key
-
-    def __hash__(self) -> int:
-        return self.key
+def dag_layout(graph: Graph, run: Runner = HERE) -> DagLayout:
+    """The graph's layout (`views.layout.lay_out`, cached), computed by `run` the first time: a server page's
+    runner computes it in a worker process, where its seconds of pure Python for a big network do not hold the
+    server's GIL (and event loop)."""
+    return _dag_layout(graph, _Anywhere(run))
 
 
 @lru_cache(maxsize=32)
-def dag_layout(graph: Graph) -> DagLayout:
-    """Sugiyama layout of the ops (grandalf), top to bottom; weakly connected pieces side by side; the same in every
-    process."""
-    vertices = {op.name: _Vertex(op.name, i) for i, op in enumerate(graph.ops)}
-    for v in vertices.values():
-        v.view = _Box()
-    edges = {}
-    for k, (u, w) in enumerate(graph.dag.edges()):
-        edges[u, w] = _Edge(vertices[u], vertices[w], k)
-        edges[u, w].view = _Route()
-    layout_graph = LayoutGraph(list(vertices.values()), list(edges.values()))
-    offset = 0.0
-    for piece in layout_graph.C:
-        sugiyama = SugiyamaLayout(piece)
-        sugiyama.xspace, sugiyama.yspace = GAP_X, GAP_Y
-        sugiyama.init_all()
-        sugiyama.draw(3)
-        xs = [v.view.xy[0] for v in piece.sV]
-        shift = offset - min(xs) + BOX_W / 2
-        for v in piece.sV:
-            v.view.xy = (v.view.xy[0] + shift, v.view.xy[1])
-        for e in piece.sE:
-            e.view.points = tuple((x + shift, y) for x, y in e.view.points)
-        offset += max(xs) - min(xs) + BOX_W + 3 * GAP_X
-    pos = {name: (float(v.view.xy[0]), -float(v.view.xy[1])) for name, v in vertices.items()}  # y up, first op on top
-    paths = []
-    for (u, w), e in edges.items():
-        inner = [(float(x), -float(y)) for x, y in e.view.points[1:-1]]
-        paths.append(np.array([pos[u], *inner, pos[w]]))
-    ys = [p[1] for p in pos.values()]
-    return DagLayout(pos, tuple(paths), offset - 3 * GAP_X, max(ys) - min(ys) + BOX_H)
+def _dag_layout(graph: Graph, where: _Anywhere) -> DagLayout:
+    return where.run(lay_out, graph)
 
 
 def layered_layout(graph: Graph) -> dict[str, tuple[float, float]]:
