@@ -110,15 +110,15 @@ ALIKE = 4096  # mappings `map_plan` keeps by `alike.key` (distinct groups: a few
 def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo | None = None) -> MappedPlan:
     """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency.
 
-    A group that maps as one already mapped (`alike.key`: the same ops, shapes and schedule up to names) takes
-    that mapping renamed; `mapped` keeps them (several plans of one graph on `acc` may share one), else a
-    `Memo` of `ALIKE` for this call.
+    A group that maps as one already mapped on `acc` (`alike.key`: the same ops, shapes and schedule up to names)
+    takes that mapping renamed; `mapped` keeps them by accelerator and key (plans on several accelerators may
+    share one), else a `Memo` of `ALIKE` for this call.
     """
     hierarchy = Hierarchy.from_accelerator(acc)
     mapped = Memo(ALIKE) if mapped is None else mapped
     groups = []
     for cost in plan.costs:
-        same = alike.key(graph, cost)
+        same = (acc, alike.key(graph, cost))  # a mapping is the accelerator's: its levels, array and energies
         hit = mapped.get(same)
         if hit is None:
             hit = mapped.put(same, map_group(graph, cost, acc, hierarchy))
