@@ -19,8 +19,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from benchmarks.bench_zigzag import (CASES, LEVELS, NETWORKS, _short, best_of_mappers, cache_path, layer_of,
-                                     like_for_like)
+from benchmarks.bench_zigzag import (
+    CASES,
+    LEVELS,
+    NETWORKS,
+    _short,
+    best_of_mappers,
+    cache_path,
+    layer_of,
+    like_for_like,
+)
 from engine.blocking import block
 
 LOW, HIGH, COVERED = 0.95, 1.05, 0.8
