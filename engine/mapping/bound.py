@@ -31,8 +31,8 @@ class GroupBound:
     """A group's energy as mapped (fusion's bands) and the least it can reach over every band count that fits.
 
     `best_steps` is, per op of a fused group, the band count at which its nests cost least (ops may differ: the
-    bound is the sum of each op's least). A lone op is exact already: blocked alone on the whole hierarchy, or in
-    fusion's bands where that costs less within the plan's bytes (`bound_pj == mapped_pj`).
+    bound is the sum of each op's least). A lone op counts as mapped (`bound_pj == mapped_pj`): its blocking alone
+    is exact on the whole hierarchy, and its banded option keeps the plan's bands.
     """
 
     ops: tuple[str, ...]
