@@ -2,7 +2,7 @@
 what the mapping says of the plans (energy per component, latency, the objectives).
 
 Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md; `... speed`: the
-speed table alone, a minute)
+speed table alone, a minute; `... bound`: each fused group's bound over every band count and the mapping's gap)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 
 import engine
-from engine.mapping import map_plan, refine
+from engine.mapping import map_plan, plan_bound, refine
 
 KB, MB = 1024, 1024 * 1024
 CASES = (("resnet50", "optimus", 128 * KB), ("llama3_8b_prefill", "optimus", 8 * MB),
@@ -137,5 +137,35 @@ def consistency() -> None:
               f"{mapped_bytes / 1e9:,.2f} | {time.perf_counter() - start:.0f} |")
 
 
+BOUND_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2", "bert_base")
+                 for preset, size in (("optimus", 128 * KB), ("optimus", MB), ("tpu-v4i", None))),
+               ("llama3_8b_prefill", "optimus", 8 * MB))
+
+
+def bounds() -> None:
+    """Optimus's plan mapped, against the bound on each fused group's energy over every band count that fits
+    (`engine.mapping.plan_bound`): the plan's energy, the bound, the gap, the group with the largest gap."""
+    print("\nThe mapping against its bound over every band count that fits (optimus's plan; `plan_bound`: each fused "
+          "op's least energy over every band height from fusion's count to a row per band; lone ops count as mapped). "
+          "CPU seconds of the bound alone.\n")
+    print("| network | accelerator | fused groups | mapped mJ | bound mJ | gap | largest gap: group, uJ, band counts "
+          "(fusion's; the ops' best) | bound CPU s |")
+    print("|---|---|---|---:|---:|---:|---|---:|")
+    for network, preset, size in BOUND_CASES:
+        g = engine.load_network(network)
+        acc = engine.Accelerator.preset(preset)
+        acc = acc.with_buffer(size) if size else acc
+        plan = engine.fuse(g, acc, method="optimus")
+        mapped = map_plan(g, plan, acc)
+        start = time.process_time()
+        bound = plan_bound(g, plan, mapped, acc)
+        seconds = time.process_time() - start
+        worst, cost = max(zip(bound.groups, plan.costs), key=lambda pair: pair[0].gap_pj)
+        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {sum(len(c.ops) > 1 for c in plan.costs)} "
+              f"| {bound.mapped_pj / 1e9:,.3f} | {bound.bound_pj / 1e9:,.3f} | {bound.gap:.2%} "
+              f"| {worst.ops[0]} +{len(worst.ops) - 1}, {worst.gap_pj / 1e6:,.1f}, {cost.row_steps}; "
+              f"{'/'.join(str(r) for r in sorted({r for _, r in worst.best_steps})) or '-'} | {seconds:.2f} |")
+
+
 if __name__ == "__main__":
-    speed() if sys.argv[1:] == ["speed"] else main()
+    {"speed": speed, "bound": bounds}.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -8,10 +8,11 @@ asked only waits on a pipe. Outside a server (tests, notebooks) the work runs wh
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
+import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -25,7 +26,6 @@ from engine.graph import Graph
 
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # the engine's work uses a core each; the event loop keeps its own
 POLL_S = 0.25  # how often a waiting thread asks whether its page still wants the result
-PARENT_POLL_S = 1.0  # how often a worker asks whether the server is still there
 CLOSED = "the page that asked for this work was closed"
 
 
@@ -55,20 +55,33 @@ def pool() -> ProcessPoolExecutor:
 @lru_cache(maxsize=1)
 def _pool() -> ProcessPoolExecutor:
     """Spawned, not forked: a fork would copy the server's threads' locks mid-use."""
-    return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_outlive_not, initargs=(os.getpid(),))
+    made = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_outlive_not)
+    # before concurrent.futures' own exit hook (registered at its import; these run last first), which waits for
+    # the work the workers run: Bokeh's server returns from its loop on SIGTERM or Ctrl-C, and its process would
+    # then wait for a search that may take minutes. Private, as concurrent.futures uses it; a test covers it.
+    threading._register_atexit(_kill_workers)  # type: ignore[attr-defined]
+    return made
 
 
-def _outlive_not(server: int) -> None:
-    """In each worker: exit once the server process is gone. A server stopped by a signal runs no clean-up, and a
-    worker holds both ends of its task pipe, so it would wait for work forever."""
+def _kill_workers() -> None:
+    """At the server's exit: kill its worker processes, whatever they are running."""
+    for worker in multiprocessing.active_children():
+        worker.kill()
 
-    def watch():
-        while os.getppid() == server:
-            time.sleep(PARENT_POLL_S)
+
+def _outlive_not() -> None:
+    """In each worker: die with the server. A server stopped by a signal runs no clean-up, and a worker holds both
+    ends of its task pipe, so it would wait for work forever; a thread watching the server would need the GIL, which
+    a worker busy in C code holds until the call returns. So the kernel does it: the worker's end of the pipe from
+    its parent (its sentinel, at end-of-file once the server is gone) is set to raise SIGIO, whose default action
+    ends the process."""
+    server = multiprocessing.parent_process()  # a spawned worker's parent is the server
+    signal.signal(signal.SIGIO, signal.SIG_DFL)
+    fcntl.fcntl(server.sentinel, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(server.sentinel, fcntl.F_SETFL, fcntl.fcntl(server.sentinel, fcntl.F_GETFL) | os.O_ASYNC)
+    if not server.is_alive():  # gone before the signal was armed
         os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 @lru_cache(maxsize=32)

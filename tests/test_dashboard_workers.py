@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
 from types import SimpleNamespace
 
@@ -17,6 +21,8 @@ from dashboard.session import Session, fusion_report
 from dashboard.state import ExplorerState
 from dashboard.workers import WORKERS, Runner, StopCheck, _wait, pool
 from engine.explore import EvaluationStopped
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_a_report_computed_in_a_worker_process_is_the_one_computed_here():
@@ -68,6 +74,76 @@ def test_a_worker_that_died_fails_its_own_work_only():
     with pytest.raises(BrokenProcessPool):
         Runner(away=True)(os._exit, 1)  # as a worker killed for its memory
     assert Runner(away=True)(os.getpid) != os.getpid()  # the next piece of work runs in a new pool
+
+
+SERVER = """
+import asyncio, signal, sys
+from dashboard.workers import WORKERS, pool
+from test_dashboard_workers import _busy_in_c
+busy = [pool().submit(_busy_in_c, f"{sys.argv[1]}/{i}") for i in range(WORKERS)]
+print(flush=True)
+loop = asyncio.new_event_loop()
+loop.add_signal_handler(signal.SIGTERM, loop.stop)  # as Bokeh's server does: its loop returns, the process exits
+loop.run_forever()
+"""
+
+
+def _busy_in_c(started: str) -> None:
+    """In a worker: say so by creating `started`, then stay in C code that holds the GIL (for years)."""
+    open(started, "w").close()
+    sum(range(1 << 62))
+
+
+def _workers_of(server: int) -> list[int]:
+    """The pids of the worker processes `server` spawned (its children running multiprocessing's spawn_main)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == server and b"spawn_main" in cmdline.read():
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def _state(pid: int) -> tuple[str, int]:
+    """(state letter, user CPU ticks) of process `pid`; ("gone", 0) once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return "gone", 0
+    return ("gone", 0) if fields[0] in "ZX" else (fields[0], int(fields[11]))
+
+
+def _until(check: Callable[[], bool], bound_s: float = 60.0) -> bool:
+    """Poll `check` until it holds or `bound_s` passes (a generous bound: behaviour, not a timing figure)."""
+    end = time.monotonic() + bound_s
+    while not check() and time.monotonic() < end:
+        time.sleep(0.05)
+    return check()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process table in /proc")
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_workers_busy_in_c_code_end_with_their_server_killed_or_stopped(how, tmp_path):
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])})
+    workers: list[int] = []
+    try:
+        assert server.stdout.readline() == b"\n"
+        workers = _workers_of(server.pid)
+        assert len(workers) == WORKERS
+        assert _until(lambda: len(os.listdir(tmp_path)) == WORKERS)  # each in its sum
+        server.send_signal(how)
+        server.wait(timeout=60)  # the server itself does not wait for its workers' work
+        assert _until(lambda: all(_state(w)[0] == "gone" for w in workers)), [_state(w) for w in workers]
+    finally:
+        server.kill()
+        for w in workers:
+            if _state(w)[0] != "gone":
+                os.kill(w, signal.SIGKILL)
 
 
 def test_a_free_place_goes_to_work_a_page_asked_for_before_any_prefetch():

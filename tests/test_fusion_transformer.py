@@ -273,11 +273,14 @@ def test_compiled_search_matches_python_on_zoo_transformers(name, kb):
     assert compiled == python
 
 
-def test_a_token_row_that_fits_no_buffer_names_the_op_and_its_bytes():
+def test_a_token_row_that_fits_no_buffer_names_the_op_the_level_and_its_bytes():
     # a softmax row over 512 keys needs all 512 scores of the row on chip (16-bit) beside one output: 1,026 B
     g = attention_block(1, 512, 1, 4, norm=False, residual=False)
-    with pytest.raises(EngineError, match=r"op 'softmax' cannot run even alone on 512 bytes .* at least 1026 bytes"):
+    with pytest.raises(EngineError, match=r"op 'softmax' cannot run even alone on 512 bytes .*level 'buffer'.* "
+                                          r"at least 1026 bytes"):
         fuse(g, engine.Accelerator.preset("optimus").with_buffer(512))
+    with pytest.raises(EngineError, match=r"op 'softmax' .*level 'GlobalBuffer'.* at least 513 bytes"):  # 8-bit
+        fuse(g, engine.Accelerator.preset("tpu-v4i").with_buffer(512))
 
 
 def test_vit_b16_at_8mb_is_within_two_percent_of_the_oracle():

@@ -91,6 +91,24 @@ def test_the_none_plans_energy_is_at_most_the_sum_of_the_layers_own_blockings_th
             assert group.total_pj <= _own_blocking(resnet18, op.name, acc, counts)[0] * (1 + 1e-12)
 
 
+def test_mappings_kept_for_one_accelerator_are_not_handed_to_another(fused_pair, resnet18):
+    """A `mapped` memo shared by plans on two accelerators gives each plan its own accelerator's mapping."""
+    from dataclasses import replace
+
+    from engine.fusion.memo import Memo
+    from engine.mapping.plan import ALIKE
+
+    acc = engine.Accelerator.preset("optimus")
+    cases = [(*fused_pair[:2], TINY, replace(TINY, name="tiny-wide", pe_rows=4, pe_cols=4, rf_bytes=64)),
+             (resnet18, engine.fuse(resnet18, acc, method="optimus"), acc, replace(acc, name="half", pe_rows=acc.pe_rows // 2))]
+    for graph, plan, one, other in cases:
+        shared = Memo(ALIKE)
+        first = map_plan(graph, plan, one, mapped=shared)
+        second = map_plan(graph, plan, other, mapped=shared)
+        assert first == map_plan(graph, plan, one) and second == map_plan(graph, plan, other)
+        assert first.energy != second.energy  # the two accelerators do price it differently
+
+
 def test_fused_ops_read_their_inputs_on_chip_and_are_blocked_exactly_below_the_buffer(fused_pair):
     g, plan, mapped = fused_pair
     (group,) = mapped.groups

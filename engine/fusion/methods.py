@@ -107,7 +107,7 @@ def _fuse(graph: Graph, acc: Accelerator, method: str, reloads: str, bound: bool
     status = METHODS[method][1]
     start = time.perf_counter()
     at = sized.of(model, Capacity.of(acc, reloads))  # the buffer bound once
-    check_runnable(at, acc.name)
+    check_runnable(at, acc)
     groups, evaluated, exact = search(at)
     if polish and method == "optimus" and not exact:
         groups, more = improve(at, groups)

@@ -6,6 +6,8 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.accelerator import Accelerator
+from engine.blocking.hierarchy import Hierarchy
 from engine.errors import EngineError
 from engine.fusion.cost import GroupCost, runs_alone, smallest_buffer_bytes
 from engine.fusion.model import FusionModel
@@ -99,12 +101,14 @@ def execution_order(model: FusionModel, masks: list[int], *, rank: Callable[[int
     return order
 
 
-def check_runnable(at: SizedModel, acc_name: str) -> None:
-    """Raise an actionable error when some op cannot run even alone on this buffer (a fit test, no schedule costed)."""
+def check_runnable(at: SizedModel, acc: Accelerator) -> None:
+    """Raise an actionable error when some op cannot run even alone on this buffer (a fit test, no schedule costed):
+    it names the op (a group of one: a larger group is formed only where it fits), the level and the bytes."""
     model, cap = at.model, at.cap
     for i in range(model.n):
         if not runs_alone(model, i, cap):
+            level = Hierarchy.from_accelerator(acc).on_chip[-1].name  # the level fusion's groups keep their tiles in
             need = smallest_buffer_bytes(model, i)
-            raise EngineError(f"accelerator '{acc_name}': op '{model.names[i]}' cannot run even alone on "
-                              f"{cap.fmap * model.word_bits // 8} bytes of fmap buffer; it needs at least "
-                              f"{need} bytes (use a larger buffer)")
+            raise EngineError(f"accelerator '{acc.name}': op '{model.names[i]}' cannot run even alone on "
+                              f"{cap.fmap * model.word_bits // 8} bytes of fmap buffer (memory level '{level}'); "
+                              f"it needs at least {need} bytes there (use a larger buffer)")

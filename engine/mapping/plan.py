@@ -110,15 +110,15 @@ ALIKE = 4096  # mappings `map_plan` keeps by `alike.key` (distinct groups: a few
 def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo | None = None) -> MappedPlan:
     """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency.
 
-    A group that maps as one already mapped (`alike.key`: the same ops, shapes and schedule up to names) takes
-    that mapping renamed; `mapped` keeps them (several plans of one graph on `acc` may share one), else a
-    `Memo` of `ALIKE` for this call.
+    A group that maps as one already mapped on `acc` (`alike.key`: the same ops, shapes and schedule up to names)
+    takes that mapping renamed; `mapped` keeps them by accelerator and key (plans on several accelerators may
+    share one), else a `Memo` of `ALIKE` for this call.
     """
     hierarchy = Hierarchy.from_accelerator(acc)
     mapped = Memo(ALIKE) if mapped is None else mapped
     groups = []
     for cost in plan.costs:
-        same = alike.key(graph, cost)
+        same = (acc, alike.key(graph, cost))  # a mapping is the accelerator's: its levels, array and energies
         hit = mapped.get(same)
         if hit is None:
             hit = mapped.put(same, map_group(graph, cost, acc, hierarchy))
@@ -136,12 +136,12 @@ def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierar
         within = [g for g in options if g.dram_bytes <= cost.dram_bytes] or options
         return min(within, key=lambda g: g.total_pj)
     nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
-                            weights_streamed=_streams(graph, name, cost)) for name in cost.ops)
+                            weights_streamed=streams(graph, name, cost)) for name in cost.ops)
     return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
                   cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *nests), hierarchy, acc)
 
 
-def _streams(graph: Graph, name: str, cost: GroupCost) -> bool:
+def streams(graph: Graph, name: str, cost: GroupCost) -> bool:
     """Whether the op's second operand (its weights, or K^T / V read as weights are) passes by instead of staying."""
     op = graph.op(name)
     return not cost.params_resident and bool(op.weights or set(op.inputs[1:2]) & set(cost.streamed))
@@ -181,7 +181,7 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
         blocks = cost.row_steps // steps  # a matmul's blocks of output columns (a GEMM's layer-wise schedule)
         if steps * blocks == cost.row_steps and (blocks == 1 or op.kind is OpKind.MATMUL):  # no image column cuts
             banded = tile_nest(graph, op, acc, hierarchy, rows, steps, cost.batch_tile, max(blocks, cost.input_passes),
-                               _streams(graph, op.name, cost))
+                               streams(graph, op.name, cost))
             options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,),
                                   _dram_bytes(cost, (banded,), acc), cost.footprint_bytes, capacity,
                                   _boundary(cost, hierarchy, acc, banded), hierarchy, acc))
