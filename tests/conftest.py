@@ -20,16 +20,6 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's: the brow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown, and unused, under `-p no:xdist`
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject's addopts): one worker more than this process may use cores. Each browser test file's
-    worker spends most of its minutes waiting on pages and session timers, and the extra worker fills that time with
-    other tests (BENCHMARKS.md, "The house"); PYTEST_XDIST_AUTO_NUM_WORKERS, if set, still decides."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return len(os.sched_getaffinity(0)) + 1
-
-
 @pytest.fixture
 def light_dir():
     return onnx_light_models()
