@@ -53,7 +53,7 @@ def checked(widget: pn.widgets.Widget, session: Session, name: str, shown=None) 
         try:
             s.param.update(**{name: event.new})
         except Exception:
-            session.error = url.rejected(s, name, f"{s.param[name].label} {event.new!r}")
+            session.refused = url.rejected(s, name, f"{s.param[name].label} {event.new!r}")
             # set after Panel's handling of the browser's message: a change made during it is not sent back
             pn.state.execute(lambda: setattr(widget, "value", shown()), schedule=Session._served())
 
@@ -118,7 +118,7 @@ def length_box(session: Session) -> pn.widgets.IntInput:
         try:
             s.network = f"{named[0]}_{named[1]}{event.new}"
         except Exception:
-            session.error = f"{box.name} {event.new} is not allowed (a whole number, 1 or more); using {named[2]}"
+            session.refused = f"{box.name} {event.new} is not allowed (a whole number, 1 or more); using {named[2]}"
             pn.state.execute(lambda: setattr(box, "value", named[2]), schedule=Session._served())
 
     box.param.watch(typed, "value")
@@ -273,7 +273,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
             state.upload_name = ""
     session = Session(state)
     if problems:
-        session.link_note = "The link's " + "; ".join(problems)  # stays up when the first report arrives
+        session.refused = "The link's " + "; ".join(problems)  # stays up when the first report arrives
     if location is not None and pn.state.curdoc is not None:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own

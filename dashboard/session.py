@@ -84,8 +84,9 @@ class Session(param.Parameterized):
     pending = param.List(default=[], item_type=str, doc="Searches still running; the report shown is without them")
     error = param.String(default="", doc="Why the last request produced no report")
     notes = param.Dict(default={}, doc="Upload key -> what its import left out or assumed")
-    link_note = param.String(default="", doc="What the page's link asked for that is not allowed (until a choice "
-                                             "changes: a report does not clear it)")
+    refused = param.String(default="", doc="What the page's link or a value typed in the sidebar asked for that is "
+                                            "not allowed (until a choice changes: a report, even one asked for "
+                                            "before, does not clear it)")
     uploading = param.String(default="", doc="What the upload under way is doing ('uploading x.onnx... 40%'), or ''")
 
     def __init__(self, state: ExplorerState | None = None, **params):
@@ -105,8 +106,8 @@ class Session(param.Parameterized):
         self.preparers: list = []
         self._ready: set = set()  # (other choices, buffer step) whose reports are computed: a drag shows them at once
         self.state.param.watch(self._request, list(REPORT_PARAMS))
-        self.param.watch(self._show_status, ["error", "link_note"])
-        self.state.param.watch(lambda *_: setattr(self, "link_note", ""), list(REPORT_PARAMS))
+        self.param.watch(self._show_status, ["error", "refused"])
+        self.state.param.watch(lambda *_: setattr(self, "refused", ""), list(REPORT_PARAMS))
         self.state.param.watch(self._show_notice, "upload_name")
         if self._served():  # the first report once the browser has the page: see `_request`
             deliver_every_queued_message()
@@ -214,7 +215,7 @@ class Session(param.Parameterized):
         self._release()
 
     def _show_status(self, _event=None):
-        text = self.error or self.link_note
+        text = self.error or self.refused
         self.status.object, self.status.alert_type, self.status.visible = text, "danger", bool(text)
 
     def on_upload(self, data: bytes | None, filename: str):

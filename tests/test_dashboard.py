@@ -289,6 +289,9 @@ def test_a_refused_value_typed_in_a_box_is_named_and_the_box_shows_the_value_in_
     assert session.status.visible
     assert session.status.object == "Batch -3 is not allowed (an integer from 1 to 64); using 1"
     assert (widgets["Batch"].value, session.state.batch, session.report) == (1, 1, report)
+    session.param.update(report=report, error="")  # a report asked for before it arrives (as a request publishes)
+    assert session.status.visible  # and the refusal stays up: it went when that report came, under load
+    assert session.status.object == "Batch -3 is not allowed (an integer from 1 to 64); using 1"
     rows._process_events({"value": 0})
     assert session.status.object == "PE rows 0 is not allowed (an integer from 1 to 256); using 16" and rows.value == 16
     widgets["DRAM bandwidth (GB/s)"]._process_events({"value": 0.05})
