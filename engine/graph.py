@@ -7,6 +7,7 @@ Sizes are counted in elements; bytes come from an accelerator's word width.
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 import math
 from dataclasses import dataclass
@@ -288,45 +289,27 @@ class Graph:
 
 
 def _stable_topological(name: str, ops: tuple[Op, ...], producer: dict[str, str]) -> tuple[Op, ...]:
-    """Kahn's algorithm that keeps the given order wherever dependencies allow (the least position ready first)."""
+    """Kahn's algorithm (the standard library's `graphlib`) that keeps the given order wherever dependencies allow:
+    of the ops ready, the one given first."""
     by_name = {op.name: op for op in ops}
     if len(by_name) != len(ops):
         raise GraphError(f"graph '{name}': two ops share a name")
     rank = {op.name: i for i, op in enumerate(ops)}
-    after: list[set[int]] = [set() for _ in ops]  # per op: the ops that read what it makes
-    for i, op in enumerate(ops):
-        for t in op.inputs:
-            if t in producer:
-                after[rank[producer[t]]].add(i)
-    waiting = [0] * len(ops)
-    for later in after:
-        for i in later:
-            waiting[i] += 1
-    ready = [i for i, w in enumerate(waiting) if not w]
-    order: list[int] = []
+    sorter = graphlib.TopologicalSorter({op.name: [producer[t] for t in op.inputs if t in producer] for op in ops})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as cycle:
+        raise GraphError(f"graph '{name}' has a cycle through ops {cycle.args[1][:-1]}") from None
+    ready = [(rank[n], n) for n in sorter.get_ready()]
+    heapq.heapify(ready)
+    order = []
     while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for k in after[i]:
-            waiting[k] -= 1
-            if not waiting[k]:
-                heapq.heappush(ready, k)
-    if len(order) < len(ops):
-        raise GraphError(f"graph '{name}' has a cycle through ops {_cycle(ops, after, waiting)}")
-    return tuple(ops[i] for i in order)
-
-
-def _cycle(ops: tuple[Op, ...], after: list[set[int]], waiting: list[int]) -> list[str]:
-    """The ops of one cycle among those Kahn's algorithm left waiting, in the order they feed each other."""
-    left = {i for i, w in enumerate(waiting) if w}
-    before = {i: min(k for k in left if i in after[k]) for i in left}  # one waiting producer of each
-    seen: dict[int, int] = {}
-    i = min(left)
-    while i not in seen:
-        seen[i] = len(seen)
-        i = before[i]
-    walk = sorted(seen, key=seen.__getitem__)[seen[i]:]
-    return [ops[k].name for k in reversed(walk)]
+        _, n = heapq.heappop(ready)
+        order.append(by_name[n])
+        sorter.done(n)
+        for m in sorter.get_ready():
+            heapq.heappush(ready, (rank[m], m))
+    return tuple(order)
 
 
 def conv_macs(out_shape: tuple[int, ...], in_channels: int, kernel: tuple[int, ...], groups: int = 1) -> int:
