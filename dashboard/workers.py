@@ -56,7 +56,7 @@ def pool() -> ProcessPoolExecutor:
 def _pool() -> ProcessPoolExecutor:
     """Spawned, not forked: a fork would copy the server's threads' locks mid-use."""
     made = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker)
+                               initializer=_outlive_not)
     # before concurrent.futures' own exit hook (registered at its import; these run last first), which waits for
     # the work the workers run: Bokeh's server returns from its loop on SIGTERM or Ctrl-C, and its process would
     # then wait for a search that may take minutes. Private, as concurrent.futures uses it; a test covers it.
@@ -68,17 +68,6 @@ def _kill_workers() -> None:
     """At the server's exit: kill its worker processes, whatever they are running."""
     for worker in multiprocessing.active_children():
         worker.kill()
-
-
-WORKER_NICENESS = 5  # below the server: its event loop (every page's messages) takes a core first
-
-
-def _start_worker() -> None:
-    """In each worker, before its first task: a lower priority than the server's event loop, whose turns every
-    page waits on (the engine's work in a worker takes longer only when the two compete for a core), and an end
-    with the server."""
-    os.nice(WORKER_NICENESS)
-    _outlive_not()
 
 
 def _outlive_not() -> None:

@@ -19,7 +19,7 @@ import engine
 from dashboard import pieces
 from dashboard.session import Session, fusion_report
 from dashboard.state import ExplorerState
-from dashboard.workers import WORKER_NICENESS, WORKERS, Runner, StopCheck, _wait, pool
+from dashboard.workers import WORKERS, Runner, StopCheck, _wait, pool
 from engine.explore import EvaluationStopped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,11 +57,6 @@ def test_work_for_a_page_that_stopped_asking_is_never_started(tmp_path):
     assert all(f.result() is None for f in busy)
     with pytest.raises(EvaluationStopped):  # asked for after the stop: not even queued
         Runner(away=True, stop=StopCheck(lambda: True))(os.getpid)
-
-
-def test_workers_run_below_the_servers_priority():
-    # the event loop every page waits on takes a core before the engine's work when the two compete
-    assert pool().submit(os.nice, 0).result() == min(19, os.nice(0) + WORKER_NICENESS)  # 19: the least priority
 
 
 def test_a_superseded_requests_report_is_not_computed():
