@@ -17,7 +17,7 @@ from engine.allocation import baselines
 from engine.allocation.cosma import solve_cosma
 from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.mpmf import budgets, mpmf
-from engine.allocation.record import Allocation, Placement, op_table
+from engine.allocation.record import Allocation, Placement, op_table, peak_bytes
 from engine.allocation.solve import SOLVERS
 from engine.allocation.spillall import spill_all
 from engine.errors import EngineError, UnknownNameError
@@ -95,7 +95,7 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
                                                        include_params=include_params, word_bits=word_bits)
         status, gap, message = "feasible", None, ""
     result = Allocation(tuple(order), tuple(placements), tuple(spills), tuple(retrievals),
-                        _bytes(graph, spills + retrievals, word_bits), _peak(placements, len(order)), status, gap,
+                        _bytes(graph, spills + retrievals, word_bits), peak_bytes(placements, len(order)), status, gap,
                         time.perf_counter() - start, **common, message=message)
     if method == "cosma" and result.has_plan:
         try:
@@ -123,11 +123,12 @@ def _in_time(graph: Graph, table, order, until: float, start: float, common: _Co
                                 include_params=common["include_params"], word_bits=common["word_bits"])
         except OutOfTime:
             break
-        if _bytes(graph, got[1] + got[2], common["word_bits"]) < cost:
-            plan, cost, name = list(got), _bytes(graph, got[1] + got[2], common["word_bits"]), policy
+        moved = _bytes(graph, got[1] + got[2], common["word_bits"])
+        if moved < cost:
+            plan, cost, name = list(got), moved, policy
     placements, spills, retrievals = plan
-    return Allocation(order, tuple(placements), tuple(spills), tuple(retrievals), cost, _peak(placements, len(order)),
-                      "time_limit", None, time.perf_counter() - start, **common,
+    return Allocation(order, tuple(placements), tuple(spills), tuple(retrievals), cost,
+                      peak_bytes(placements, len(order)), "time_limit", None, time.perf_counter() - start, **common,
                       message=f"{why}; shown instead: the {name} plan in the "
                               f"{'graph' if order == names else 'given'} order (not searched, no bound)")
 
@@ -145,7 +146,7 @@ def _baseline_instead(rejected: Allocation, graph: Graph, why: str, start: float
     assert best is not None, "no baseline policies"
     cost, placements, spills, retrievals, policy = best
     return Allocation(rejected.order, tuple(placements), tuple(spills), tuple(retrievals), cost,
-                      _peak(placements, len(rejected.order)), "time_limit", None, time.perf_counter() - start,
+                      peak_bytes(placements, len(rejected.order)), "time_limit", None, time.perf_counter() - start,
                       **common, message=f"the solver's plan failed validation ({why}); shown instead: the "
                                         f"{policy} baseline in the same order")
 
@@ -162,14 +163,6 @@ def _order(graph: Graph, schedule, include_params, word_bits, time_limit_s, solv
 
 def _bytes(graph: Graph, transfers, word_bits: int) -> int:
     return sum(graph.tensor(a).nbytes(word_bits) for a, _ in transfers)
-
-
-def _peak(placements, steps: int) -> int:
-    on_chip = [0] * steps
-    for p in placements:
-        for t in range(p.first_step, p.last_step + 1):
-            on_chip[t] += p.size
-    return max(on_chip, default=0)
 
 
 def _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s) -> None:

@@ -115,6 +115,15 @@ def op_table(graph: Graph, order, *, include_params: bool, word_bits: int):
     return steps, sizes
 
 
+def peak_bytes(placements, steps: int) -> int:
+    """The most bytes on chip at any of `steps` steps: a running sum of the bytes each step brings and lets go."""
+    change = [0] * (steps + 1)
+    for p in placements:
+        change[p.first_step] += p.size
+        change[p.last_step + 1] -= p.size
+    return max(itertools.accumulate(change[:steps]), default=0)
+
+
 def _start_events(alloc: Allocation, g: Graph) -> list[str]:
     """How each placement begins: created by its op, loaded (compulsory), or retrieved."""
     created: dict[str, int] = {}
@@ -157,11 +166,7 @@ def _check(alloc: Allocation, g: Graph) -> None:
     _check_uses(alloc, step_of, by_tensor)
     _check_transfers(alloc, step_of, by_tensor)
     _check_overlap(alloc)
-    change = [0] * (n + 1)  # bytes arriving minus leaving at each step
-    for p in alloc.placements:
-        change[p.first_step] += p.size
-        change[p.last_step + 1] -= p.size
-    peak = max(itertools.accumulate(change[:n]), default=0)
+    peak = peak_bytes(alloc.placements, n)
     if alloc.peak_bytes != peak:
         raise EngineError(f"{name}: peak_bytes {alloc.peak_bytes} but {peak} bytes are on chip at the peak")
 
