@@ -199,6 +199,11 @@ class Graph:
         """Op name -> index in the topological order."""
         return {op.name: i for i, op in enumerate(self.ops)}
 
+    @cached_property
+    def returned(self) -> frozenset[str]:
+        """The network's outputs as a set: windows of a graph that returns 100,000 tensors test membership per window."""
+        return frozenset(self.outputs)
+
     def op(self, name: str) -> Op:
         try:
             return self._ops_by_name[name]

@@ -237,21 +237,38 @@ def test_a_symlink_loop_or_a_nul_as_external_data_location_is_refused_and_shown_
         assert "\0" not in str(err.value)
 
 
-def test_einsum_of_three_operands_counts_each_pairwise_contraction(tmp_path):
+def _einsum3(tmp_path, equation: str, name: str = "model.onnx"):
+    """x[2, 3] times weights b[3, 4] and c[4, 5] in one Einsum node 'ein' of `equation`, saved."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     b = numpy_helper.from_array(np.ones((3, 4), np.float32), "b")
     c = numpy_helper.from_array(np.ones((4, 5), np.float32), "c")
-    node = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="ij,jk,kl->il")
-    g = engine.load_network(_save(tmp_path, _model([node], [x], [y], [b, c])))
+    node = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation=equation)
+    return _save(tmp_path, _model([node], [x], [y], [b, c]), name)
+
+
+def test_einsum_of_three_operands_counts_each_pairwise_contraction(tmp_path):
+    g = engine.load_network(_einsum3(tmp_path, "ij,jk,kl->il"))
     assert g.macs == 2 * 3 * 4 + 2 * 4 * 5  # (x b) then (xb c), the order onnxruntime uses
-    batched = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="...j,jk,kl->...l")
-    path = _save(tmp_path, _model([batched], [x], [y], [b, c]), "b.onnx")
-    assert engine.load_network(path).macs == 2 * 3 * 4 + 2 * 4 * 5
-    wrong = helper.make_node("Einsum", ["x", "b", "c"], ["y"], name="ein", equation="ij,jk->ik")
+    assert engine.load_network(_einsum3(tmp_path, "...j,jk,kl->...l", "b.onnx")).macs == 2 * 3 * 4 + 2 * 4 * 5
     with pytest.raises(engine.ModelFileError, match="Einsum.*does not match the operands") as err:
-        engine.load_network(_save(tmp_path, _model([wrong], [x], [y], [b, c]), "w.onnx"))
+        engine.load_network(_einsum3(tmp_path, "ij,jk->ik", "w.onnx"))
     assert err.value.node == "ein"
+
+
+def test_einsum_of_three_operands_is_a_chain_of_matmuls_that_block_and_fuse(tmp_path):
+    """Kind `other` before: no loop nest to block, never fused. Now the two GEMMs onnxruntime runs, the running
+    result (2 x 4) between them, which fusion keeps on chip."""
+    from engine.blocking.layer import Layer
+
+    g = engine.load_network(_einsum3(tmp_path, "ij,jk,kl->il"))
+    assert [(op.name, op.kind, op.inputs, op.weights, op.macs) for op in g.ops] == [
+        ("ein/einsum1", engine.OpKind.MATMUL, ("x",), ("b",), 2 * 3 * 4),
+        ("ein", engine.OpKind.MATMUL, ("ein/einsum1",), ("c",), 2 * 4 * 5)]
+    assert g.tensors["ein/einsum1"].shape == (2, 4) and g.outputs == ("y",)
+    assert [Layer.from_op(g, op).macs for op in g.ops] == [24, 40]
+    plan = engine.fuse(g, engine.Accelerator.preset("optimus"))
+    assert plan.groups == (("ein/einsum1", "ein"),) and plan.dram_bytes == (6 + 12 + 20 + 10) * 2  # 16-bit words
 
 
 def test_batch_never_rewrites_a_fixed_first_dimension_other_than_one(tmp_path):

@@ -5,63 +5,97 @@ the writes read only by later windows uncounted, so a tensor made in one window 
 charged nowhere. A fan of thousands of readers joined by one Sum gave its whole traffic away so (99.9 % gap).
 This bound charges those tensors what every valid partition must pay for them, in a term of its own.
 
-Take a tensor t made by op p in window A and read by op r in a later window, both plain ops (conv, depthwise
-conv, pool, element-wise: no layout op sharing a buffer, no streamed operand). In a partition where r's group
-G_r does not hold p, G_r reads t from DRAM and p's group writes it (a consumer is outside): 2 x its bytes, or
-its bytes where the write is already charged in A (another reader there, or t is returned). Where G_r holds p,
-t is made and read in G_r, whose tiles then hold at least one row of it at min(T_c, C) channels (what the
-windows' bound holds a crossing tensor at, `windowed.bound_model`), and G_r fits: those rows, over all the
-tensors r keeps so, fit in the fmap buffer. Each tensor is charged at one reader only (its last plain one in
-a later window), so per reader the least charge is a 0/1 knapsack (keep the tensors whose charge per element
-held is largest); its fractional relaxation can keep no less, so the charge it leaves is a lower bound.
-Readers' tensors are disjoint and charged nowhere else: the sum adds to the windows' bound.
+Take a tensor t made by a plain op p (conv, depthwise conv, pool, element-wise) in window A and read by an op r
+in a later window. A group of more than one op that holds r holds, in Eq. 4's finest tiles, rows of each of r's
+inputs (made inside: its producer's rows, at min(T_c, C) channels under ISOA; read from outside: whole rows) and,
+r being plain, rows of its own output at min(T_c, C) channels: r's least footprint (`_least_footprint`). Every
+op's tile has at least min(T_h, H) rows, and the rows an input tile needs are at least min(rows out, its H)
+whatever the window, so each of those tensors takes at least min(T_h, H_r, H_t) rows. Where
+that passes the fmap buffer (a Sum of 10,000 tensors, a Concat of 20,000), no group of more than r fits, so r runs
+alone: it reads t from DRAM (a plain r or a Concat surely does; a Split only when it cannot fold into its
+neighbours) and p's group writes it: 2 x its bytes, 1 x where the write is already charged in A (another reader
+there, or t is returned). Each tensor is charged once, at one such reader; the reads and writes charged are
+distinct and charged nowhere else, so the sum adds to the windows' bound. Where r's least footprint fits, nothing
+is charged: a group may hold every input of r beside it (the knapsack over the tensors r keeps that this replaced
+charged nothing there either, and less elsewhere: a tensor r does not keep still takes a row).
 """
 
 from __future__ import annotations
 
-from engine.fusion.cost import Capacity
+from engine.fusion.dataflow import Throughput
 from engine.fusion.model import tensor_geo
-from engine.graph import Graph, OpKind
+from engine.graph import Graph, Op, OpKind
 
 _PLAIN = frozenset({OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE})
+_JOINS = frozenset({OpKind.CONCAT, OpKind.SPLIT})  # share their inputs' buffer: no tile row of their own
+_LAYOUT = frozenset({*_JOINS, OpKind.RESHAPE})
 
 
-def crossing_bytes(graph: Graph, word_bits: int, t_c: int, cap: Capacity, windows, views) -> int:
+def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, windows, views) -> int:
     """A lower bound on the bytes every valid partition moves for plain tensors crossing `windows` (ranges of the
-    topological order) to plain readers (module docstring); `views` as the cost model reads shapes."""
+    topological order) to readers that no group of more ops can hold in `fmap` elements (module docstring), on the PE
+    array `tp`; `views` as the cost model reads shapes."""
     window_of = [0] * len(graph.ops)
     for k, (lo, hi) in enumerate(windows):
         window_of[lo:hi] = [k] * (hi - lo)
-    readers: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        for t in dict.fromkeys(op.inputs):
-            readers.setdefault(t, []).append(i)
-    returned = set(graph.outputs)
-    items: dict[int, list[tuple[int, int]]] = {}  # reader -> (bytes charged unless kept, elements kept on chip)
+    rows = _rows(graph, word_bits, tp.t_c, views)
+    alone: dict[int, bool] = {}  # reader -> whether it runs alone in every valid partition
+    total = 0
     for p, op in enumerate(graph.ops):
         if op.kind not in _PLAIN:
             continue
         for t in op.outputs:
-            later = [r for r in readers.get(t, ()) if window_of[r] > window_of[p] and graph.ops[r].kind in _PLAIN]
-            geo = tensor_geo(views.get(t, graph.tensors[t].shape), word_bits)
-            if not later or geo is None:
-                continue
-            written = t in returned or any(window_of[r] == window_of[p] for r in readers[t])
-            charge = graph.tensors[t].nbytes(word_bits) * (1 if written else 2)
-            items.setdefault(later[-1], []).append((charge, min(t_c, geo.channels) * geo.w))
-    return sum(_least_charge(found, cap.fmap) for found in items.values())
+            readers = [graph.position[r] for r in graph.consumers(t)]
+            for r in readers:
+                if window_of[r] > window_of[p] and r not in alone:
+                    alone[r] = _reads(graph, graph.ops[r]) and _least_footprint(graph.ops[r], rows, tp.t_h) > fmap
+            if any(window_of[r] > window_of[p] and alone[r] for r in readers):
+                written = t in graph.returned or any(window_of[r] == window_of[p] for r in readers)
+                total += graph.tensors[t].nbytes(word_bits) * (1 if written else 2)
+    return total
 
 
-def _least_charge(items: list[tuple[int, int]], room: int) -> int:
-    """The least total charge of `items` (charge, elements) left off chip when those kept fit in `room` elements,
-    the fractional relaxation's (rounded down: a lower bound on the 0/1 one)."""
-    total = sum(charge for charge, _ in items)
-    kept = 0
-    for charge, held in sorted(items, key=lambda item: (item[1] > 0, -item[0] / max(1, item[1]))):
-        if held <= room:
-            room -= held
-            kept += charge
-        else:  # a fraction of this one, and nothing after it (the rest charge less per element)
-            kept += -(-charge * room // held)
-            break
-    return total - kept
+def _reads(graph: Graph, op: Op) -> bool:
+    """Whether `op`, alone, surely reads its inputs from DRAM: a plain op or a Concat, or a Split that cannot fold
+    into its neighbours (`FusionModel.folds`: its output returned, or an input the network's)."""
+    if op.kind in _PLAIN or op.kind == OpKind.CONCAT:
+        return True
+    return op.kind == OpKind.SPLIT and (any(t in graph.returned for t in op.outputs)
+                                        or any(graph.producer(t) is None for t in op.inputs))
+
+
+def _rows(graph: Graph, word_bits: int, t_c: int, views) -> dict[str, tuple[int, int]]:
+    """Per activation, (elements of a row of it the finest tiles of a group hold when a member reads or a plain
+    member makes it, its rows): a row at min(T_c, C) channels (a whole row if read from outside). No elements where
+    the cost model may hold less: made by another kind (a layout op shares its input's buffer; attention keys its
+    tiles), streamed (read, maybe through layout ops, as a matmul's operand: no room), or without a row."""
+    streams: dict[str, bool] = {}  # tensor -> whether every reader may read it streamed (`FusionModel._streams`)
+    for op in reversed(graph.ops):
+        for t in op.outputs:
+            streams[t] = _streamed(graph, t, streams)
+    rows = {}
+    for t in graph.tensors:
+        if graph.tensors[t].is_weight:
+            continue
+        p = graph.producer(t)
+        geo = tensor_geo(views.get(t, graph.tensors[t].shape), word_bits)
+        plain = p is None or graph.op(p).kind in _PLAIN
+        streamed = streams[t] if p is not None else _streamed(graph, t, streams)
+        rows[t] = (0, 1) if geo is None or not plain or streamed else (min(t_c, geo.channels) * geo.w, geo.h)
+    return rows
+
+
+def _streamed(graph: Graph, t: str, streams: dict[str, bool]) -> bool:
+    """Whether tensor `t` may be streamed: read, and only by matmuls or by layout ops whose outputs all may be."""
+    readers = [graph.op(r) for r in graph.consumers(t)]
+    return bool(readers) and all(r.kind == OpKind.MATMUL or (r.kind in _LAYOUT and all(streams[o] for o in r.outputs))
+                                 for r in readers)
+
+
+def _least_footprint(op: Op, rows: dict[str, tuple[int, int]], t_h: int) -> int:
+    """Elements the finest tiles of any group holding `op` and another op hold for it: rows of each input and of
+    its own outputs (`_rows`; none of its own for a layout op, which shares its inputs' buffer), at least
+    min(T_h, H of `op`, H of the tensor) of them."""
+    height = max(rows[t][1] for t in op.outputs)
+    own = sum(rows[t][0] * min(t_h, height) for t in op.outputs) if op.kind in _PLAIN else 0
+    return own + sum(rows[t][0] * min(t_h, height, rows[t][1]) for t in dict.fromkeys(op.inputs))

@@ -97,7 +97,7 @@ def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) 
     ops = graph.ops[lo:hi]
     own = {t for op in ops for t in op.outputs}
     ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
-    returned = set(graph.outputs)
+    returned = graph.returned
     outs = tuple(t for op in ops for t in op.outputs if t in returned or (not lower and last.get(t, -1) >= hi))
     names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
     return Graph(f"{graph.name}[{lo}:{hi}]", ops, tuple(graph.tensors[t] for t in sorted(names)), ins, outs,
@@ -139,7 +139,7 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) ->
 
     lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
-    total += crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc).t_c, cap, windows, views)
+    total += crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
     return total

@@ -34,9 +34,11 @@ def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | No
                                f"load it at {native}")
     batch = batch or int(recorded)
 
-    def act_shape(t: str, node: str | None) -> tuple[int, ...]:
-        shape = facts.shape(t, node)
+    def batched(shape: tuple[int, ...]) -> tuple[int, ...]:
         return (batch, *shape[1:]) if shape and shape[0] == native else shape
+
+    def act_shape(t: str, node: str | None) -> tuple[int, ...]:
+        return batched(facts.shape(t, node))
 
     node_by_name = dict(nodes)
     tensors: dict[str, Tensor] = {}
@@ -51,11 +53,16 @@ def build_graph(facts: Facts, merged: Merged, nodes, meta: dict, batch: int | No
             tensors.setdefault(t, Tensor(t, act_shape(t, d.name)))
         for w in weights:
             tensors.setdefault(w, Tensor(w, facts.shape(w, d.name), is_weight=True))
-        ops.append(Op(name=d.name, kind=d.kind, inputs=tuple(dict.fromkeys(d.inputs)), outputs=tuple(d.outputs),
-                      weights=tuple(weights), kernel=d.attrs.get("kernel", ()), stride=d.attrs.get("stride", ()),
-                      padding=d.attrs.get("padding", ()), dilation=d.attrs.get("dilation", ()),
-                      groups=d.attrs.get("groups", 1), macs=_macs(facts, d, node_by_name[d.name], tensors),
-                      source_type=d.main_type, merged=tuple(folded)))
+        op = Op(name=d.name, kind=d.kind, inputs=tuple(dict.fromkeys(d.inputs)), outputs=tuple(d.outputs),
+                weights=tuple(weights), kernel=d.attrs.get("kernel", ()), stride=d.attrs.get("stride", ()),
+                padding=d.attrs.get("padding", ()), dilation=d.attrs.get("dilation", ()),
+                groups=d.attrs.get("groups", 1), macs=_macs(facts, d, node_by_name[d.name], tensors),
+                source_type=d.main_type, merged=tuple(folded))
+        node = node_by_name[d.name]
+        if d.main_type == "Einsum" and len(node.input) > 2:
+            ops += _einsum_chain(facts, merged, op, node, tensors, batched)
+        else:
+            ops.append(op)
     for t in net_inputs:
         tensors.setdefault(t, Tensor(t, act_shape(t, None)))
     if not ops and left_out:
@@ -94,7 +101,12 @@ def _macs(facts: Facts, d: Draft, node, tensors: dict[str, Tensor]) -> int:
 
 
 def _einsum_macs(facts: Facts, node, name: str) -> int:
-    """Multiply-accumulates of an Einsum of two or more operands, contracted pairwise from the left.
+    """Multiply-accumulates of an Einsum of two or more operands, contracted pairwise from the left (`_einsum_steps`)."""
+    return sum(macs for _, macs in _einsum_steps(facts, node, name)[1])
+
+
+def _einsum_steps(facts: Facts, node, name: str) -> tuple[dict[str, int], list[tuple[list[str], int]]]:
+    """Letter sizes of an Einsum, and per pairwise contraction from the left its result's letters and MACs.
 
     Each step multiplies the running result by the next operand and sums the letters no later operand nor the
     output needs; it costs one MAC per combination of the letters the two share or keep (for two operands: every
@@ -123,10 +135,38 @@ def _einsum_macs(facts: Facts, node, name: str) -> int:
         out = {*head, *tail, *(c for n in letters for c in n if c.startswith("."))} if dots else {*head, *tail}
     else:
         out = {c for c in sizes if c.startswith(".") or sum(n.count(c) for n in letters) == 1}
-    macs, running = 0, set(letters[0])
+    steps, running = [], letters[0]
     for k in range(1, len(letters)):
-        joined = running | set(letters[k])
-        macs += math.prod(sizes[c] for c in joined)
+        joined = list(dict.fromkeys(running + letters[k]))
         later = {c for n in letters[k + 1:] for c in n}
-        running = {c for c in joined if c in out or c in later}
-    return macs
+        running = [c for c in joined if c in out or c in later]
+        steps.append((running, math.prod(sizes[c] for c in joined)))
+    return sizes, steps
+
+
+def _einsum_chain(facts: Facts, merged: Merged, op: Op, node, tensors: dict[str, Tensor], batched) -> list[Op]:
+    """An Einsum of three or more operands as the chain of two-operand matmuls onnxruntime evaluates (`_einsum_steps`):
+    each a GEMM of its own, so fusion, blocking and the limits model every contraction (and may keep the running
+    result on chip) as they model a MatMul. The last keeps the node's name, output and folded nodes; `batched` puts
+    the graph's batch into a shape as the importer does for every activation."""
+    sizes, steps = _einsum_steps(facts, node, op.name)
+    rescale = math.prod(tensors[op.outputs[0]].shape) / max(math.prod(facts.shape(op.outputs[0])), 1)  # the batch
+    acts, own = [], []  # per operand: the activation it is (or None), the weights behind it
+    for t in node.input:
+        sources = sorted(w for w in facts.sources.get(t, ()) if w in op.weights)
+        acts.append(None if t in facts.sources else merged.resolve(t))
+        own.append(sources)
+    claimed = {w for ws in own for w in ws}
+    chain, running = [], acts[0]
+    for k, (letters, macs) in enumerate(steps, 1):
+        last = k == len(steps)
+        out = op.outputs[0] if last else f"{op.name}/einsum{k}"
+        if not last:
+            tensors[out] = Tensor(out, batched(tuple(sizes[c] for c in letters)))
+        weights = (own[0] if k == 1 else []) + own[k] + ([w for w in op.weights if w not in claimed] if last else [])
+        chain.append(Op(name=op.name if last else out, kind=OpKind.MATMUL,
+                        inputs=tuple(dict.fromkeys(t for t in (running, acts[k]) if t is not None)),
+                        outputs=(out,), weights=tuple(dict.fromkeys(weights)), macs=round(macs * rescale),
+                        source_type="Einsum", merged=op.merged if last else ((op.name, "Einsum"),)))
+        running = out
+    return chain

@@ -27,7 +27,7 @@ def classify(facts: Facts, name: str, node) -> tuple[OpKind, dict]:
     if op_type in ("Gemm", "MatMul"):
         return OpKind.MATMUL, {"trans_a": int(a.get("transA", 0))}
     if op_type == "Einsum":
-        return (OpKind.MATMUL if len(node.input) == 2 else OpKind.OTHER), {}
+        return (OpKind.MATMUL if len(node.input) >= 2 else OpKind.OTHER), {}  # 3+: a chain of matmuls (build)
     if op_type in POOLS:
         x = facts.shape(node.input[0], name)  # the node's own view, before any folded reshape
         if len(x) < 3:
