@@ -22,6 +22,8 @@ charged nothing there either, and less elsewhere: a tensor r does not keep still
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine.fusion.dataflow import Throughput
 from engine.fusion.model import tensor_geo
 from engine.graph import Graph, Op, OpKind
@@ -38,7 +40,14 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
     window_of = [0] * len(graph.ops)
     for k, (lo, hi) in enumerate(windows):
         window_of[lo:hi] = [k] * (hi - lo)
-    rows = _rows(graph, word_bits, tp.t_c, views)
+    rows: dict[str, tuple[int, int]] = {}  # tensor -> `_row`, for the tensors of the readers looked at
+    streams: dict[str, bool] = {}  # tensor -> `_streamed`
+
+    def row(t: str) -> tuple[int, int]:
+        if t not in rows:
+            rows[t] = _row(graph, t, word_bits, tp.t_c, views, streams)
+        return rows[t]
+
     alone: dict[int, bool] = {}  # reader -> whether it runs alone in every valid partition
     total = 0
     for p, op in enumerate(graph.ops):
@@ -48,7 +57,7 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
             readers = [graph.position[r] for r in graph.consumers(t)]
             for r in readers:
                 if window_of[r] > window_of[p] and r not in alone:
-                    alone[r] = _reads(graph, graph.ops[r]) and _least_footprint(graph.ops[r], rows, tp.t_h) > fmap
+                    alone[r] = _reads(graph, graph.ops[r]) and _least_footprint(graph.ops[r], row, tp.t_h) > fmap
             if any(window_of[r] > window_of[p] and alone[r] for r in readers):
                 written = t in graph.returned or any(window_of[r] == window_of[p] for r in readers)
                 total += graph.tensors[t].nbytes(word_bits) * (1 if written else 2)
@@ -64,38 +73,45 @@ def _reads(graph: Graph, op: Op) -> bool:
                                         or any(graph.producer(t) is None for t in op.inputs))
 
 
-def _rows(graph: Graph, word_bits: int, t_c: int, views) -> dict[str, tuple[int, int]]:
-    """Per activation, (elements of a row of it the finest tiles of a group hold when a member reads or a plain
-    member makes it, its rows): a row at min(T_c, C) channels (a whole row if read from outside). No elements where
-    the cost model may hold less: made by another kind (a layout op shares its input's buffer; attention keys its
+def _row(graph: Graph, t: str, word_bits: int, t_c: int, views, streams: dict[str, bool]) -> tuple[int, int]:
+    """(Elements of a row of activation `t` the finest tiles of a group hold when a member reads it or a plain member
+    makes it, its rows): a row at min(T_c, C) channels (a whole row if read from outside). No elements where the
+    cost model may hold less: made by another kind (a layout op shares its input's buffer; attention keys its
     tiles), streamed (read, maybe through layout ops, as a matmul's operand: no room), or without a row."""
-    streams: dict[str, bool] = {}  # tensor -> whether every reader may read it streamed (`FusionModel._streams`)
-    for op in reversed(graph.ops):
-        for t in op.outputs:
-            streams[t] = _streamed(graph, t, streams)
-    rows = {}
-    for t in graph.tensors:
-        if graph.tensors[t].is_weight:
-            continue
-        p = graph.producer(t)
-        geo = tensor_geo(views.get(t, graph.tensors[t].shape), word_bits)
-        plain = p is None or graph.op(p).kind in _PLAIN
-        streamed = streams[t] if p is not None else _streamed(graph, t, streams)
-        rows[t] = (0, 1) if geo is None or not plain or streamed else (min(t_c, geo.channels) * geo.w, geo.h)
-    return rows
+    p = graph.producer(t)
+    geo = tensor_geo(views.get(t, graph.tensors[t].shape), word_bits)
+    if geo is None or (p is not None and graph.op(p).kind not in _PLAIN) or _streamed(graph, t, streams):
+        return 0, 1
+    return min(t_c, geo.channels) * geo.w, geo.h
 
 
 def _streamed(graph: Graph, t: str, streams: dict[str, bool]) -> bool:
-    """Whether tensor `t` may be streamed: read, and only by matmuls or by layout ops whose outputs all may be."""
-    readers = [graph.op(r) for r in graph.consumers(t)]
-    return bool(readers) and all(r.kind == OpKind.MATMUL or (r.kind in _LAYOUT and all(streams[o] for o in r.outputs))
-                                 for r in readers)
+    """Whether tensor `t` may be streamed (`FusionModel._streams`): read, and only by matmuls or by layout ops whose
+    outputs all may be (found depth first without recursion, kept in `streams`)."""
+    todo = [t]
+    while todo:
+        u = todo[-1]
+        if u in streams:
+            todo.pop()
+            continue
+        readers = [graph.op(r) for r in graph.consumers(u)]
+        if not readers or any(r.kind != OpKind.MATMUL and r.kind not in _LAYOUT for r in readers):
+            streams[u] = False
+            todo.pop()
+            continue
+        pending = [o for r in readers if r.kind in _LAYOUT for o in r.outputs if o not in streams]
+        if pending:
+            todo += pending
+            continue
+        streams[u] = all(r.kind == OpKind.MATMUL or all(streams[o] for o in r.outputs) for r in readers)
+        todo.pop()
+    return streams[t]
 
 
-def _least_footprint(op: Op, rows: dict[str, tuple[int, int]], t_h: int) -> int:
+def _least_footprint(op: Op, row: Callable[[str], tuple[int, int]], t_h: int) -> int:
     """Elements the finest tiles of any group holding `op` and another op hold for it: rows of each input and of
-    its own outputs (`_rows`; none of its own for a layout op, which shares its inputs' buffer), at least
+    its own outputs (`_row`; none of its own for a layout op, which shares its inputs' buffer), at least
     min(T_h, H of `op`, H of the tensor) of them."""
-    height = max(rows[t][1] for t in op.outputs)
-    own = sum(rows[t][0] * min(t_h, height) for t in op.outputs) if op.kind in _PLAIN else 0
-    return own + sum(rows[t][0] * min(t_h, height, rows[t][1]) for t in dict.fromkeys(op.inputs))
+    height = max(row(t)[1] for t in op.outputs)
+    own = sum(row(t)[0] * min(t_h, height) for t in op.outputs) if op.kind in _PLAIN else 0
+    return own + sum(row(t)[0] * min(t_h, height, row(t)[1]) for t in dict.fromkeys(op.inputs))
