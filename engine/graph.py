@@ -148,9 +148,10 @@ class Graph:
         for t in inputs:
             if t in producer:
                 raise GraphError(f"graph '{name}': network input '{t}' is also produced by '{producer[t]}'")
+        given = set(inputs)  # a Concat's window may have 100,000 inputs: no scan of the tuple per read
         for op in ops:
             for t in op.inputs:
-                if t not in producer and t not in inputs:
+                if t not in producer and t not in given:
                     raise GraphError(f"graph '{name}': op '{op.name}' reads '{t}', which nothing produces")
         ordered = _stable_topological(name, ops, producer)
         return cls(name, ordered, tensors, tuple(inputs), tuple(outputs), batch, tuple(assumptions))
