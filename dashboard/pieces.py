@@ -1,18 +1,27 @@
-"""Work on a page's Bokeh document from an async task, and a page built in pieces, one piece of one page at a time.
+"""Work on a page's Bokeh document from an async task, and a page built in pieces, one piece of one page at a time,
+each piece made off the event loop's thread.
 
 Building a whole page's document (~0.6 CPU s) held the server's event loop, and ten pages opening at once were built
 back to back in one turn of the loop: a static file, or another page's slider, waited for all of them. A page's
 document is now a light shell (the header, the sidebar's first part, the tabs' empty frames) and the rest is added
-in pieces of well under 0.1 CPU s once the browser has the page. The pieces of all the server's pages take turns
-(`_turn`, one lock for the server process, first come first served), and each runs in a turn of the loop of its
-own, so whatever else is waiting (a request, a report to publish) runs between two pieces.
+in pieces once the browser has the page. The pieces of all the server's pages take turns (`_turn`, one lock for the
+server process, first come first served). Each piece's views and their Bokeh models are made in the server's one
+page-building thread (`_builder`), and the loop only adds them to the document, in a turn of its own: the builder
+holds the GIL at most a switch interval (5 ms) at a time while the loop wants it, so whatever else is waiting (a
+request, a report to publish) runs while a piece is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import weakref
 from collections.abc import Callable, Iterable
-from functools import lru_cache
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+from dashboard.panel_hooks import make_models_ahead
 
 WAIT_S = 1.0  # how often a task waiting on a document callback asks whether the page is gone
 
@@ -42,12 +51,22 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
 
 
 async def locked(doc, fn: Callable[[], object]) -> None:
-    """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`); at once elsewhere (tests,
-    notebooks: no lock to take)."""
+    """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`), between two of its pieces;
+    at once elsewhere (tests, notebooks: no lock to take)."""
     if doc is None or doc.session_context is None:
         fn()
         return
-    await on_loop(doc, fn)
+    async with _page(doc):
+        await on_loop(doc, fn)
+
+
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a page's document -> its `_page` lock
+
+
+def _page(doc) -> asyncio.Lock:
+    """The page's own lock, held while one of its pieces is made and shown: a report or a curve's size is shown
+    between two pieces, never while the builder thread reads the views it changes."""
+    return _PAGES.setdefault(doc, asyncio.Lock())
 
 
 @lru_cache(maxsize=1)
@@ -56,11 +75,45 @@ def _turn() -> asyncio.Lock:
     return asyncio.Lock()
 
 
-async def build(doc, pieces: Iterable[Callable[[], object]]) -> None:
-    """Run each piece on the document, in order, each in its own turn (see the module's docstring); stops once the
-    page is gone."""
+@lru_cache(maxsize=1)
+def _builder() -> ThreadPoolExecutor:
+    """The server's one thread that makes pages' pieces (one piece at a time: they take turns)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="page-builder")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a page: the views `parts()` makes, added to `frame` (a Panel layout already in the page)."""
+
+    frame: object  # a Panel ListLike (pn.Column)
+    parts: Callable[[], list]
+
+    def make(self, doc) -> list:
+        """The piece's views, with their Bokeh models made for `doc` when it is a server's page (off the loop)."""
+        views = list(self.parts())
+        if doc is not None:
+            make_models_ahead(self.frame, views, doc)
+        return views
+
+    def show(self, views: list) -> None:
+        """Add the views to the frame (on the loop, the document locked, in a server)."""
+        self.frame.extend(views)
+
+    def __call__(self) -> None:
+        """Make and show the piece at once (outside a server)."""
+        self.show(self.make(None))
+
+
+async def build(doc, pieces: Iterable[Piece]) -> None:
+    """Make each piece in the page-building thread and add it to the document on the loop, in order, each in its
+    own turn (see the module's docstring); stops once the page is gone."""
+    loop = asyncio.get_running_loop()
     for piece in pieces:
-        async with _turn():
+        async with _turn(), _page(doc):
             if gone(doc):
                 return
-            await on_loop(doc, piece)
+            # with this task's context: Panel's current document (a context variable) is the page's there too
+            views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
+            if gone(doc):
+                return
+            await on_loop(doc, partial(piece.show, views))
