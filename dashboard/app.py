@@ -300,9 +300,12 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     first, *rest = SIDEBAR
     side = pn.Column(*first(session), sizing_mode="stretch_width")
     template.sidebar.append(side)
+    # the main area (the status line, the tabs' empty frames) is the page's first piece: the shell, built in the
+    # HTML request on the event loop, holds only the header and the sidebar's first part
     main, pieces = main_area(session)
-    template.main.append(main)
-    pieces[:0] = [Piece(side, partial(part, session)) for part in rest]
+    holder = pn.Column(sizing_mode="stretch_width")
+    template.main.append(holder)
+    pieces[:0] = [Piece(holder, lambda: [main]), *(Piece(side, partial(part, session)) for part in rest)]
     if served:
         pn.state.onload(partial(build, pn.state.curdoc, pieces))
     else:
