@@ -64,8 +64,8 @@ def _name(callback) -> str:
 
 
 def _wrapped(callback):
-    """What `callback` calls on: a task's coroutine's callable argument, a partial's function (or its callable
-    argument), a closure's callable cell; None."""
+    """What `callback` calls on: a task's coroutine's callable argument, a page's piece's views (`Piece.parts`, for
+    its `show`), a partial's function (or its callable argument), a closure's callable cell; None."""
     owner = getattr(callback, "__self__", None)
     if isinstance(owner, asyncio.Task):
         frame = getattr(owner.get_coro(), "cr_frame", None)

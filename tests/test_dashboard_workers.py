@@ -281,16 +281,20 @@ def test_a_dag_layout_is_computed_by_the_runner_asked_first_and_cached_for_every
     assert all((a == b).all() for a, b in zip(lay.paths, here.paths, strict=True))
 
 
-def test_the_heap_before_the_first_page_is_frozen_once_and_a_pages_garbage_is_still_collected():
+def test_the_server_starts_with_its_heap_frozen_once_a_pages_garbage_still_collected_and_a_1_ms_gil_switch():
     # in a process of its own: freezing this one's heap would keep the other tests' garbage
     code = """
-import gc
+import gc, sys
+from dashboard.app_hooks import on_server_loaded
 from dashboard.heap import freeze_startup_heap
 
 class Page:  # a closed page's document: objects in a reference cycle
     def __init__(self):
         self.me = self
 
+assert sys.getswitchinterval() == 0.005  # CPython's
+on_server_loaded(None)  # what `panel serve dashboard` runs once started
+assert sys.getswitchinterval() == 0.001
 frozen = freeze_startup_heap()
 assert frozen == gc.get_freeze_count() > 1000, frozen  # the imports' objects
 page = Page()
