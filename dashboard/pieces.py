@@ -3,11 +3,11 @@ each piece made off the event loop's thread.
 
 Building a whole page's document (~0.6 CPU s) held the server's event loop, and ten pages opening at once were built
 back to back in one turn of the loop: a static file, or another page's slider, waited for all of them. A page's
-document is now a light shell (the header, the sidebar's first part, the tabs' empty frames) and the rest is added
-in pieces once the browser has the page. The pieces of all the server's pages take turns (`_turn`, one lock for the
-server process, first come first served). Each piece's views and their Bokeh models are made in the server's one
-page-building thread (`_builder`), and the loop only adds them to the document, in a turn of its own: the builder
-holds the GIL at most a switch interval (5 ms) at a time while the loop wants it, so whatever else is waiting (a
+document is now a light shell (the header, the sidebar's first part) and the rest (the main area first) is added in
+pieces once the browser has the page. Each piece's views and their Bokeh models are made in the server's one
+page-building thread (`_builder`; the pieces of all the server's pages take turns there, `_turn`, first come first
+served), and the loop only adds them to the document, in a turn of its own: the builder holds the GIL at most a
+switch interval at a time while the loop wants it (`hand_over_the_gil_sooner`), so whatever else is waiting (a
 request, a report to publish) runs while a piece is made.
 """
 
@@ -53,7 +53,10 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
         finally:
             done.set_result(None)
 
-    doc.add_next_tick_callback(locked)
+    try:
+        doc.add_next_tick_callback(locked)
+    except AttributeError:  # the page's document destroyed since it was last asked (Bokeh drops its callbacks' lists)
+        return
     while not done.done():
         await asyncio.wait({done}, timeout=WAIT_S)
         if gone(doc):  # a destroyed document drops its callbacks: this one will never run
@@ -119,11 +122,12 @@ async def build(doc, pieces: Iterable[Piece]) -> None:
     own turn (see the module's docstring); stops once the page is gone."""
     loop = asyncio.get_running_loop()
     for piece in pieces:
-        async with _turn(), _page(doc):
-            if gone(doc):
-                return
-            # with this task's context: Panel's current document (a context variable) is the page's there too
-            views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
+        async with _page(doc):
+            async with _turn():  # the server's turn only while the thread makes it: a page gone meanwhile holds no one
+                if gone(doc):
+                    return
+                # with this task's context: Panel's current document (a context variable) is the page's there too
+                views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
             if gone(doc):
                 return
             await on_loop(doc, partial(piece.show, views))
