@@ -40,7 +40,7 @@ async def watch(path: str) -> None:
 def describe(callback) -> str:
     """A callback's name: the innermost of the functions it wraps (a task's coroutine's callable argument, a
     partial's function or callable argument, a closure's callable), e.g.
-    `on_loop.<locals>.locked/_fill/main_area.<locals>.fusion_parts`; Bokeh's and Panel's wrappers left out."""
+    `on_loop.<locals>.locked/Piece.show/main_area.<locals>.fusion_part`; Bokeh's and Panel's wrappers left out."""
     names, seen = [], set()
     while callback is not None and id(callback) not in seen and len(names) < 16:
         seen.add(id(callback))
@@ -64,13 +64,15 @@ def _name(callback) -> str:
 
 
 def _wrapped(callback):
-    """What `callback` calls on: a task's coroutine's callable argument, a partial's function (or its callable
-    argument), a closure's callable cell; None."""
+    """What `callback` calls on: a task's coroutine's callable argument, a page's piece's views (`Piece.parts`, for
+    its `show`), a partial's function (or its callable argument), a closure's callable cell; None."""
     owner = getattr(callback, "__self__", None)
     if isinstance(owner, asyncio.Task):
         frame = getattr(owner.get_coro(), "cr_frame", None)
         found = frame.f_locals if frame is not None else {}
         candidates = [*(found.get("args") or ())[:1], found.get("func")]
+    elif callable(getattr(owner, "parts", None)):  # a page's piece (`dashboard.pieces.Piece`): what it shows
+        candidates = [owner.parts]
     elif isinstance(callback, functools.partial):
         candidates = [*callback.args, callback.func] if _name(callback.func).endswith(WRAPPED_BY_ARG) \
             else [callback.func]
@@ -79,7 +81,7 @@ def _wrapped(callback):
     return next((c for c in candidates if callable(c) and not isinstance(c, type) and c is not callback), None)
 
 
-WRAPPED_BY_ARG = ("with_document_locked", "_run_callback", "_fill")  # partials whose (callable) arguments are the work
+WRAPPED_BY_ARG = ("with_document_locked", "_run_callback")  # partials whose (callable) arguments are the work
 
 
 def time_turns(loop: asyncio.AbstractEventLoop, path: str) -> None:

@@ -14,7 +14,7 @@ from bokeh.models import CustomJS
 import engine
 from dashboard import uploads, url
 from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
-from dashboard.pieces import build
+from dashboard.pieces import Piece, build
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
@@ -168,8 +168,18 @@ def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
                                             value=list(s.methods), inline=False), session, "methods")
 
 
-def sidebar(session: Session) -> list:
-    """The sidebar's widgets: network, accelerator, methods and allocation choices."""
+def sidebar_network(session: Session) -> list:
+    """The sidebar's first part, in the page's shell: the network and upload boxes (FilePond's page-wide options,
+    REFUSE_EMPTY_FILES_JS, set when the document is ready, reach the drop boxes there by then, not one made later)."""
+    return [
+        pn.pane.Markdown("#### Network"), network_box(session),
+        length_box(session),
+        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
+    ]
+
+
+def sidebar_accelerator(session: Session) -> list:
+    """The sidebar's second part: the input shapes and batch, and the accelerator's choices."""
     s = session.state
     buffer = LiveDiscreteSlider(label="On-chip buffer (KB, log scale)", options=s.param.buffer_kb.objects,
                                 value=s.buffer_kb)
@@ -184,9 +194,6 @@ def sidebar(session: Session) -> list:
 
     s.param.watch(follow_state, "buffer_kb")
     return [
-        pn.pane.Markdown("#### Network"), network_box(session),
-        length_box(session),
-        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
         pn.widgets.TextInput.from_param(s.param.input_shapes, placeholder="e.g. input_ids=1x128"),
         number_box(session, "batch"),
         pn.pane.Markdown("#### Accelerator"), pn.widgets.Select.from_param(s.param.preset), buffer,
@@ -195,6 +202,13 @@ def sidebar(session: Session) -> list:
         number_box(session, "rf_bytes"),
         pn.widgets.Select.from_param(s.param.word_bits),
         number_box(session, "dram_gbps", pn.widgets.FloatInput),
+    ]
+
+
+def sidebar_methods(session: Session) -> list:
+    """The sidebar's third part: the methods, what plans minimise, and the allocation's choices."""
+    s = session.state
+    return [
         pn.pane.Markdown("#### Methods"), methods_box(session),
         pn.pane.Markdown("Energy and latency from"),
         toggles(s.param.access_model),
@@ -207,6 +221,14 @@ def sidebar(session: Session) -> list:
         number_box(session, "budget_kb"),
         pn.widgets.MultiChoice.from_param(s.param.cpu_kinds),
     ]
+
+
+SIDEBAR = (sidebar_network, sidebar_accelerator, sidebar_methods)  # the shell's part, then one piece each
+
+
+def sidebar(session: Session) -> list:
+    """The sidebar's widgets: network, accelerator, methods and allocation choices."""
+    return [widget for part in SIDEBAR for widget in part(session)]
 
 
 def main_area(session: Session) -> tuple[pn.Column, list]:
@@ -232,9 +254,9 @@ def main_area(session: Session) -> tuple[pn.Column, list]:
              "Sweep": lambda: [guide("Sweep"), SweepTab().panel()]}
     frames = {name: pn.Column(sizing_mode="stretch_width") for name in ("Fusion", *views)}
     tabs.extend(list(frames.items()))
-    pieces = [partial(_fill, frames["Fusion"], partial(fusion_part, first, end))
+    pieces = [Piece(frames["Fusion"], partial(fusion_part, first, end))
               for first, end in itertools.pairwise(FUSION_PIECES)]
-    pieces += [partial(_fill, frames[name], view) for name, view in views.items()]
+    pieces += [Piece(frames[name], view) for name, view in views.items()]
     return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
                      sizing_mode="stretch_width"), pieces
 
@@ -243,12 +265,6 @@ def main_area(session: Session) -> tuple[pn.Column, list]:
 # colouring; the DAG; compare mode; the table and its note; the bars. Each takes ~0.03-0.09 CPU s as a server adds
 # it, a third to a half of it Bokeh's walk of the whole document (BENCHMARKS.md, "a room of users").
 FUSION_PIECES = (0, 3, 4, 5, 7, 8)
-SIDEBAR_FIRST = "#### Methods"  # the sidebar's first piece: its widgets from the shell's to this heading; then the rest
-
-
-def _fill(frame: pn.Column, parts) -> None:
-    """Add the views `parts()` makes to `frame` (a piece of the page)."""
-    frame.extend(parts())
 
 
 def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
@@ -281,16 +297,15 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    widgets = sidebar(session)
-    # the shell holds the network and upload boxes: FilePond's page-wide options (REFUSE_EMPTY_FILES_JS, set when the
-    # document is ready) reach the drop boxes there then, not one made later (its own options win)
-    upload = next(i for i, w in enumerate(widgets) if isinstance(w, ModelDropper)) + 1
-    split = next(i for i, w in enumerate(widgets) if getattr(w, "object", None) == SIDEBAR_FIRST)
-    side = pn.Column(*widgets[:upload], sizing_mode="stretch_width")
+    first, *rest = SIDEBAR
+    side = pn.Column(*first(session), sizing_mode="stretch_width")
     template.sidebar.append(side)
+    # the main area (the status line, the tabs' empty frames) is the page's first piece: the shell, built in the
+    # HTML request on the event loop, holds only the header and the sidebar's first part
     main, pieces = main_area(session)
-    template.main.append(main)
-    pieces[:0] = [partial(_fill, side, lambda: widgets[upload:split]), partial(_fill, side, lambda: widgets[split:])]
+    holder = pn.Column(sizing_mode="stretch_width")
+    template.main.append(holder)
+    pieces[:0] = [Piece(holder, lambda: [main]), *(Piece(side, partial(part, session)) for part in rest)]
     if served:
         pn.state.onload(partial(build, pn.state.curdoc, pieces))
     else:

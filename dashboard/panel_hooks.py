@@ -160,3 +160,34 @@ class Fast(pn.theme.Fast):
     (Named as Panel's: Panel finds a design's own files by its class name.)"""
 
     _resources = {**pn.theme.Fast._resources, "font": {}}
+
+
+def make_models_ahead(frame: pn.layout.ListLike, views: list, doc) -> int:
+    """Make the Bokeh models of `views`, about to be added to `frame` (a layout already in `doc`), without adding
+    them; how many views got models. Run off the event loop's thread (`dashboard.pieces`): when the loop then adds
+    the views, Panel finds each one's model made for the frame's root and reuses it, so the loop only attaches them.
+
+    Panel makes a new child's models as it adds it (`ListLike._get_objects`, which reuses the models a view already
+    has for the root, `Viewable._models`), on the thread that changes the layout; a Bokeh document takes changes
+    only on the loop's, under its lock. Making a piece's models was about half of the loop's time per piece
+    (docs/dashboard.md, "A room of users"). Reads the private `_models`, `_get_model` and `state._views`.
+    """
+    _checked_release()
+    from panel.io.state import set_curdoc, state
+
+    models = getattr(frame, "_models", None)
+    if not isinstance(models, dict) or not all(hasattr(view, "_get_model") for view in views) \
+            or not isinstance(getattr(state, "_views", None), dict):
+        _not_applied("make_models_ahead", "Viewable._models/_get_model or state._views")
+        return 0
+    made = 0
+    with set_curdoc(doc):
+        for ref, (parent, _) in list(models.items()):
+            view = state._views.get(ref)
+            if view is None or view[2] is not doc:  # the frame's model in another document (a notebook's, a test's)
+                continue
+            for child in views:
+                if ref not in child._models:
+                    child._get_model(doc, view[1], parent, None)
+                    made += 1
+    return made

@@ -1,20 +1,39 @@
-"""Work on a page's Bokeh document from an async task, and a page built in pieces, one piece of one page at a time.
+"""Work on a page's Bokeh document from an async task, and a page built in pieces, one piece of one page at a time,
+each piece made off the event loop's thread.
 
 Building a whole page's document (~0.6 CPU s) held the server's event loop, and ten pages opening at once were built
 back to back in one turn of the loop: a static file, or another page's slider, waited for all of them. A page's
-document is now a light shell (the header, the sidebar's first part, the tabs' empty frames) and the rest is added
-in pieces of well under 0.1 CPU s once the browser has the page. The pieces of all the server's pages take turns
-(`_turn`, one lock for the server process, first come first served), and each runs in a turn of the loop of its
-own, so whatever else is waiting (a request, a report to publish) runs between two pieces.
+document is now a light shell (the header, the sidebar's first part) and the rest (the main area first) is added in
+pieces once the browser has the page. Each piece's views and their Bokeh models are made in the server's one
+page-building thread (`_builder`; the pieces of all the server's pages take turns there, `_turn`, first come first
+served), and the loop only adds them to the document, in a turn of its own: the builder holds the GIL at most a
+switch interval at a time while the loop wants it (`hand_over_the_gil_sooner`), so whatever else is waiting (a
+request, a report to publish) runs while a piece is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import sys
+import weakref
 from collections.abc import Callable, Iterable
-from functools import lru_cache
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+from dashboard.panel_hooks import make_models_ahead
 
 WAIT_S = 1.0  # how often a task waiting on a document callback asks whether the page is gone
+SWITCH_S = 0.001  # the GIL's switch interval in a server (CPython's is 5 ms; BENCHMARKS.md, "a room of users")
+
+
+def hand_over_the_gil_sooner() -> None:
+    """In a server (once, at its start: dashboard/app_hooks.py): a thread that wants the GIL back, as the event loop's
+    does after each socket read or write and each poll, waits up to the switch interval while the page-building
+    thread computes. At 1 ms instead of 5, page X's slider moves took 2.4 s (median) instead of 7.0 s while ten pages
+    opened at a load of 20-27 (one run each)."""
+    sys.setswitchinterval(SWITCH_S)
 
 
 def gone(doc) -> bool:
@@ -34,7 +53,10 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
         finally:
             done.set_result(None)
 
-    doc.add_next_tick_callback(locked)
+    try:
+        doc.add_next_tick_callback(locked)
+    except AttributeError:  # the page's document destroyed since it was last asked (Bokeh drops its callbacks' lists)
+        return
     while not done.done():
         await asyncio.wait({done}, timeout=WAIT_S)
         if gone(doc):  # a destroyed document drops its callbacks: this one will never run
@@ -42,12 +64,22 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
 
 
 async def locked(doc, fn: Callable[[], object]) -> None:
-    """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`); at once elsewhere (tests,
-    notebooks: no lock to take)."""
+    """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`), between two of its pieces;
+    at once elsewhere (tests, notebooks: no lock to take)."""
     if doc is None or doc.session_context is None:
         fn()
         return
-    await on_loop(doc, fn)
+    async with _page(doc):
+        await on_loop(doc, fn)
+
+
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a page's document -> its `_page` lock
+
+
+def _page(doc) -> asyncio.Lock:
+    """The page's own lock, held while one of its pieces is made and shown: a report or a curve's size is shown
+    between two pieces, never while the builder thread reads the views it changes."""
+    return _PAGES.setdefault(doc, asyncio.Lock())
 
 
 @lru_cache(maxsize=1)
@@ -56,11 +88,46 @@ def _turn() -> asyncio.Lock:
     return asyncio.Lock()
 
 
-async def build(doc, pieces: Iterable[Callable[[], object]]) -> None:
-    """Run each piece on the document, in order, each in its own turn (see the module's docstring); stops once the
-    page is gone."""
+@lru_cache(maxsize=1)
+def _builder() -> ThreadPoolExecutor:
+    """The server's one thread that makes pages' pieces (one piece at a time: they take turns)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="page-builder")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a page: the views `parts()` makes, added to `frame` (a Panel layout already in the page)."""
+
+    frame: object  # a Panel ListLike (pn.Column)
+    parts: Callable[[], list]
+
+    def make(self, doc) -> list:
+        """The piece's views, with their Bokeh models made for `doc` when it is a server's page (off the loop)."""
+        views = list(self.parts())
+        if doc is not None:
+            make_models_ahead(self.frame, views, doc)
+        return views
+
+    def show(self, views: list) -> None:
+        """Add the views to the frame (on the loop, the document locked, in a server)."""
+        self.frame.extend(views)
+
+    def __call__(self) -> None:
+        """Make and show the piece at once (outside a server)."""
+        self.show(self.make(None))
+
+
+async def build(doc, pieces: Iterable[Piece]) -> None:
+    """Make each piece in the page-building thread and add it to the document on the loop, in order, each in its
+    own turn (see the module's docstring); stops once the page is gone."""
+    loop = asyncio.get_running_loop()
     for piece in pieces:
-        async with _turn():
+        async with _page(doc):
+            async with _turn():  # the server's turn only while the thread makes it: a page gone meanwhile holds no one
+                if gone(doc):
+                    return
+                # with this task's context: Panel's current document (a context variable) is the page's there too
+                views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
             if gone(doc):
                 return
-            await on_loop(doc, piece)
+            await on_loop(doc, partial(piece.show, views))

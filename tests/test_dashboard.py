@@ -148,7 +148,7 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
     from dashboard.tabs.guide import GUIDES
 
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
-    tabs = page.main[0][1]
+    tabs = page.main[0][0][1]
     assert list(tabs._names) == list(GUIDES)
     for name in ("Fusion", "What-if curve", "Memory timeline"):
         assert "*Optimus: An Operator Fusion Framework" in GUIDES[name] or "*Combined Scheduling" in GUIDES[name]
@@ -157,9 +157,10 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
 
 def test_whole_page_builds():
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
-    # one card: the status line above the tabs; one column of the sidebar's widgets (one root of the document)
-    assert len(page.main) == 1 and len(page.sidebar) == 1 and len(page.sidebar[0]) > 10
-    (status, notice), tabs = page.main[0]
+    # one card: the status line above the tabs (in the column the page's first piece fills); one column of the
+    # sidebar's widgets (one root of the document each)
+    assert len(page.main) == 1 and len(page.main[0]) == 1 and len(page.sidebar) == 1 and len(page.sidebar[0]) > 10
+    (status, notice), tabs = page.main[0][0]
     assert not status.visible and not notice.visible and len(tabs) == 5  # Fusion, curve, timeline, tables, sweep
 
 
@@ -865,7 +866,7 @@ def test_an_upload_is_named_in_the_url_and_kept_while_a_page_holds_it():
     second._closed(None)
     assert not path.exists() and key not in uploads.store().keys()
     page = build_app(ExplorerState(upload_name=key))  # nobody holds it any more: the link says so, and opens without
-    status = page.main[0][0][0]
+    status = page.main[0][0][0][0]
     assert status.visible and "upload_name: the uploaded file 'mine.onnx' is no longer on this server" in status.object
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
@@ -147,8 +148,6 @@ def test_workers_busy_in_c_code_end_with_their_server_killed_or_stopped(how, tmp
 
 
 def test_a_free_place_goes_to_work_a_page_asked_for_before_any_prefetch():
-    import threading
-
     from dashboard.workers import Gate
 
     gate, entered = Gate(1), []
@@ -184,26 +183,73 @@ class FakeDoc:
         loop.call_soon(lambda: None if self.session_context.destroyed else fn())
 
 
-def test_pages_built_at_once_take_turns_piece_by_piece_and_a_closed_page_stops(monkeypatch):
+class Frame(list):
+    """A layout as a page's piece sees it: views are added to it (`extend`); which thread added them."""
+
+    def extend(self, views):
+        super().extend(views)
+        self.threads = getattr(self, "threads", set()) | {threading.get_ident()}
+
+
+def test_pages_built_at_once_take_turns_piece_by_piece_each_made_off_the_loop_and_a_closed_page_stops(monkeypatch):
     monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    monkeypatch.setattr(pieces, "make_models_ahead", lambda frame, views, doc: made.append((frame, tuple(views))))
     pieces._turn.cache_clear()  # the lock belongs to the loop that first used it
     order: list[str] = []
+    made: list = []
+    makers: set[int] = set()
     a, b, c = FakeDoc(), FakeDoc(), FakeDoc()
+    frames = {doc: Frame() for doc in (a, b, c)}
 
     def piece(doc, name):
-        def run():
+        def parts():
+            makers.add(threading.get_ident())
             order.append(name)
             if name == "c1":
-                doc.session_context.destroyed = True  # page c is closed while its first piece is added
-        return run
+                doc.session_context.destroyed = True  # page c is closed while its first piece is made
+            return [name]
+        return pieces.Piece(frames[doc], parts)
 
     async def three_pages():
         await asyncio.gather(*(pieces.build(doc, [piece(doc, f"{page}{i}") for i in (1, 2, 3)])
                                for doc, page in ((a, "a"), (b, "b"), (c, "c"))))
+        return threading.get_ident()
 
-    asyncio.run(three_pages())
+    loop_thread = asyncio.run(three_pages())
     pieces._turn.cache_clear()
     assert order == ["a1", "b1", "c1", "a2", "b2", "a3", "b3"]  # first come, first served; c's page is gone
+    assert frames[a] == ["a1", "a2", "a3"] and frames[b] == ["b1", "b2", "b3"] and frames[c] == []
+    # the views and their models made in the page-building thread, added to the page on the loop's
+    assert makers == {pieces._builder()._threads.copy().pop().ident} and loop_thread not in makers
+    assert frames[a].threads == frames[b].threads == {loop_thread}
+    assert [views for _, views in made] == [("a1",), ("b1",), ("c1",), ("a2",), ("b2",), ("a3",), ("b3",)]
+
+
+def test_a_report_is_shown_between_two_pieces_of_its_page_never_while_one_is_made(monkeypatch):
+    monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    monkeypatch.setattr(pieces, "make_models_ahead", lambda frame, views, doc: None)
+    pieces._turn.cache_clear()
+    doc, frame, events = FakeDoc(), Frame(), []
+    making = threading.Event()
+
+    def parts(name):
+        def run():
+            events.append(f"make {name}")
+            making.set()
+            time.sleep(0.2)  # the report comes meanwhile
+            return [name]
+        return run
+
+    async def page_and_report():
+        built = asyncio.ensure_future(pieces.build(doc, [pieces.Piece(frame, parts("p1")),
+                                                         pieces.Piece(frame, parts("p2"))]))
+        await asyncio.to_thread(making.wait, 30)
+        await pieces.locked(doc, lambda: events.append(f"report after {list(frame)}"))
+        await built
+
+    asyncio.run(page_and_report())
+    pieces._turn.cache_clear()
+    assert events[:2] == ["make p1", "report after ['p1']"] and frame == ["p1", "p2"]
 
 
 def test_a_piece_whose_page_ended_before_it_ran_does_not_wait_forever(monkeypatch):
@@ -235,16 +281,20 @@ def test_a_dag_layout_is_computed_by_the_runner_asked_first_and_cached_for_every
     assert all((a == b).all() for a, b in zip(lay.paths, here.paths, strict=True))
 
 
-def test_the_heap_before_the_first_page_is_frozen_once_and_a_pages_garbage_is_still_collected():
+def test_the_server_starts_with_its_heap_frozen_once_a_pages_garbage_still_collected_and_a_1_ms_gil_switch():
     # in a process of its own: freezing this one's heap would keep the other tests' garbage
     code = """
-import gc
+import gc, sys
+from dashboard.app_hooks import on_server_loaded
 from dashboard.heap import freeze_startup_heap
 
 class Page:  # a closed page's document: objects in a reference cycle
     def __init__(self):
         self.me = self
 
+assert sys.getswitchinterval() == 0.005  # CPython's
+on_server_loaded(None)  # what `panel serve dashboard` runs once started
+assert sys.getswitchinterval() == 0.001
 frozen = freeze_startup_heap()
 assert frozen == gc.get_freeze_count() > 1000, frozen  # the imports' objects
 page = Page()

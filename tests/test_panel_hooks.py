@@ -76,3 +76,27 @@ def test_the_widget_hooks_find_panels_private_names(name):
     owner = {"_priority_changes": pn.reactive.Syncable, "_rename": pn.widgets.FileDropper,
              "_process_event": pn.widgets.FileDropper, "_resources": pn.theme.Fast}[name]
     assert hasattr(owner, name)
+
+
+def test_models_made_ahead_in_another_thread_are_the_ones_the_page_shows():
+    import threading
+
+    doc = Document()
+    frame = pn.Column()
+    page = pn.Column(frame)
+    root = page.get_root(doc)
+    doc.add_root(root)
+    views = [pn.pane.Markdown("a"), pn.widgets.IntInput(value=3), pn.Row(pn.pane.Markdown("b"))]
+    made: list = []
+    thread = threading.Thread(target=lambda: made.append(panel_hooks.make_models_ahead(frame, views, doc)))
+    thread.start()
+    thread.join(30)
+    assert made == [3]
+    ahead = [view._models[root.ref["id"]][0] for view in views]
+    assert all(model.document is None for model in ahead)  # made, not yet in the page
+    frame.extend(views)
+    shown = frame._models[root.ref["id"]][0].children
+    assert shown == ahead and all(model.document is doc for model in ahead)
+    assert shown[1].value == 3 and "&lt;p&gt;b&lt;/p&gt;" in shown[2].children[0].text
+    # a frame whose model is in another document is left alone
+    assert panel_hooks.make_models_ahead(pn.Column(), [pn.pane.Markdown("c")], doc) == 0
