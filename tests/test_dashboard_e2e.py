@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, ROOT
+from conftest import CHROMIUM, HANG_S, ROOT
 
 from benchmarks.bench_dashboard_crowd import cpu_seconds, workers_cpu_seconds
 
@@ -153,7 +153,7 @@ def _largest_canvas(page):
     canvases hold still: a view redrawn after a slider move swaps its canvas, and one listed may then be gone."""
     from playwright.sync_api import Error
 
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while True:
         try:
             boxes = [(c, c.bounding_box(timeout=2000)) for c in page.locator("canvas:visible").all()]
@@ -161,7 +161,7 @@ def _largest_canvas(page):
             boxes = []
         if boxes and all(box for _, box in boxes):
             return max(boxes, key=lambda cb: cb[1]["width"] * cb[1]["height"])[0]
-        assert time.time() < deadline, "no canvas held still on the page for 60 s"
+        assert time.time() < deadline, f"no canvas held still on the page for {HANG_S} s"
         page.wait_for_timeout(200)
 
 
@@ -177,7 +177,7 @@ def _dram_mb(page) -> float | None:
     return float(match.group(1).replace(",", "")) if match else None
 
 
-def _settled_dram_mb(page, differs_from, timeout_s=60.0) -> float:
+def _settled_dram_mb(page, differs_from, timeout_s=HANG_S) -> float:
     """Poll the headline until it shows a figure other than `differs_from` (Panel re-renders in steps)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -191,20 +191,20 @@ def _settled_dram_mb(page, differs_from, timeout_s=60.0) -> float:
 def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=googlenet&buffer_kb=64", timeout=120_000)  # the URL carries the state
-    page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for(timeout=120_000)
-    page.locator("canvas").first.wait_for(timeout=30_000)  # Bokeh drew the DAG
+    page.goto(server + "?network=googlenet&buffer_kb=64")  # the URL carries the state
+    page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
+    page.locator("canvas").first.wait_for()  # Bokeh drew the DAG
     before = _settled_dram_mb(page, differs_from=None)
     page.screenshot(path=str(SHOTS / "fusion.png"), full_page=True)
     # each fused group is one outline in the browser's plot, and one row of the legend beside it
-    heading = page.get_by_text(re.compile(r"optimus's \d+ fused groups")).first.inner_text(timeout=30_000)
+    heading = page.get_by_text(re.compile(r"optimus's \d+ fused groups")).first.inner_text()
     groups = int(re.search(r"(\d+) fused groups", heading).group(1))
     assert sorted(page.evaluate(REGIONS)) == sorted(f"G{i}" for i in range(groups))  # (rows by first op)
-    page.get_by_text(f"G{groups - 1}", exact=True).first.wait_for(timeout=10_000)
+    page.get_by_text(f"G{groups - 1}", exact=True).first.wait_for()
     # compare mode: dnnvm's plan drawn too, the groups optimus does not have outlined thickly
     page.locator("select").filter(has_text="dnnvm").first.select_option("dnnvm")
-    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for(timeout=30_000)
-    assert page.wait_for_function(THICK_OUTLINES, timeout=30_000).json_value() > 0
+    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for()
+    assert page.wait_for_function(THICK_OUTLINES).json_value() > 0
 
     handle = page.locator(".noUi-handle").first
     box = handle.bounding_box()
@@ -215,8 +215,8 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     # the views follow the drag through the steps already computed, then settle on the released one
     released_kb = int(re.search(r"<b>(\d+)</b>", page.get_by_text("On-chip buffer").first.inner_html()).group(1))
     assert released_kb > 64
-    page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {released_kb:,} KB buffer")).first.wait_for(timeout=60_000)
-    page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=60_000)
+    page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {released_kb:,} KB buffer")).first.wait_for()
+    page.get_by_text(re.compile("still searching")).wait_for(state="detached")
     after = _settled_dram_mb(page, differs_from=before)
     assert after < before  # a bigger buffer never needs more DRAM traffic
     page.screenshot(path=str(SHOTS / "after-slider.png"), full_page=True)
@@ -228,9 +228,9 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     before_click = dag.evaluate(CANVAS_PIXELS)
     assert before_click["coloured"] > 0.05 * before_click["opaque"]
     assert page.evaluate(SELECT_NODE, "inception3a.branch2.1.conv") >= 0
-    page.get_by_text(re.compile(r"inception3a\.branch2\.1\.conv \(conv, [\d,]+ MACs\)")).first.wait_for(timeout=30_000)
-    page.get_by_text(re.compile(r"for \w+ in range")).first.wait_for(timeout=10_000)
-    page.wait_for_url(re.compile(r"selected_op=inception3a\.branch2\.1\.conv"), timeout=10_000)  # once it settles
+    page.get_by_text(re.compile(r"inception3a\.branch2\.1\.conv \(conv, [\d,]+ MACs\)")).first.wait_for()
+    page.get_by_text(re.compile(r"for \w+ in range")).first.wait_for()
+    page.wait_for_url(re.compile(r"selected_op=inception3a\.branch2\.1\.conv"))  # once it settles
     after_click = dag.evaluate(CANVAS_PIXELS)
     assert after_click["coloured"] > 0.9 * before_click["coloured"], (before_click, after_click)
     page.screenshot(path=str(SHOTS / "layer-detail.png"), full_page=True)
@@ -246,7 +246,7 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"definitely not protobuf" * 50)
     _upload(page, bad)
-    page.get_by_text(re.compile("not an ONNX model")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile("not an ONNX model")).first.wait_for()
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "bad-upload.png"), full_page=True)
 
@@ -256,9 +256,9 @@ def test_slow_tabs_compute_when_opened(server, browser):
     CPU/accelerator part (the legend says which colour is which)."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server + '?network=squeezenet1_0&buffer_kb=128&theme=dark&colour_by=CPU/accelerator+part'
-              '&cpu_kinds=["pool"]', timeout=120_000)
-    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
-    page.get_by_text("parts: accelerator blue, CPU orange").first.wait_for(timeout=30_000)
+              '&cpu_kinds=["pool"]')
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
+    page.get_by_text("parts: accelerator blue, CPU orange").first.wait_for()
     assert page.evaluate(REGIONS)[:3] == ["accelerator part 0", "CPU part 1", "accelerator part 2"]
     _assert_toggles_stand_out(page, {"mapping", "DRAM bytes", "CPU/accelerator part"})
     legend = page.get_by_text("parts: accelerator blue, CPU orange").first
@@ -266,22 +266,22 @@ def test_slow_tabs_compute_when_opened(server, browser):
     page.screenshot(path=str(SHOTS / "fusion-dark-parts.png"), full_page=True)
 
     page.get_by_text("What-if curve", exact=True).click()
-    page.get_by_text("computing the buffer-size curve...").first.wait_for(state="detached", timeout=120_000)
-    page.locator("canvas:visible").first.wait_for(timeout=30_000)  # the curve's (the Fusion tab's are hidden)
-    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached", timeout=120_000)  # all sizes in
+    page.get_by_text("computing the buffer-size curve...").first.wait_for(state="detached")
+    page.locator("canvas:visible").first.wait_for()  # the curve's (the Fusion tab's are hidden)
+    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached")  # all sizes in
     page.screenshot(path=str(SHOTS / "curve.png"), full_page=True)
     # a click on the curve's plot moves the slider to the nearest step (the x axis is log: 80% across is > 1 MB)
     plot = _largest_canvas(page).bounding_box()
     assert _released_kb(page) == 128
     page.mouse.click(plot["x"] + 0.8 * plot["width"], plot["y"] + 0.5 * plot["height"])
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while _released_kb(page) == 128 and time.time() < deadline:
         page.wait_for_timeout(200)
     assert _released_kb(page) > 1024
-    page.wait_for_url(re.compile(r"buffer_kb=[1-9]\d{3}"), timeout=10_000)
+    page.wait_for_url(re.compile(r"buffer_kb=[1-9]\d{3}"))
 
     page.get_by_text("Memory timeline", exact=True).click()
-    page.get_by_text("Download allocation.csv").first.wait_for(timeout=120_000)  # COSMA solved, timeline drawn
+    page.get_by_text("Download allocation.csv").first.wait_for()  # COSMA solved, timeline drawn
     page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
     # the dark theme reaches every plot: DAG, energy, latency, curve and timeline (HoloViews' render reset the
     # page's Bokeh theme to its light default), and their canvases are painted dark
@@ -292,12 +292,12 @@ def test_slow_tabs_compute_when_opened(server, browser):
     assert pixels["light"] < 0.2 * pixels["opaque"], pixels  # the light theme's canvas is mostly white
 
     page.get_by_text("Tables", exact=True).click()
-    page.get_by_text("Download the whole report (JSON)").first.wait_for(timeout=60_000)
-    page.get_by_text("Download squeezenet1_0-dnnvm-groups.csv").first.wait_for(timeout=10_000)
+    page.get_by_text("Download the whole report (JSON)").first.wait_for()
+    page.get_by_text("Download squeezenet1_0-dnnvm-groups.csv").first.wait_for()
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "tables.png"), full_page=True)
     page.get_by_text("Sweep", exact=True).click()
-    page.get_by_text("Open a sweep's .parquet file").first.wait_for(timeout=30_000)
+    page.get_by_text("Open a sweep's .parquet file").first.wait_for()
 
 
 def _released_kb(page) -> int:
@@ -312,12 +312,11 @@ def test_cold_loads_of_a_slow_network_end_with_the_dag_drawn(server, browser):
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         unknown = []
         page.on("console", lambda m, unknown=unknown: unknown.append(m.text) if "isn't known" in m.text else None)
-        page.goto(server + f"?network=googlenet&buffer_kb={kb}", timeout=120_000)
-        page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for(
-            timeout=120_000)
-        page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=120_000)
-        page.wait_for_function(DAG_HAS, arg="inception5b.cat", timeout=30_000)  # the browser has the DAG
-        page.locator("canvas").first.wait_for(timeout=30_000)
+        page.goto(server + f"?network=googlenet&buffer_kb={kb}")
+        page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for()
+        page.get_by_text(re.compile("still searching")).wait_for(state="detached")
+        page.wait_for_function(DAG_HAS, arg="inception5b.cat")  # the browser has the DAG
+        page.locator("canvas").first.wait_for()
         assert not unknown
         page.close()
 
@@ -325,9 +324,9 @@ def test_cold_loads_of_a_slow_network_end_with_the_dag_drawn(server, browser):
 def test_slider_drags_with_the_compiled_search_end_on_the_released_size(server, browser):
     """20 drags of 150 px, right then left: each ends with the released size in the headline."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=googlenet&buffer_kb=64", timeout=120_000)
-    page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for(timeout=120_000)
-    page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=120_000)
+    page.goto(server + "?network=googlenet&buffer_kb=64")
+    page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
+    page.get_by_text(re.compile("still searching")).wait_for(state="detached")
     for run in range(20):
         box = page.locator(".noUi-handle").first.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
@@ -336,9 +335,8 @@ def test_slider_drags_with_the_compiled_search_end_on_the_released_size(server, 
         page.mouse.move(x + (150 if run % 2 == 0 else -150), y, steps=8)
         page.mouse.up()
         kb = _released_kb(page)
-        page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for(
-            timeout=60_000)
-        page.get_by_text(re.compile("still searching")).wait_for(state="detached", timeout=60_000)
+        page.get_by_text(re.compile(f"googlenet \\(batch 1\\) on optimus, {kb:,} KB buffer")).first.wait_for()
+        page.get_by_text(re.compile("still searching")).wait_for(state="detached")
     page.close()
 
 
@@ -374,16 +372,16 @@ def test_a_50_mb_upload_is_imported(server, browser, tmp_path):
     onnx.save(model, str(path))
     assert path.stat().st_size > 50e6
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=squeezenet1_0", timeout=120_000)
-    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.goto(server + "?network=squeezenet1_0")
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
     assert page.evaluate(RECORD_NETWORK_BOX)
     _upload(page, path)
-    box, deadline = page.get_by_label("Network (type to search)"), time.time() + 180
+    box, deadline = page.get_by_label("Network (type to search)"), time.time() + HANG_S
     while time.time() < deadline and box.input_value() != "big_matmul.onnx (uploaded)":
         page.wait_for_timeout(100)
     said = page.evaluate("() => window.__networkBox")  # while it came in and imported, the box said so
     assert any(text.startswith("uploading big_matmul.onnx...") for text in said), said
-    page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for()
     assert page.get_by_text(re.compile(r"12\.80 M parameters")).first.is_visible()
     assert box.input_value() == "big_matmul.onnx (uploaded)"
     page.close()
@@ -422,7 +420,7 @@ class LoopProbe:
 
         while not self._stop.is_set():
             start = time.perf_counter()
-            urllib.request.urlopen(self.url, timeout=120).read()
+            urllib.request.urlopen(self.url, timeout=HANG_S).read()
             self.waits.append(time.perf_counter() - start)
             self._stop.wait(0.05)
 
@@ -433,7 +431,7 @@ class LoopProbe:
 
     def __exit__(self, *_):
         self._stop.set()
-        self._thread.join(120)
+        self._thread.join(HANG_S)
         self.loop_cpu = _loop_cpu_seconds(self.pid) - self._cpu[0]
         self.process_cpu = _cpu_seconds(self.pid) - self._cpu[1]
 
@@ -453,7 +451,7 @@ def _drag_until(page, done, at_least: int) -> list[float]:
     move's released size was shown in the headline."""
     headline = page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, [\d,]+ KB buffer")).first
     waits = []
-    deadline = time.time() + 180
+    deadline = time.time() + HANG_S
     while time.time() < deadline and (len(waits) < at_least or not done()):
         box = page.locator(".noUi-handle").first.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
@@ -462,10 +460,10 @@ def _drag_until(page, done, at_least: int) -> list[float]:
         page.mouse.move(x + (40 if len(waits) % 2 == 0 else -40), y, steps=2)
         page.mouse.up()
         released, start = f" {_released_kb(page):,} KB buffer", time.time()
-        while released not in headline.inner_text() and time.time() < start + 60:
+        while released not in headline.inner_text() and time.time() < start + HANG_S:
             page.wait_for_timeout(50)
         shown = headline.inner_text().splitlines()[0]
-        assert released in shown, f"move {len(waits) + 1} released at{released}; after 60 s the headline says {shown!r}"
+        assert released in shown, f"move {len(waits) + 1} released at{released}; after {HANG_S} s the headline says {shown!r}"
         waits.append(time.time() - start)
     return waits
 
@@ -476,18 +474,18 @@ def test_a_big_network_on_one_page_stalls_no_other_and_stops_when_its_page_close
     once A is closed, its work ends and the server goes quiet."""
     url, proc = served
     b = browser.new_page(viewport={"width": 1500, "height": 1100})
-    b.goto(url + "?network=squeezenet1_0&buffer_kb=64", timeout=120_000)
-    b.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB buffer")).first.wait_for(timeout=120_000)
+    b.goto(url + "?network=squeezenet1_0&buffer_kb=64")
+    b.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
     a = browser.new_page(viewport={"width": 1500, "height": 1100})
     loaded = a.get_by_text(re.compile(r"llama3_8b_prefill \(batch 1\) on optimus"))
     with LoopProbe(url, proc.pid) as loading:
-        a.goto(url + "?network=llama3_8b_prefill&buffer_kb=256", wait_until="commit", timeout=120_000)
+        a.goto(url + "?network=llama3_8b_prefill&buffer_kb=256", wait_until="commit")
         a.wait_for_timeout(1000)  # A's session is made and its report is being computed
         waits = _drag_until(b, lambda: loaded.count() and loaded.first.is_visible(), 3)
     a.get_by_text("What-if curve", exact=True).click()
-    a.get_by_text(re.compile("computing the buffer-size curve")).first.wait_for(timeout=120_000)
+    a.get_by_text(re.compile("computing the buffer-size curve")).first.wait_for()
     busy, start = _cpu_seconds(proc.pid), time.time()
-    while _cpu_seconds(proc.pid) - busy < 0.5 and time.time() < start + 120:  # on a loaded machine, a slice of a core
+    while _cpu_seconds(proc.pid) - busy < 0.5 and time.time() < start + HANG_S:  # under load, a slice of a core
         a.wait_for_timeout(500)
     assert _cpu_seconds(proc.pid) - busy >= 0.5  # A's curve keeps the server busy
     with LoopProbe(url, proc.pid) as curve:
@@ -501,14 +499,14 @@ def test_a_big_network_on_one_page_stalls_no_other_and_stops_when_its_page_close
     assert loading.waits and curve.waits
     a.close()
     closed = time.time()
-    deadline, quiet = closed + 120, None
+    deadline, quiet = closed + HANG_S, None
     while time.time() < deadline:  # the session ends (5 s here), its running step finishes, nothing more starts
         before = _cpu_seconds(proc.pid)
         time.sleep(2.0)
         if _cpu_seconds(proc.pid) - before < 0.3:
             quiet = time.time()
             break
-    assert quiet is not None, "the closed page's work still kept the server busy 120 s later"
+    assert quiet is not None, f"the closed page's work still kept the server busy {HANG_S} s later"
     print(f"the server was quiet {quiet - closed:.1f} s after A closed")
     b.close()
 
@@ -527,14 +525,14 @@ EXPORTS = [ROOT / "tests" / "data" / "exports" / f"{name}.onnx" for name in
 def test_exported_models_uploaded_show_their_plan_or_the_engines_one_line_message(server, browser):
     """Issue 17's done-when in the page: an uploaded export shows its plan or a one-line message."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=squeezenet1_0", timeout=120_000)
-    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.goto(server + "?network=squeezenet1_0")
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
     outcomes = {}
     for path in EXPORTS:
         _upload(page, path)
         plan = page.get_by_text(re.compile(f"{re.escape(path.stem)} \\(batch \\d+\\) on optimus"))
         said = page.get_by_text(re.compile(re.escape(path.name) + ":"))
-        deadline = time.time() + 120
+        deadline = time.time() + HANG_S
         while time.time() < deadline and not outcomes.get(path.name):
             if plan.count() and plan.first.is_visible():
                 outcomes[path.name] = "plan"
@@ -544,7 +542,7 @@ def test_exported_models_uploaded_show_their_plan_or_the_engines_one_line_messag
                 outcomes[path.name] = text
             else:
                 page.wait_for_timeout(250)
-        assert outcomes.get(path.name), f"{path.name}: neither a plan nor a message within 120 s"
+        assert outcomes.get(path.name), f"{path.name}: neither a plan nor a message within {HANG_S} s"
     assert "Traceback" not in page.content()
     page.screenshot(path=str(SHOTS / "exports-uploaded.png"), full_page=True)
     print(outcomes)
@@ -556,18 +554,18 @@ def test_bad_links_and_typed_values_say_what_is_wrong_and_the_sweep_offers_every
     """Defects 9 and 4 in the browser: a bad URL value and a mistyped network are named with what is allowed; the
     Sweep tab's selectors offer every network of a file."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=squeezenet1_0&batch=-3", timeout=120_000)
+    page.goto(server + "?network=squeezenet1_0&batch=-3")
     page.get_by_text(re.compile(r"The link's batch=-3 is not allowed \(an integer from 1 to 64\); using 1")).first \
-        .wait_for(timeout=60_000)
-    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+        .wait_for()
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
     page.wait_for_timeout(1000)
     assert page.get_by_text(re.compile(r"The link's batch=-3 is not allowed")).first.is_visible()  # the report kept it
     box = page.get_by_label("Network (type to search)")  # (number boxes clamp to their bounds in the browser)
     box.fill("foobar")
     box.press("Enter")
     page.get_by_text(re.compile(r"Network 'foobar' is not allowed \(one of alexnet, .*; using 'squeezenet1_0'")) \
-        .first.wait_for(timeout=30_000)
-    deadline = time.time() + 10
+        .first.wait_for()
+    deadline = time.time() + HANG_S
     while box.input_value() != "squeezenet1_0" and time.time() < deadline:
         page.wait_for_timeout(200)
     assert box.input_value() == "squeezenet1_0"  # the box shows the network in use again
@@ -581,8 +579,8 @@ def test_bad_links_and_typed_values_say_what_is_wrong_and_the_sweep_offers_every
     page.get_by_text("Sweep", exact=True).click()
     page.locator("input[type=file]").nth(1).set_input_files(str(path))
     network = page.locator("select").filter(has_text="light_zfnet512.onnx").first
-    network.wait_for(timeout=60_000)
+    network.wait_for()
     assert {o.strip() for o in network.locator("option").all_inner_texts()} == set(nets)
-    page.get_by_text(re.compile(r"s\.parquet\*?\*?: 12 rows")).first.wait_for(timeout=10_000)
+    page.get_by_text(re.compile(r"s\.parquet\*?\*?: 12 rows")).first.wait_for()
     assert "Traceback" not in page.content()
     page.close()

@@ -16,14 +16,14 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
 def _open(server, browser, query: str, height: int = 1100):
     """A page of `query` in a window `height` pixels high, once its first report is shown."""
     page = browser.new_page(viewport={"width": 1500, "height": height})
-    page.goto(server + query, timeout=120_000)
-    page.get_by_text(re.compile(r"\(batch \d+\) on \w+")).first.wait_for(timeout=120_000)
+    page.goto(server + query)
+    page.get_by_text(re.compile(r"\(batch \d+\) on \w+")).first.wait_for()
     return page
 
 
 def _wait_for_value(page, box, value: str) -> None:
     """Until the box shows `value` (a refused value is replaced once the server's answer arrives)."""
-    page.wait_for_function("([el, v]) => el.value === v", arg=[box.element_handle(), value], timeout=30_000)
+    page.wait_for_function("([el, v]) => el.value === v", arg=[box.element_handle(), value])
 
 
 def test_refused_numbers_typed_in_the_sidebar_are_named_and_the_box_reverts(server, browser):
@@ -39,7 +39,7 @@ def test_refused_numbers_typed_in_the_sidebar_are_named_and_the_box_reverts(serv
         box = page.get_by_role("textbox", name=label, exact=True)
         box.fill(typed)
         box.press("Enter")
-        page.get_by_text(said, exact=True).first.wait_for(timeout=30_000)
+        page.get_by_text(said, exact=True).first.wait_for()
         _wait_for_value(page, box, kept)
     page.close()
 
@@ -48,9 +48,8 @@ def test_no_method_checked_is_said_and_the_box_keeps_one(server, browser):
     page = _open(server, browser, "?network=squeezenet1_0&methods=[\"optimus\"]")
     page.get_by_label("optimus", exact=True).uncheck()
     page.get_by_text(re.compile(r"Methods \[\] is not allowed \(at least one of: none, dnnvm, efficient_s, optimus, "
-                                 r"online\); using \[.optimus.\]")).first.wait_for(timeout=30_000)
-    page.wait_for_function("el => el.checked", arg=page.get_by_label("optimus", exact=True).element_handle(),
-                           timeout=30_000)
+                                 r"online\); using \[.optimus.\]")).first.wait_for()
+    page.wait_for_function("el => el.checked", arg=page.get_by_label("optimus", exact=True).element_handle())
     page.close()
 
 
@@ -60,21 +59,21 @@ def test_an_empty_upload_is_refused_in_the_file_box_not_called_complete(server, 
     empty.write_bytes(b"")
     page.locator("input[type=file]").first.set_input_files(str(empty))
     pond = page.locator(".filepond--root").first
-    pond.get_by_text("The file is empty", exact=True).first.wait_for(timeout=30_000)
+    pond.get_by_text("The file is empty", exact=True).first.wait_for()
     assert "Upload complete" not in pond.inner_text()
     page.close()
 
 
 def test_a_language_models_kv_cache_length_comes_from_the_link_and_the_sidebar(server, browser):
     page = _open(server, browser, "?network=llama3_8b_decode_kv4096")
-    page.get_by_text(re.compile(r"llama3_8b_decode_kv4096 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
+    page.get_by_text(re.compile(r"llama3_8b_decode_kv4096 \(batch 1\) on optimus")).first.wait_for()
     assert not page.get_by_text(re.compile("is not allowed")).count()
     box = page.get_by_role("textbox", name="KV-cache length (tokens)", exact=True)
     _wait_for_value(page, box, "4096")
     box.fill("1024")
     box.press("Enter")
-    page.get_by_text(re.compile(r"llama3_8b_decode_kv1024 \(batch 1\) on optimus")).first.wait_for(timeout=120_000)
-    page.wait_for_url(re.compile(r"network=llama3_8b_decode_kv1024"), timeout=30_000)
+    page.get_by_text(re.compile(r"llama3_8b_decode_kv1024 \(batch 1\) on optimus")).first.wait_for()
+    page.wait_for_url(re.compile(r"network=llama3_8b_decode_kv1024"))
     page.close()
 
 
@@ -105,22 +104,22 @@ def test_the_dag_shows_one_tooltip_per_op_its_nest_in_the_window_and_the_wheel_s
     """Issue 29: hovering an op showed its outline's tooltip on top of its own; a clicked op's loop nest opened at
     y = 1,428 px in a 1,000 px window; the wheel over the DAG zoomed."""
     page = _open(server, browser, "?network=resnet50", height=1000)
-    page.wait_for_function("() => Bokeh.index.query_one(v => v.model.type === 'Figure') !== null", timeout=60_000)
+    page.wait_for_function("() => Bokeh.index.query_one(v => v.model.type === 'Figure') !== null")
     x, y = page.evaluate(OP_ON_PAGE, 1)
     page.mouse.move(x, y)
-    page.get_by_text(re.compile(r"G\d+: [\d,]+ B of DRAM traffic")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile(r"G\d+: [\d,]+ B of DRAM traffic")).first.wait_for()
     shown = page.locator(".bk-Tooltip:visible, .bk-tooltip:visible")
     assert shown.count() == 1  # the op's, not its outline's on top of it
     tag = page.evaluate(TAG_ON_PAGE, "G1")  # a group's ops are its tag's tooltip
     page.mouse.move(*tag)
-    page.get_by_text(re.compile(r"G1 \(\d+ ops?\)")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile(r"G1 \(\d+ ops?\)")).first.wait_for()
     page.mouse.click(x, y)
     nest = page.get_by_text(re.compile(r"for \w+ in range")).first
-    nest.wait_for(timeout=60_000)
+    nest.wait_for()
     assert nest.bounding_box()["y"] < 1000 - 50
     before = page.evaluate(OP_ON_PAGE, 1)[1]
     page.mouse.wheel(0, 400)
-    page.wait_for_function("([y, i]) => (" + OP_ON_PAGE + ")(i)[1] < y - 100", arg=[before, 1], timeout=30_000)
+    page.wait_for_function("([y, i]) => (" + OP_ON_PAGE + ")(i)[1] < y - 100", arg=[before, 1])
     page.close()
 
 
@@ -128,13 +127,13 @@ def test_eyeriss_shows_its_size_on_the_slider_and_compare_mode_sits_under_the_da
     """Issue 29: preset eyeriss showed 128 on the slider while 108 KB was used; the compare-mode DAG sat below the
     energy bars, far from the first DAG; the legend said '1 ops'."""
     page = _open(server, browser, "?network=resnet50&preset=eyeriss")
-    page.get_by_text(re.compile(r"resnet50 \(batch 1\) on eyeriss, 108 KB buffer")).first.wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"resnet50 \(batch 1\) on eyeriss, 108 KB buffer")).first.wait_for()
     label = page.get_by_text("On-chip buffer").first
-    page.wait_for_function("el => el.innerHTML.includes('<b>108</b>')", arg=label.element_handle(), timeout=30_000)
-    page.get_by_text(re.compile(r"^1 op: ")).first.wait_for(timeout=30_000)
+    page.wait_for_function("el => el.innerHTML.includes('<b>108</b>')", arg=label.element_handle())
+    page.get_by_text(re.compile(r"^1 op: ")).first.wait_for()
     assert not page.get_by_text(re.compile(r"\b1 ops\b")).count()
     page.locator("select").filter(has_text="dnnvm").first.select_option("dnnvm")
-    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile(r"dnnvm against optimus")).first.wait_for()
     compared = page.get_by_text(re.compile(r"dnnvm against optimus")).first.bounding_box()["y"]
     boxes = [c.bounding_box() for c in page.locator("canvas").all() if c.bounding_box()]
     bars = [b["y"] for b in boxes if 200 < b["height"] < 400]  # the energy and latency bars (320 px; DAGs: 420 up)
@@ -166,8 +165,8 @@ def test_the_curve_is_log_log_names_its_methods_and_shares_the_sweeps_colours(se
 
     page = _open(server, browser, "?network=light_squeezenet.onnx")
     page.get_by_text("What-if curve", exact=True).click()
-    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached", timeout=180_000)
-    page.get_by_text(re.compile(r"limit_layerwise: the least traffic of any plan")).first.wait_for(timeout=30_000)
+    page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached")
+    page.get_by_text(re.compile(r"limit_layerwise: the least traffic of any plan")).first.wait_for()
     scale, hovers, curve = page.evaluate(CURVE_FIGURE, "What if the buffer")
     assert scale == "LogScale" and hovers and all('"@{method}"' in h for h in hovers), (scale, hovers)
     path = tmp_path / "s.parquet"
@@ -176,7 +175,7 @@ def test_the_curve_is_log_log_names_its_methods_and_shares_the_sweeps_colours(se
                  scheduler="synchronous", out=path)
     page.get_by_text("Sweep", exact=True).click()
     page.locator("input[type=file]").nth(1).set_input_files(str(path))
-    page.wait_for_function(CURVE_FIGURE, arg="light_squeezenet.onnx on optimus", timeout=60_000)
+    page.wait_for_function(CURVE_FIGURE, arg="light_squeezenet.onnx on optimus")
     _, _, sweep = page.evaluate(CURVE_FIGURE, "light_squeezenet.onnx on optimus")
     assert sweep and sweep == {m: curve[m] for m in sweep}, (sweep, curve)
     page.close()
