@@ -37,9 +37,11 @@ def hand_over_the_gil_sooner() -> None:
 
 
 def gone(doc) -> bool:
-    """Whether the page's session has ended (its document takes no more callbacks)."""
+    """Whether the page's session has ended (its document takes no more callbacks). Bokeh's `Document.destroy` drops
+    the document's session context, so a served page without one is gone too: read as "still there", a piece waiting
+    for its callback on a page closed meanwhile waited forever, holding the server's turn (every later page hung)."""
     context = doc.session_context
-    return context is not None and context.destroyed
+    return context is None or context.destroyed
 
 
 async def on_loop(doc, fn: Callable[[], object]) -> None:

@@ -308,3 +308,32 @@ print("ok")
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_piece_waiting_on_a_page_bokeh_destroys_meanwhile_returns_and_frees_the_turn(monkeypatch):
+    """Bokeh's `Document.destroy` drops the document's callbacks and its session context: a piece waiting there must
+    see the page gone (it read `None` as "still there", held the server's turn forever, and every later page hung)."""
+    from bokeh.document import Document
+
+    monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    monkeypatch.setattr(pieces, "make_models_ahead", lambda frame, views, doc: None)
+    pieces._turn.cache_clear()
+    closed, other = Document(), FakeDoc()
+    closed._session_context = SimpleNamespace(destroyed=False)  # a served page, as Bokeh's session sets it
+    session = object()  # the page's ServerSession, as a key
+    closed.callbacks.on_change_dispatch_to(session)  # as Bokeh's ServerSession subscribes to its document
+    frames = {closed: Frame(), other: Frame()}
+
+    def destroy_before_the_callback_runs(fn):
+        closed.destroy(session)  # Bokeh's own destroy: callbacks dropped, `session_context` None
+
+    monkeypatch.setattr(closed, "add_next_tick_callback", destroy_before_the_callback_runs)
+
+    async def two_pages():
+        await asyncio.wait_for(pieces.on_loop(closed, lambda: None), 5)
+        await asyncio.wait_for(asyncio.gather(pieces.build(closed, [pieces.Piece(frames[closed], lambda: ["c"])]),
+                                              pieces.build(other, [pieces.Piece(frames[other], lambda: ["o"])])), 30)
+
+    asyncio.run(two_pages())
+    pieces._turn.cache_clear()
+    assert frames[other] == ["o"] and frames[closed] == []
