@@ -165,7 +165,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
         from engine.mapping.plan import ALIKE, map_plan
 
         alike = Memo(ALIKE)  # the methods' plans share most groups' mappings (a lone op maps alike in every plan)
-        mapped = {m: map_plan(graph, plans[m], acc, mapped=alike) for m in methods}
+        mapped = {m: map_plan(graph, plans[m], acc, mapped=alike, objective=objective) for m in methods}
         energy = {m: mapped[m].energy for m in methods}
     else:
         price = blocked_energy if access_model == "blocking" else energy_breakdown

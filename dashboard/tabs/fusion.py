@@ -263,7 +263,10 @@ def _mapped_detail(head: str, mapped, op_name: str, word_bytes: float) -> tuple[
     if group.schedule == "fused":
         head += (f"\n\nFused by {mapped.method} with {len(group.ops) - 1} other ops: {group.row_steps} bands x "
                  f"{group.image_tiles} image tiles, the buffer holding {group.footprint_bytes:,} of "
-                 f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
+                 f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}. "
+                 + ("Halos kept between bands (fusion's line buffer)." if group.halos == "kept" else
+                    f"Halos recomputed in every band ({group.recomputed_macs:,} MACs again, "
+                    f"{nest.recomputed_macs:,} of them this op's)."))
     elif group.schedule == "bands":
         head += (f"\n\nAlone in its group ({mapped.method}), in fusion's {group.row_steps} row bands, each blocked "
                  f"below the buffer: {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")

@@ -97,7 +97,8 @@ def lone_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy) -> O
 
 
 def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, row_steps: int, images: int,
-              channel_blocks: int = 1, weights_streamed: bool = False) -> OpNest:
+              channel_blocks: int = 1, weights_streamed: bool = False, *,
+              recompute: tuple[int, int] | None = None) -> OpNest:
     """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
 
     The group holds `rows` rows of the op's output (its band plus the halo its consumers' windows need) and
@@ -107,14 +108,16 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     its output channels in `channel_blocks` blocks per band (the buffer holds one block of them). With
     `weights_streamed` the weights pass by from DRAM (a "DRAM" level of the nest's own), each read once per band as
     fusion counts them: the least-energy nest of those whose weight block is outermost at the fusion level, with
-    the band's rows (held there) streaming past each block.
+    the band's rows (held there) streaming past each block. Under `recompute` = (tallest band, rows computed over
+    every band of one image; `recompute.schedule`), the nest is blocked for the tallest band and runs as many times
+    as the rows computed fill such bands, recomputed rows included.
     """
     layer = op_layer(graph, op)
     out = graph.tensors[op.outputs[0]].shape
     height, batch = height_of(out), (out[0] if out else 1)
     images = min(images, batch)
-    new_rows = -(-height // row_steps)
-    tiles = height / new_rows * batch / images
+    new_rows, computed = recompute or (-(-height // row_steps), height)
+    tiles = computed / new_rows * batch / images
     if layer is None:
         return _vector_nest(graph, op, acc)
     inner = below_fusion_level(hierarchy, weights_streamed=weights_streamed)
@@ -139,8 +142,9 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
                    for same in zip(*(c.levels for c in parts)))
     if weights_streamed:
         levels = _weights_from_dram(levels, hierarchy.levels[-1])
-    lines = [f"# {tiles:g} runs of this band: {new_rows} new of {height} rows ({min(rows, height)} held), "
-             f"{images} of {batch} images"]
+    rows_line = (f"{new_rows} of {height} rows, {computed - height} computed again over the bands" if recompute
+                 else f"{new_rows} new of {height} rows ({min(rows, height)} held)")
+    lines = [f"# {tiles:g} runs of this band: {rows_line}, {images} of {batch} images"]
     for c in parts:
         if len(parts) > 1:
             lines.append(f"# {getattr(c.layer, axis)} of the band's rows:")

@@ -13,26 +13,19 @@ a proven one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.errors import EngineError, UnknownNameError
+from engine.errors import EngineError
 from engine.fusion import FusionPlan
 from engine.fusion.cost import Capacity, model_of
 from engine.fusion.plan import build_plan, execution_order
 from engine.fusion.sized import SizedModel, of
 from engine.graph import Graph
-from engine.mapping.plan import map_group
+from engine.mapping.plan import OBJECTIVES, SCORES, check_objective, map_group
 
-OBJECTIVES = ("dram_bytes", "energy", "latency", "edp")
+__all__ = ["OBJECTIVES", "check_objective", "refine"]
 WORK = 4000  # group mappings one refinement may price
-
-
-def check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise UnknownNameError("objective", str(objective), OBJECTIVES)
-    return objective
 
 
 def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, work: int = WORK) -> FusionPlan:
@@ -43,8 +36,7 @@ def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, 
     start = time.perf_counter()
     at = of(model_of(graph, acc), Capacity.of(acc))
     price = _Prices(graph, at, acc)
-    score: Callable[[float, float], float] = {"energy": lambda e, t: e, "latency": lambda e, t: t,
-                                              "edp": lambda e, t: e * t}[objective]
+    score = SCORES[objective]
     position = graph.position
     order = execution_order(at.model, [sum(1 << position[name] for name in group) for group in plan.groups])
     while price.evaluated < work:

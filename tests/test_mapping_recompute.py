@@ -1,0 +1,199 @@
+"""Recompute or retain (engine.mapping.recompute, `map_plan(..., objective=...)`): the recompute schedule's rows, MACs
+and footprint against brute force over explicit bands, the choice against every option, and the bound over both."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import engine
+from engine.blocking.hierarchy import Hierarchy, Memory, pe_array
+from engine.mapping import map_group, map_plan, plan_bound, recompute_options, tile_nest
+from engine.mapping.bound import group_bound
+from engine.mapping.plan import SCORES
+from engine.mapping.recompute import schedule
+from engine.zoo._builder import Net
+
+
+def small(buffer_bytes: int) -> engine.Accelerator:
+    """A 2 x 2 array with 16-byte RFs and a buffer of `buffer_bytes` (16-bit words)."""
+    return engine.Accelerator(name="small", buffer_bytes=buffer_bytes, pe_rows=2, pe_cols=2, rf_bytes=16,
+                              dataflow="Ow|Cout")
+
+
+def chain(kinds: tuple[str, ...], size: int = 6, width: int = 3):
+    """input (2 x size x width) -> each of `kinds`: a 3x3 conv ("conv"), a 3x3 stride-2 conv ("conv/2") or a 3x3
+    max pool ("pool"), padding 1."""
+    net = Net("chain", 1)
+    x = net.input((2, size, width))
+    for k, kind in enumerate(kinds):
+        if kind == "pool":
+            x = net.pool(x, f"op{k}", "MaxPool", 3, stride=1, padding=1)
+        else:
+            x = net.conv(x, f"op{k}", 2, 3, stride=2 if kind == "conv/2" else 1, padding=1)
+    return net.graph()
+
+
+def two_levels(acc: engine.Accelerator) -> Hierarchy:
+    return Hierarchy.from_accelerator(acc)
+
+
+def three_levels(acc: engine.Accelerator) -> Hierarchy:
+    """An RF, a local buffer and the accelerator's buffer over DRAM, with its 2 x 2 array."""
+    return Hierarchy((Memory.sram("RF", 8), Memory.sram("local", 64), Memory.sram("global", acc.buffer_bytes),
+                      Memory.dram()), 16, name="three", array=pe_array(acc, (0.5,) * 3), array_level=1)
+
+
+def brute_rows(graph, ops: tuple[str, ...], bands: int) -> list[dict[str, set[int]]]:
+    """Per band, the set of output rows every op of a chain computes when nothing outlives the band: the last op its
+    own ceil(H / bands) rows, each earlier op every row a later window reads, row by row."""
+    out = []
+    for b in range(bands):
+        last = graph.op(ops[-1])
+        height = graph.tensors[last.outputs[0]].shape[2]
+        size = -(-height // bands)
+        need = set(range(b * size, min(height, (b + 1) * size)))
+        rows = {ops[-1]: need}
+        for name in reversed(ops):
+            op = graph.op(name)
+            rows[name] = need
+            h_in = graph.tensors[op.inputs[0]].shape[2]
+            need = {y * op.stride[0] - op.padding[0] + k for y in need for k in range(op.kernel[0])} & set(range(h_in))
+        rows["input"] = need
+        out.append(rows)
+    return out
+
+
+def brute_peak(graph, ops: tuple[str, ...], bands: list[dict[str, set[int]]]) -> int:
+    """The most elements live at one op's step of one band of a chain: op k's rows from its step to its consumer's,
+    the input's rows at the first step, and the input rows the next band reads too at every later step (and before
+    the first step of the next band)."""
+    def per_row(t: str) -> int:
+        n, c, h, w = graph.tensors[t].shape
+        return c * w
+
+    first = graph.op(ops[0]).inputs[0]
+    peak = 0
+    for b, rows in enumerate(bands):
+        carried = len(rows["input"] & bands[b + 1]["input"]) if b + 1 < len(bands) else 0
+        for s in range(len(ops)):
+            live = per_row(first) * (len(rows["input"]) if s == 0 else carried)
+            for k, name in enumerate(ops):
+                if k <= s <= k + 1:
+                    live += per_row(graph.op(name).outputs[0]) * len(rows[name])
+            peak = max(peak, live)
+    return peak
+
+
+def fused(kinds: tuple[str, ...], size: int, buffer_bytes: int):
+    """(graph, accelerator, optimus's plan, its one group's cost) of a chain that fuses whole."""
+    g, acc = chain(kinds, size), small(buffer_bytes)
+    plan = engine.fuse(g, acc, method="optimus")
+    (cost,) = plan.costs
+    return g, acc, plan, cost
+
+
+CHAINS = [(("conv", "conv"), 6, 288), (("conv", "pool"), 6, 224), (("conv", "conv", "conv"), 6, 448),
+          (("conv/2", "conv"), 12, 352)]
+
+
+@pytest.mark.parametrize("kinds, size, buffer_bytes", CHAINS)
+@pytest.mark.parametrize("levels", [two_levels, three_levels])
+def test_every_row_an_op_computes_and_every_live_row_match_brute_force(kinds, size, buffer_bytes, levels):
+    g, acc, plan, cost = fused(kinds, size, buffer_bytes)
+    assert len(cost.ops) == len(kinds) and cost.row_steps > 1 and not cost.isoa
+    hierarchy = levels(acc)
+    word = acc.word_bits // 8
+    params = sum(g.tensors[w].elements for name in cost.ops for w in g.op(name).weights) if cost.params_resident else 0
+    for r in range(1, cost.row_steps + 1):
+        s = schedule(g, cost, acc, r)
+        bands = brute_rows(g, cost.ops, r)
+        computed = {name: sum(len(band[name]) for band in bands) for name in cost.ops}
+        assert dict(s.computed) == computed
+        assert [set(range(a, b)) for a, b in s.spans[0]] == [band[cost.ops[0]] for band in bands]
+        read = len(set().union(*(band["input"] for band in bands)))
+        assert s.input_rows == (("input", read, size),)
+        assert s.peak_elements == brute_peak(g, cost.ops, bands)
+        assert s.footprint_bytes == (s.peak_elements + params) * word
+    options = recompute_options(g, cost, acc, hierarchy)
+    assert options and all(o.halos == "recomputed" for o in options)
+    for o in options:
+        bands = brute_rows(g, cost.ops, o.row_steps)
+        for name in cost.ops:
+            nest = o.nest(name)  # its `useful_macs`: the op's own (a pool's window operations too)
+            height = g.tensors[g.op(name).outputs[0]].shape[2]
+            rows = sum(len(band[name]) for band in bands)
+            assert nest.macs == nest.useful_macs // height * rows  # every MAC of every row computed, again or not
+            assert nest.recomputed_macs == nest.useful_macs // height * (rows - height)
+        assert o.footprint_bytes <= acc.buffer_bytes
+    assert any(o.recomputed_macs > 0 for o in options)
+
+
+@pytest.mark.parametrize("kinds, size, buffer_bytes", CHAINS)
+@pytest.mark.parametrize("objective", ["energy", "latency", "edp"])
+def test_the_mapping_takes_the_cheapest_of_keeping_and_recomputing_by_the_objective(kinds, size, buffer_bytes,
+                                                                                    objective):
+    g, acc, plan, cost = fused(kinds, size, buffer_bytes)
+    hierarchy = Hierarchy.from_accelerator(acc)
+    options = (map_group(g, cost, acc, hierarchy), *recompute_options(g, cost, acc, hierarchy))
+    score = SCORES[objective]
+    best = min(score(o.total_pj, o.latency_s) for o in options)
+    mapped = map_plan(g, plan, acc, objective=objective)
+    (chosen,) = mapped.groups
+    assert score(chosen.total_pj, chosen.latency_s) == pytest.approx(best, rel=1e-9)
+    assert mapped.recomputed_macs == chosen.recomputed_macs and mapped.objective == objective
+    kept = map_plan(g, plan, acc)  # DRAM bytes: fusion's line buffer, whatever recomputing would save
+    assert kept.groups[0].halos == "kept" and kept.recomputed_macs == 0 and kept.dram_bytes == plan.dram_bytes
+
+
+def test_recompute_wins_where_keeping_the_halos_needs_more_bands():
+    """ResNet-50's conv1 and max pool at 512 KB (optimus preset): keeping the halos needs 3 bands, recomputing them
+    runs 2, 1.05 M MACs again for less energy (fewer passes of the band's weights through the levels below)."""
+    g = engine.load_network("resnet50")
+    acc = engine.Accelerator.preset("optimus").with_buffer(512 * 1024)
+    cost = engine.fusion.group_cost(g, ("conv1", "maxpool"), acc)
+    hierarchy = Hierarchy.from_accelerator(acc)
+    kept = map_group(g, cost, acc, hierarchy)
+    best = min(recompute_options(g, cost, acc, hierarchy), key=lambda o: o.total_pj)
+    assert (kept.row_steps, best.row_steps) == (3, 2)
+    assert best.recomputed_macs == 1_053_696 and best.total_pj < kept.total_pj
+    assert best.dram_bytes == kept.dram_bytes  # the weights stay beside the band: the same DRAM bytes
+
+
+def test_recompute_loses_where_its_only_fit_is_fusions_own_band_count():
+    """Two 3x3 convs at 256 bytes: only at fusion's 6 bands does a recompute schedule fit, and there it runs
+    1,080 MACs again for nothing: the mapping keeps the halos."""
+    g, acc, plan, cost = fused(("conv", "conv"), 6, 256)
+    hierarchy = Hierarchy.from_accelerator(acc)
+    (only,) = recompute_options(g, cost, acc, hierarchy)
+    assert only.row_steps == cost.row_steps == 6 and only.recomputed_macs == 1080
+    kept = map_group(g, cost, acc, hierarchy)
+    assert only.total_pj > kept.total_pj
+    assert map_plan(g, plan, acc, objective="energy").groups[0].halos == "kept"
+
+
+@pytest.mark.parametrize("kinds, size, buffer_bytes", CHAINS)
+@pytest.mark.parametrize("levels", [two_levels, three_levels])
+def test_the_bound_stays_below_every_schedule_kept_or_recomputed(kinds, size, buffer_bytes, levels):
+    g, acc, plan, cost = fused(kinds, size, buffer_bytes)
+    hierarchy = levels(acc)
+    kept = map_group(g, cost, acc, hierarchy)
+    options = recompute_options(g, cost, acc, hierarchy)
+    bound = group_bound(g, cost, kept, acc, hierarchy, recompute=True)
+    fixed = kept.total_pj - sum(n.mac_pj + sum(lv.energy_pj for lv in n.levels) for n in kept.nests)
+    for r in range(cost.row_steps, size + 1):  # keeping the halos, at every band count that fits
+        nests = [tile_nest(g, g.op(name), acc, hierarchy, size, r, cost.batch_tile) for name in cost.ops]
+        assert fixed + sum(n.mac_pj + sum(lv.energy_pj for lv in n.levels) for n in nests) >= bound.bound_pj * (1 - 1e-9)
+    for o in options:
+        assert o.total_pj >= bound.bound_pj * (1 - 1e-9)
+    assert bound.bound_pj <= group_bound(g, cost, kept, acc, hierarchy).bound_pj * (1 + 1e-9)
+
+
+def test_a_plans_bound_covers_what_its_objective_lets_the_mapping_choose():
+    g, acc, plan, _ = fused(("conv", "conv"), 6, 288)
+    mapped = map_plan(g, plan, acc, objective="energy")
+    assert mapped.groups[0].halos == "recomputed" and mapped.groups[0].row_steps < plan.costs[0].row_steps
+    bound = plan_bound(g, plan, mapped, acc)
+    assert bound.bound_pj <= mapped.energy.total_pj * (1 + 1e-9) and bound.gap >= 0
+    assert replace(mapped, objective="dram_bytes") != mapped
