@@ -2,7 +2,8 @@
 what the mapping says of the plans (energy per component, latency, the objectives).
 
 Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md; `... speed`: the
-speed table alone, a minute; `... bound`: each fused group's bound over every band count and the mapping's gap)
+speed table alone, a minute; `... bound`: each fused group's bound over every band count and the mapping's gap;
+`... recompute`: where keeping or recomputing the halos changes optimus's plan, by objective, and what choosing costs)
 """
 
 from __future__ import annotations
@@ -167,5 +168,42 @@ def bounds() -> None:
               f"{'/'.join(str(r) for r in sorted({r for _, r in worst.best_steps})) or '-'} | {seconds:.2f} |")
 
 
+_CNN_SIZES = (("optimus", 128 * KB), ("optimus", 512 * KB), ("optimus", MB), ("tpu-v4i", 2 * MB), ("tpu-v4i", None))
+RECOMPUTE_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2") for preset, size in _CNN_SIZES),
+                   *(("llama3_8b_prefill", preset, size) for preset, size in (
+                       ("optimus", 2 * MB), ("optimus", 8 * MB), ("tpu-v4i", 8 * MB), ("tpu-v4i", None))))
+
+
+def recompute() -> None:
+    """Optimus's plan mapped with the halos kept (the default) and with each group's choice of keeping or recomputing
+    them by the energy objective (`map_plan(..., objective="energy")`): groups that recompute, MACs again, energy,
+    latency and DRAM bytes before and after, and the CPU seconds of the choice (the recompute options of every fused
+    group of several bands, mapped; the kept mappings shared)."""
+    print("\nKeep or recompute the halos (optimus's plan; `map_plan(..., objective='energy')` against the default, "
+          "which keeps them). CPU seconds: the choice alone (every fitting recompute schedule of each fused group of "
+          "several bands mapped).\n")
+    print("| network | accelerator | fused groups (in several bands) | recompute (with MACs again) | MACs again "
+          "| energy mJ kept -> chosen | latency ms | DRAM MB | choice CPU s |")
+    print("|---|---|---|---|---:|---|---|---|---:|")
+    from engine.fusion.memo import Memo
+    from engine.mapping.plan import ALIKE
+
+    for network, preset, size in RECOMPUTE_CASES:
+        g = engine.load_network(network)
+        acc = engine.Accelerator.preset(preset)
+        acc = acc.with_buffer(size) if size else acc
+        plan = engine.fuse(g, acc, method="optimus")
+        memo = Memo(ALIKE)
+        kept = map_plan(g, plan, acc, mapped=memo)
+        _, seconds, chosen = timed(map_plan, g, plan, acc, mapped=memo, objective="energy")
+        again = [grp for grp in chosen.groups if grp.halos == "recomputed"]
+        fused = [c for c in plan.costs if len(c.ops) > 1]
+        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {len(fused)} "
+              f"({sum(c.row_steps > 1 for c in fused)}) | {len(again)} ({sum(grp.recomputed_macs > 0 for grp in again)}) "
+              f"| {chosen.recomputed_macs:,} | {kept.energy.total_pj / 1e9:,.3f} -> {chosen.energy.total_pj / 1e9:,.3f} "
+              f"| {kept.energy.latency_s * 1e3:,.3f} -> {chosen.energy.latency_s * 1e3:,.3f} "
+              f"| {kept.dram_bytes / 1e6:,.1f} -> {chosen.dram_bytes / 1e6:,.1f} | {seconds:.2f} |")
+
+
 if __name__ == "__main__":
-    {"speed": speed, "bound": bounds}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+    {"speed": speed, "bound": bounds, "recompute": recompute}.get(sys.argv[1] if sys.argv[1:] else "", main)()
