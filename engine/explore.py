@@ -135,7 +135,8 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     tile loop with every op's nest below it, `engine.mapping`), by each layer's best loop blocking on its own
     (Yang et al.; "blocking", the plan's DRAM bytes), or by the PE array's dataflow blocks ("dataflow", fast).
     `objective` is what each method's plan minimises: "dram_bytes" (the searches' own answers), or "energy",
-    "latency" or "edp" of the plan's mapping (`engine.mapping.refine`, from the method's plan; "mapping" only).
+    "latency" or "edp" of the plan's mapping (`engine.mapping.refine`, from the method's plan; "mapping" only),
+    each fused group then keeping or recomputing its halos, whichever lowers it (`engine.mapping.map_plan`).
     `should_stop` is asked before each part (each method's search, the energy, the limit); once it
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from engine.accelerator import Accelerator
 from engine.fusion.cost import Capacity, GroupCost, model_of
 from engine.fusion.model import SAME, WINDOW, FusionModel
+from engine.graph import Graph
 
 Span = tuple[int, int]  # rows [start, stop) of one op's output or one tensor
 
@@ -86,7 +87,7 @@ def _hull(x: Span, y: Span) -> Span:
     return min(x[0], y[0]), max(x[1], y[1])
 
 
-def schedule(graph, cost: GroupCost, acc: Accelerator, row_steps: int) -> RecomputeSchedule:
+def schedule(graph: Graph, cost: GroupCost, acc: Accelerator, row_steps: int) -> RecomputeSchedule:
     """The group of `cost` run in `row_steps` bands under recompute, simulated band by band (module docstring)."""
     model = model_of(graph, acc)
     index = [model.index[name] for name in cost.ops]
@@ -145,17 +146,13 @@ def schedule(graph, cost: GroupCost, acc: Accelerator, row_steps: int) -> Recomp
             peak = max(peak, live)
     read = {j: sum(b - a for a, b in got[j]) - sum(kept[j]) for j in inputs}
     images = cost.batch_tile
-    on_chip = peak * images + (_params(model, mask) if cost.params_resident and Capacity.of(acc).shared else 0)
+    on_chip = peak * images + (model.io(mask)[2] if cost.params_resident and Capacity.of(acc).shared else 0)
     return RecomputeSchedule(cost.ops, row_steps, images, tuple(tuple(spans[i]) for i in index),
                              tuple(model.out_h[i] for i in index), peak, -(-on_chip * acc.word_bits // 8),
                              tuple((model.tnames[j], read[j], model.geo(j).h) for j in inputs))
 
 
-def _params(model: FusionModel, mask: int) -> int:
-    return model.io(mask)[2]
-
-
-def fitting(graph, cost: GroupCost, acc: Accelerator) -> tuple[RecomputeSchedule, ...]:
+def fitting(graph: Graph, cost: GroupCost, acc: Accelerator) -> tuple[RecomputeSchedule, ...]:
     """The recompute schedules of the group whose footprint fits fusion's room on `acc` (`Capacity`: the buffer, or
     the input and output buffers of split ones), one per band count from one band to
     fusion's (fewer, taller bands are what recompute buys; above fusion's count retaining runs too, with no row
