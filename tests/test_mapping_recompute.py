@@ -65,8 +65,8 @@ def brute_rows(graph, ops: tuple[str, ...], bands: int) -> list[dict[str, set[in
     return out
 
 
-def brute_peak(graph, ops: tuple[str, ...], bands: list[dict[str, set[int]]]) -> int:
-    """The most elements live at one op's step of one band of a chain: op k's rows from its step to its consumer's,
+def brute_live(graph, ops: tuple[str, ...], bands: list[dict[str, set[int]]]) -> tuple[tuple[int, ...], ...]:
+    """The elements live at each op's step of each band of a chain: op k's rows from its step to its consumer's,
     the input's rows at the first step, and the input rows the next band reads too at every later step (and before
     the first step of the next band)."""
     def per_row(t: str) -> int:
@@ -74,16 +74,18 @@ def brute_peak(graph, ops: tuple[str, ...], bands: list[dict[str, set[int]]]) ->
         return c * w
 
     first = graph.op(ops[0]).inputs[0]
-    peak = 0
+    out = []
     for b, rows in enumerate(bands):
         carried = len(rows["input"] & bands[b + 1]["input"]) if b + 1 < len(bands) else 0
+        steps = []
         for s in range(len(ops)):
             live = per_row(first) * (len(rows["input"]) if s == 0 else carried)
             for k, name in enumerate(ops):
                 if k <= s <= k + 1:
                     live += per_row(graph.op(name).outputs[0]) * len(rows[name])
-            peak = max(peak, live)
-    return peak
+            steps.append(live)
+        out.append(tuple(steps))
+    return tuple(out)
 
 
 def fused(kinds: tuple[str, ...], size: int, buffer_bytes: int):
@@ -114,7 +116,7 @@ def test_every_row_an_op_computes_and_every_live_row_match_brute_force(kinds, si
         assert [set(range(a, b)) for a, b in s.spans[0]] == [band[cost.ops[0]] for band in bands]
         read = len(set().union(*(band["input"] for band in bands)))
         assert s.input_rows == (("input", read, size),)
-        assert s.peak_elements == brute_peak(g, cost.ops, bands)
+        assert s.live == brute_live(g, cost.ops, bands)
         assert s.footprint_bytes == (s.peak_elements + params) * word
     options = recompute_options(g, cost, acc, hierarchy)
     assert options and all(o.halos == "recomputed" for o in options)
@@ -128,6 +130,102 @@ def test_every_row_an_op_computes_and_every_live_row_match_brute_force(kinds, si
             assert nest.recomputed_macs == nest.useful_macs // height * (rows - height)
         assert o.footprint_bytes <= acc.buffer_bytes
     assert any(o.recomputed_macs > 0 for o in options)
+
+
+def residual():
+    """input (2 x 6 x 3) -> 3x3 conv -> 3x3 conv -> + input: the input lives from the first conv to the add."""
+    net = Net("residual", 1)
+    x = net.input((2, 6, 3))
+    y = net.conv(net.conv(x, "conv1", 2, 3, padding=1), "conv2", 2, 3, padding=1)
+    net.eltwise([x, y], "add")
+    return net.graph()
+
+
+def branches():
+    """input -> a 3x3 conv and a 1x1 conv -> channel concat (in place: a view of both) -> 3x3 conv."""
+    net = Net("branches", 1)
+    x = net.input((2, 6, 3))
+    cat = net.concat([net.conv(x, "a", 2, 3, padding=1), net.conv(x, "b", 2, 1)], "cat")
+    net.conv(cat, "out", 2, 3, padding=1)
+    return net.graph()
+
+
+def two_inputs():
+    """Two inputs, each through a 3x3 conv, added: the second input is first read at the second step, so the rows it
+    keeps for the next band are live before it (at the first step of that band)."""
+    net = Net("two_inputs", 1)
+    x, z = net.input((2, 6, 3)), net.input((2, 6, 3), name="second")
+    net.eltwise([net.conv(x, "a", 2, 3, padding=1), net.conv(z, "b", 2, 3, padding=1)], "add")
+    return net.graph()
+
+
+def brute_dag_live(graph, ops: tuple[str, ...], bands: int) -> tuple[tuple[tuple[int, ...], ...], dict[str, int]]:
+    """(the elements live at each op's step of each band, the rows each op computes over every band) of a group
+    whose ops read rows through windows (conv, pool) or row for row (add, concat), found with row sets, band by
+    band: a tensor lives from its producer's step to its last reader's (a concat's inputs to its readers': it is a
+    view of them, and holds nothing of its own), a group input from its first reader to its last, and outside that
+    only the rows the next band reads too."""
+    step = {name: s for s, name in enumerate(ops)}
+    maker = {graph.op(name).outputs[0]: name for name in ops}
+    readers = {t: [name for name in ops if t in graph.op(name).inputs] for t in {t for n in ops for t in graph.op(n).inputs}}
+
+    def last(t: str) -> int:
+        return max((last(graph.op(r).outputs[0]) if graph.op(r).kind.value == "concat" else step[r])
+                   for r in readers[t]) if readers.get(t) else step[maker[t]]
+
+    def per_row(t: str) -> int:
+        n, c, h, w = graph.tensors[t].shape
+        return 0 if t in maker and graph.op(maker[t]).kind.value == "concat" else c * w
+
+    sets = []
+    for b in range(bands):
+        rows: dict[str, set[int]] = {}
+        for name in reversed(ops):
+            op = graph.op(name)
+            out = op.outputs[0]
+            height = graph.tensors[out].shape[2]
+            size = -(-height // bands)
+            if not readers.get(out):
+                rows[out] = set(range(b * size, min(height, (b + 1) * size)))
+            for t in op.inputs:
+                if op.kernel:
+                    need = {y * op.stride[0] - op.padding[0] + k for y in rows[out] for k in range(op.kernel[0])}
+                else:
+                    need = set(rows[out])
+                rows[t] = rows.get(t, set()) | (need & set(range(graph.tensors[t].shape[2])))
+        sets.append(rows)
+    inputs = [t for t in readers if t not in maker]
+    out = []
+    for b, rows in enumerate(sets):
+        steps = []
+        for s in range(len(ops)):
+            live = sum(per_row(t) * len(rows[t]) for t in maker if step[maker[t]] <= s <= last(t))
+            for t in inputs:
+                first = min(step[r] for r in readers[t])
+                if first <= s <= last(t):
+                    live += per_row(t) * len(rows[t])
+                elif s > last(t) and b + 1 < len(sets):
+                    live += per_row(t) * len(rows[t] & sets[b + 1][t])
+                elif s < first and b:
+                    live += per_row(t) * len(rows[t] & sets[b - 1][t])
+            steps.append(live)
+        out.append(tuple(steps))
+    computed = {name: sum(len(rows[graph.op(name).outputs[0]]) for rows in sets) for name in ops}
+    return tuple(out), computed
+
+
+@pytest.mark.parametrize("make, buffer_bytes", [(residual, 288), (branches, 384), (two_inputs, 288)])
+def test_branches_and_an_in_place_concat_keep_what_their_readers_need(make, buffer_bytes):
+    g, acc = make(), small(buffer_bytes)
+    plan = engine.fuse(g, acc, method="optimus")
+    (cost,) = plan.costs
+    assert len(cost.ops) == len(g.ops) and cost.row_steps == 6 and not cost.isoa and cost.params_resident
+    params = sum(g.tensors[w].elements for op in g.ops for w in op.weights)
+    for r in range(1, cost.row_steps + 1):
+        s = schedule(g, cost, acc, r)
+        live, computed = brute_dag_live(g, cost.ops, r)
+        assert (s.live, dict(s.computed)) == (live, computed)
+        assert s.footprint_bytes == (max(map(max, live)) + params) * acc.word_bits // 8
 
 
 @pytest.mark.parametrize("kinds, size, buffer_bytes", CHAINS)

@@ -30,9 +30,9 @@ class RecomputeSchedule:
     """A fused group run in `row_steps` bands that keep nothing for the next (see the module docstring).
 
     `spans` holds, per op in the group's order, the output rows it computes in each band, and `computed` the rows it
-    computes over every band for one image (its height, plus the rows recomputed). `peak_elements` is the most one
-    image's tiles hold at one op's step of one band (elements), `footprint_bytes` that for the group's `images` images
-    per band plus resident parameters, as fusion counts its footprint. `input_rows` is, per group input, the rows
+    computes over every band for one image (its height, plus the rows recomputed). `live` is what one image's tiles
+    hold at each op's step of each band (elements), `peak_elements` its most, `footprint_bytes` that for the group's
+    `images` images per band plus resident parameters, as fusion counts its footprint. `input_rows` is, per group input, the rows
     read from DRAM over every band (for one image: each once, a row no window reads never) against its height.
     """
 
@@ -41,9 +41,13 @@ class RecomputeSchedule:
     images: int
     spans: tuple[tuple[Span, ...], ...]
     heights: tuple[int, ...]
-    peak_elements: int
+    live: tuple[tuple[int, ...], ...]  # per band, per op's step: elements of one image's tiles live then
     footprint_bytes: int
     input_rows: tuple[tuple[str, int, int], ...]  # (tensor, rows read over every band, its height)
+
+    @property
+    def peak_elements(self) -> int:
+        return max(max(steps) for steps in self.live)
 
     @property
     def computed(self) -> tuple[tuple[str, int], ...]:
@@ -134,8 +138,9 @@ def schedule(graph: Graph, cost: GroupCost, acc: Accelerator, row_steps: int) ->
     # a group input's rows the next band reads too stay (read from DRAM once): from its last reader in this band to
     # its first in the next, only those rows
     kept = {j: [_overlap(x, y) for x, y in zip(got[j], got[j][1:])] + [0] for j in inputs}
-    peak = 0
+    live_at: list[tuple[int, ...]] = []
     for band in range(row_steps):
+        steps = []
         for s in range(len(index)):
             live = sum(per_row[i] * (spans[i][band][1] - spans[i][band][0]) for i in index if step[i] <= s <= last[i])
             for j in inputs:
@@ -143,12 +148,14 @@ def schedule(graph: Graph, cost: GroupCost, acc: Accelerator, row_steps: int) ->
                 held = b - a if first[j] <= s <= last_in[j] else kept[j][band - 1] if s < first[j] and band else (
                     kept[j][band] if s > last_in[j] else 0)
                 live += model.held[j] * held
-            peak = max(peak, live)
+            steps.append(live)
+        live_at.append(tuple(steps))
+    peak = max(max(steps) for steps in live_at)
     read = {j: sum(b - a for a, b in got[j]) - sum(kept[j]) for j in inputs}
     images = cost.batch_tile
     on_chip = peak * images + (model.io(mask)[2] if cost.params_resident and Capacity.of(acc).shared else 0)
     return RecomputeSchedule(cost.ops, row_steps, images, tuple(tuple(spans[i]) for i in index),
-                             tuple(model.out_h[i] for i in index), peak, -(-on_chip * acc.word_bits // 8),
+                             tuple(model.out_h[i] for i in index), tuple(live_at), -(-on_chip * acc.word_bits // 8),
                              tuple((model.tnames[j], read[j], model.geo(j).h) for j in inputs))
 
 
