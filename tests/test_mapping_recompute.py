@@ -9,7 +9,8 @@ import pytest
 
 import engine
 from engine.blocking.hierarchy import Hierarchy, Memory, pe_array
-from engine.mapping import map_group, map_plan, plan_bound, recompute_options, tile_nest
+from engine.energy import vector_cost
+from engine.mapping import lone_nest, map_group, map_plan, plan_bound, recompute_options, tile_nest
 from engine.mapping.bound import group_bound
 from engine.mapping.plan import SCORES
 from engine.mapping.recompute import schedule
@@ -23,13 +24,15 @@ def small(buffer_bytes: int) -> engine.Accelerator:
 
 
 def chain(kinds: tuple[str, ...], size: int = 6, width: int = 3):
-    """input (2 x size x width) -> each of `kinds`: a 3x3 conv ("conv"), a 3x3 stride-2 conv ("conv/2") or a 3x3
-    max pool ("pool"), padding 1."""
+    """input (2 x size x width) -> each of `kinds`: a 3x3 conv ("conv"), a 3x3 stride-2 conv ("conv/2"), a 3x3
+    max pool ("pool"), padding 1, or a ReLU on the vector unit ("relu")."""
     net = Net("chain", 1)
     x = net.input((2, size, width))
     for k, kind in enumerate(kinds):
         if kind == "pool":
             x = net.pool(x, f"op{k}", "MaxPool", 3, stride=1, padding=1)
+        elif kind == "relu":
+            x = net.activation(x, f"op{k}")
         else:
             x = net.conv(x, f"op{k}", 2, 3, stride=2 if kind == "conv/2" else 1, padding=1)
     return net.graph()
@@ -59,7 +62,8 @@ def brute_rows(graph, ops: tuple[str, ...], bands: int) -> list[dict[str, set[in
             op = graph.op(name)
             rows[name] = need
             h_in = graph.tensors[op.inputs[0]].shape[2]
-            need = {y * op.stride[0] - op.padding[0] + k for y in need for k in range(op.kernel[0])} & set(range(h_in))
+            kernel, stride, top = (op.kernel[0], op.stride[0], op.padding[0]) if op.kernel else (1, 1, 0)
+            need = {y * stride - top + k for y in need for k in range(kernel)} & set(range(h_in))
         rows["input"] = need
         out.append(rows)
     return out
@@ -97,7 +101,7 @@ def fused(kinds: tuple[str, ...], size: int, buffer_bytes: int):
 
 
 CHAINS = [(("conv", "conv"), 6, 288), (("conv", "pool"), 6, 224), (("conv", "conv", "conv"), 6, 448),
-          (("conv/2", "conv"), 12, 352)]
+          (("conv/2", "conv"), 12, 352), (("conv", "relu", "conv"), 6, 288)]
 
 
 @pytest.mark.parametrize("kinds, size, buffer_bytes", CHAINS)
@@ -243,6 +247,27 @@ def test_the_mapping_takes_the_cheapest_of_keeping_and_recomputing_by_the_object
     assert mapped.recomputed_macs == chosen.recomputed_macs and mapped.objective == objective
     kept = map_plan(g, plan, acc)  # DRAM bytes: fusion's line buffer, whatever recomputing would save
     assert kept.groups[0].halos == "kept" and kept.recomputed_macs == 0 and kept.dram_bytes == plan.dram_bytes
+
+
+def test_a_vector_ops_recomputed_rows_cost_what_its_first_pass_costs_per_row():
+    """conv -> ReLU -> conv under recompute: the ReLU (no loop nest, on the vector unit) computes the rows conv2's
+    windows read in every band; its buffer, array and RF words, its energy, vector operations and cycles are its one
+    pass's per row times those rows (2 bands: rows [0, 4) and [2, 6), 8 of 6; 1 band: one pass)."""
+    g, acc, plan, cost = fused(("conv", "relu", "conv"), 6, 288)
+    relu = g.op("op1")
+    first = lone_nest(g, relu, acc, Hierarchy.from_accelerator(acc))  # its one pass, as the kept schedule prices it
+    vector = vector_cost(g, relu, acc)
+    rows = {}
+    for o in recompute_options(g, cost, acc, Hierarchy.from_accelerator(acc)):
+        computed = sum(len(band["op1"]) for band in brute_rows(g, cost.ops, o.row_steps))
+        rows[o.row_steps] = computed
+        nest = o.nest("op1")
+        assert nest.macs == vector.operations // 6 * computed and nest.useful_macs == vector.operations
+        assert nest.mac_pj == pytest.approx(vector.energy_pj / 6 * computed)
+        assert nest.cycles == -(-vector.cycles * computed // 6)
+        for lv, once in zip(nest.levels, first.levels):
+            assert (lv.reads, lv.energy_pj) == (once.reads // 6 * computed, pytest.approx(once.energy_pj / 6 * computed))
+    assert rows[1] == 6 and rows[2] == 8 and max(rows.values()) > 8
 
 
 def test_recompute_wins_where_keeping_the_halos_needs_more_bands():

@@ -118,8 +118,8 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     images = min(images, batch)
     new_rows, computed = recompute or (-(-height // row_steps), height)
     tiles = computed / new_rows * batch / images
-    if layer is None:
-        return _vector_nest(graph, op, acc)
+    if layer is None:  # its rows computed again cost what its first pass costs per row
+        return _vector_nest(graph, op, acc, computed / height if recompute else 1.0)
     inner = below_fusion_level(hierarchy, weights_streamed=weights_streamed)
     tile = _tile_layer(layer, op.kind, new_rows, height, images, batch)
     if tile is None:  # the op's loops do not follow the group's rows: it runs whole once per group
@@ -224,17 +224,19 @@ def _from_store(name: str, tile: Layer, tiles: float, hierarchy: Hierarchy) -> O
                   ("# the MACs read and update the fusion level directly (no inner level holds one element)",))
 
 
-def _vector_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
+def _vector_nest(graph: Graph, op: Op, acc: Accelerator, passes: float = 1.0) -> OpNest:
     """An op without a loop nest: one pass over its inputs and outputs in the buffer (the dataflow model's counts),
-    its work on the vector unit (`engine.energy.vector_cost`; a convolution by a computed kernel on the array)."""
+    its work on the vector unit (`engine.energy.vector_cost`; a convolution by a computed kernel on the array).
+    `passes` > 1 where a recompute schedule computes rows again (rows computed / rows): every count scales with it."""
     a = op_accesses(graph, op, acc)
-    levels = (LevelCount("buffer", a.buffer, 0, a.buffer * acc.energy_pj("buffer"), "buffer"),
-              LevelCount("array", a.array, 0, a.array * acc.energy_pj("array"), "array"),
-              LevelCount("RF", a.rf, 0, a.rf * acc.energy_pj("rf"), "rf"))
+    levels = tuple(LevelCount(name, round(words * passes), 0, words * passes * acc.energy_pj(kind), kind)
+                   for name, words, kind in (("buffer", a.buffer, "buffer"), ("array", a.array, "array"),
+                                             ("RF", a.rf, "rf")))
     if op.macs and op.kind is not OpKind.POOL:
         work, pj, cycles, unit = a.mac, a.mac * acc.energy_pj("mac"), a.cycles, "the PE array"
     else:
         vector = vector_cost(graph, op, acc)
         work, pj, cycles, unit = vector.operations, vector.energy_pj, vector.cycles, "the vector unit"
-    return OpNest(op.name, None, 1.0, levels, work, work, pj, cycles,
-                  (f"# {op.kind.value}: one pass over its tensors in the buffer, its work on {unit}",))
+    again = f", {passes:g} times its rows (some computed again)" if passes != 1 else ""
+    return OpNest(op.name, None, passes, levels, round(work * passes), work, pj * passes, math.ceil(cycles * passes),
+                  (f"# {op.kind.value}: one pass over its tensors in the buffer{again}, its work on {unit}",))
