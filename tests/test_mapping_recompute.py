@@ -303,7 +303,7 @@ def test_the_bound_stays_below_every_schedule_kept_or_recomputed(kinds, size, bu
     hierarchy = levels(acc)
     kept = map_group(g, cost, acc, hierarchy)
     options = recompute_options(g, cost, acc, hierarchy)
-    bound = group_bound(g, cost, kept, acc, hierarchy, recompute=True)
+    bound = group_bound(g, cost, kept, acc, hierarchy, choices=True)
     fixed = kept.total_pj - sum(n.mac_pj + sum(lv.energy_pj for lv in n.levels) for n in kept.nests)
     for r in range(cost.row_steps, size + 1):  # keeping the halos, at every band count that fits
         nests = [tile_nest(g, g.op(name), acc, hierarchy, size, r, cost.batch_tile) for name in cost.ops]

@@ -291,7 +291,7 @@ def _bound_text(rep, plan, mapped, op_name: str) -> str:
     if group.schedule != "fused":
         return ""
     cost = plan.costs[mapped.groups.index(group)]
-    b = group_bound(rep.graph, cost, group, rep.acc, recompute=mapped.objective != "dram_bytes")
+    b = group_bound(rep.graph, cost, group, rep.acc, choices=mapped.objective != "dram_bytes")
     gap = b.gap_pj / b.bound_pj if b.bound_pj else 0.0
     return (f"\n\nIts group: mapped {b.mapped_pj / 1e6:,.3f} uJ; proven least over every band count"
             f"{' and recompute schedule' if mapped.objective != 'dram_bytes' else ''}: {b.bound_pj / 1e6:,.3f} uJ "

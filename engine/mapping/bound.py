@@ -12,12 +12,10 @@ mapping may give a band (the blocking's exact nests, the two-nest SPLITS alterna
 The whole layer blocked as one band is not such a bound (docs/mapping.md): a band of fewer rows can cost less per
 row, and one band does not fit.
 
-Where the mapping may recompute halos (an objective other than DRAM bytes, `plan.map_plan`), the bound covers those
-schedules too. A recompute schedule runs each op's nest for its tallest band of h rows R / h times, R >= H the rows
-it computes (`recompute.schedule`), so its nests cost at least H / h times one band's, which is what the op's nests
-cost at band height h without recomputing: the least over the heights also takes each fitting recompute schedule's
-band height of the op. Its other terms differ from fusion's only where it reads fewer group-input rows or streams its
-weights fewer times, so the bound takes the least of those terms over fusion's schedule and every recompute one.
+Where the mapping may choose (an objective other than DRAM bytes, `plan.map_plan`), the bound covers every option.
+The halos kept in more bands than fusion's (`plan.kept_options`) are the band counts above; their terms outside the
+nests (streamed parameters once per band) take their least over those counts too. The recompute schedules that fit
+(`recompute.fitting`) are few and each is priced exactly, so the bound is the least of the kept one and of each.
 """
 
 from __future__ import annotations
@@ -29,8 +27,8 @@ from engine.blocking.hierarchy import Hierarchy
 from engine.fusion.cost import GroupCost
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph
-from engine.mapping.nest import OpNest, height_of, tile_nest
-from engine.mapping.plan import GroupMapping, MappedPlan, map_group, recompute_mapping, streams
+from engine.mapping.nest import OpNest, band_counts, height_of, tile_nest
+from engine.mapping.plan import GroupMapping, MappedPlan, kept_options, map_group, recompute_mapping, streams
 from engine.mapping.recompute import fitting
 
 
@@ -78,40 +76,40 @@ def nest_pj(nest: OpNest) -> float:
     return sum(lv.energy_pj for lv in nest.levels) + nest.mac_pj
 
 
-def op_least(graph: Graph, cost: GroupCost, name: str, acc: Accelerator, hierarchy: Hierarchy,
-             heights: tuple[int, ...] = ()) -> tuple[float, int]:
-    """(pJ, band count) of the op's least nest energy over every band count from its group's to one band per
-    row, and over the band `heights` given (recompute schedules' tallest bands); its nests depend only on the band's
-    height ceil(H / r), so one count per height (about 2 sqrt(H) of them)."""
+def op_least(graph: Graph, cost: GroupCost, name: str, acc: Accelerator, hierarchy: Hierarchy) -> tuple[float, int]:
+    """(pJ, band count) of the op's least nest energy with the halos kept, over every band count from its group's to
+    one band per row; its nests depend only on the band's height ceil(H / r), so one count per height (about
+    2 sqrt(H) of them, `band_counts`)."""
     op = graph.op(name)
     height = height_of(graph.tensors[op.outputs[0]].shape)
-    counts = {-(-height // r): r for r in range(height, cost.row_steps - 1, -1)} or {1: cost.row_steps}
-    for h in heights:
-        counts.setdefault(min(h, height), -(-height // max(1, h)))
     rows = dict(cost.tile_rows).get(name, 1 << 62)
     return min((nest_pj(tile_nest(graph, op, acc, hierarchy, rows, r, cost.batch_tile,
                                   weights_streamed=streams(graph, name, cost), recompute=(h, height))), r)
-               for h, r in counts.items())
+               for h, r in band_counts(height, cost.row_steps).items())
 
 
 def group_bound(graph: Graph, cost: GroupCost, mapping: GroupMapping, acc: Accelerator,
-                hierarchy: Hierarchy | None = None, *, recompute: bool = False) -> GroupBound:
+                hierarchy: Hierarchy | None = None, *, choices: bool = False) -> GroupBound:
     """The bound of one group's mapping (`mapping = map_group(graph, cost, acc, hierarchy)`, or the schedule
-    `map_plan` chose for it), over fusion's band counts and, with `recompute`, every recompute schedule that fits
-    (see the module)."""
+    `map_plan` chose for it), over every band count that fits with the halos kept and, with `choices`, every
+    recompute schedule that fits too (see the module)."""
     mapped = mapping.total_pj
     if mapping.schedule != "fused":
         return GroupBound(cost.ops, mapped, mapped)
     hierarchy = hierarchy or Hierarchy.from_accelerator(acc)
-    kept = mapping if mapping.halos == "kept" else map_group(graph, cost, acc, hierarchy)
-    schedules = fitting(graph, cost, acc) if recompute else ()
-    options = (kept, *(recompute_mapping(graph, cost, acc, hierarchy, s) for s in schedules))
-    # what no band count changes, at its least over the schedules: passes over the buffer, feature maps, parameters
+    own = (mapping.halos, mapping.row_steps) == ("kept", cost.row_steps)
+    kept = mapping if own else map_group(graph, cost, acc, hierarchy)
+    options = (kept, *(kept_options(graph, cost, acc, hierarchy) if choices else ()))
+    # what no band count changes, at its least over the counts: passes over the buffer, feature maps, parameters
     fixed = min(o.total_pj - sum(nest_pj(n) for n in o.nests if n.layer is not None) for o in options)
-    least = {n.op: op_least(graph, cost, n.op, acc, hierarchy, tuple(dict(s.band_rows)[n.op] for s in schedules))
-             for n in kept.nests if n.layer is not None}
-    return GroupBound(cost.ops, mapped, fixed + sum(pj for pj, _ in least.values()),
-                      tuple((op, r) for op, (_, r) in least.items()))
+    least = {n.op: op_least(graph, cost, n.op, acc, hierarchy) for n in kept.nests if n.layer is not None}
+    bound = GroupBound(cost.ops, mapped, fixed + sum(pj for pj, _ in least.values()),
+                       tuple((op, r) for op, (_, r) in least.items()))
+    again = (recompute_mapping(graph, cost, acc, hierarchy, s) for s in fitting(graph, cost, acc)) if choices else ()
+    cheapest = min(again, key=lambda o: o.total_pj, default=None)  # the recompute schedules, each priced exactly
+    if cheapest is None or cheapest.total_pj >= bound.bound_pj:
+        return bound
+    return GroupBound(cost.ops, mapped, cheapest.total_pj, tuple((op, cheapest.row_steps) for op, _ in bound.best_steps))
 
 
 def plan_bound(graph: Graph, plan: FusionPlan, mapped: MappedPlan, acc: Accelerator) -> PlanBound:
@@ -120,5 +118,5 @@ def plan_bound(graph: Graph, plan: FusionPlan, mapped: MappedPlan, acc: Accelera
     not by `map_plan`: each fused op is blocked once per distinct band height (about 2 sqrt(H) heights)."""
     hierarchy = Hierarchy.from_accelerator(acc)
     again = mapped.objective != "dram_bytes"
-    return PlanBound(tuple(group_bound(graph, cost, group, acc, hierarchy, recompute=again)
+    return PlanBound(tuple(group_bound(graph, cost, group, acc, hierarchy, choices=again)
                            for cost, group in zip(plan.costs, mapped.groups)))

@@ -21,6 +21,7 @@ from engine.blocking.hierarchy import Hierarchy, Memory
 from engine.blocking.layer import TENSORS, Layer
 from engine.energy import op_accesses, vector_cost
 from engine.errors import GraphError
+from engine.fusion.cost import ceil_quotients
 from engine.graph import Graph, Op, OpKind
 
 SPLITS = (16, 32, 64, 128, 256)  # a band's rows may run as a multiple of one of these and the rest
@@ -178,6 +179,13 @@ def _cheapest_parts(tile: Layer, axis: str, inner: Hierarchy) -> tuple[Layer, ..
 
 def _energy_pj(counts) -> float:
     return sum(lv.energy_pj for lv in counts.levels) + counts.mac_pj
+
+
+def band_counts(height: int, fewest: int) -> dict[int, int]:
+    """{band height: the fewest bands of it} over every band count from `fewest` to one band per row of `height`
+    rows: an op's nests depend on the count r only through its band's height ceil(H / r), so one count per height
+    (about 2 sqrt(H) of them) covers every count."""
+    return {v: max(fewest, -(-height // v)) for v in ceil_quotients(height, fewest)} or {1: fewest}
 
 
 def height_of(shape: tuple[int, ...]) -> int:

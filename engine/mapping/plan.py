@@ -16,12 +16,12 @@ from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.energy import COMPONENTS, EnergyBreakdown
 from engine.errors import UnknownNameError
-from engine.fusion.cost import GroupCost
+from engine.fusion.cost import GroupCost, at_steps
 from engine.fusion.memo import Memo
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, OpKind
 from engine.mapping import alike, recompute
-from engine.mapping.nest import OpNest, fusion_level, height_of, lone_nest, tile_nest
+from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, tile_nest
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,9 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo |
     """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency.
 
     With `objective` "dram_bytes" every fused group keeps its halos in fusion's bands (fusion's DRAM bytes); with
-    "energy", "latency" or "edp" each fused group takes, of that and its recompute schedules that fit
-    (`recompute_options`), the one that lowers the plan's objective most (group by group in the plan's order: exact
-    for energy and latency, which add up over groups; one pass of coordinate descent for the product).
+    "energy", "latency" or "edp" each fused group takes, of that and its `choices` (its halos kept in more bands, or
+    recomputed in as many or fewer), the one that lowers the plan's objective most (group by group in the plan's
+    order: exact for energy and latency, which add up over groups; one pass of coordinate descent for the product).
     A group that maps as one already mapped on `acc` (`alike.key`: the same ops, shapes and schedule up to names)
     takes that mapping renamed; `mapped` keeps them by accelerator and key (plans on several accelerators may
     share one), else a `Memo` of `ALIKE` for this call.
@@ -154,10 +154,10 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo |
         score = SCORES[objective]
         energy, latency = sum(g.total_pj for g in groups), sum(g.latency_s for g in groups)
         for k, cost in enumerate(plan.costs):
-            again = (acc, "recomputed", alike.key(graph, cost))
+            again = (acc, "choices", alike.key(graph, cost))
             options = mapped.get(again)
             if options is None:
-                options = mapped.put(again, recompute_options(graph, cost, acc, hierarchy))
+                options = mapped.put(again, choices(graph, cost, acc, hierarchy))
             kept = groups[k]
             for option in options:
                 e, t = energy - kept.total_pj + option.total_pj, latency - kept.latency_s + option.latency_s
@@ -185,6 +185,24 @@ def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierar
 def recompute_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
     """The group's mappings under recompute, one per band count whose schedule fits (`recompute.fitting`)."""
     return tuple(recompute_mapping(graph, cost, acc, hierarchy, s) for s in recompute.fitting(graph, cost, acc))
+
+
+def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
+    """The fused group's mappings with its halos kept in more bands than fusion's (every such count fits: the
+    footprint never grows with the count), one per count at which some op's band height changes (`band_counts`, the
+    counts the bound ranges over; between two such counts only the streamed parameters' passes grow)."""
+    if cost.schedule != "fused" or len(cost.ops) < 2:
+        return ()
+    counts = {r for name in cost.ops for r in band_counts(height_of(graph.tensors[graph.op(name).outputs[0]].shape),
+                                                          cost.row_steps).values()}
+    return tuple(map_group(graph, at_steps(graph, cost, acc, r), acc, hierarchy)
+                 for r in sorted(counts - {cost.row_steps}))
+
+
+def choices(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
+    """What an objective other than DRAM bytes lets a group choose besides fusion's schedule: its halos kept in
+    more bands (`kept_options`) or recomputed in as many or fewer (`recompute_options`)."""
+    return (*kept_options(graph, cost, acc, hierarchy), *recompute_options(graph, cost, acc, hierarchy))
 
 
 def recompute_mapping(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy,
