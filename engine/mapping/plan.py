@@ -21,7 +21,7 @@ from engine.fusion.memo import Memo
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, OpKind
 from engine.mapping import alike, recompute
-from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, tile_nest
+from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, op_layer, tile_nest
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,14 @@ def recompute_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy
 
 def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
     """The fused group's mappings with its halos kept in more bands than fusion's (every such count fits: the
-    footprint never grows with the count), one per count at which some op's band height changes (`band_counts`, the
-    counts the bound ranges over; between two such counts only the streamed parameters' passes grow)."""
+    footprint never grows with the count), one per count at which the band height of some op with a loop nest changes
+    (`band_counts`, the counts the bound ranges over; between two such counts only the streamed parameters' passes
+    grow)."""
     if cost.schedule != "fused" or len(cost.ops) < 2:
         return ()
-    counts = {r for name in cost.ops for r in band_counts(height_of(graph.tensors[graph.op(name).outputs[0]].shape),
-                                                          cost.row_steps).values()}
+    nested = [op for op in map(graph.op, cost.ops) if op_layer(graph, op) is not None]  # the others: one pass at any count
+    counts = {r for op in nested for r in band_counts(height_of(graph.tensors[op.outputs[0]].shape),
+                                                      cost.row_steps).values()}
     return tuple(map_group(graph, at_steps(graph, cost, acc, r), acc, hierarchy)
                  for r in sorted(counts - {cost.row_steps}))
 
