@@ -139,6 +139,14 @@ def consistency() -> None:
               f"{mapped_bytes / 1e9:,.2f} | {time.perf_counter() - start:.0f} |")
 
 
+def optimus_case(network: str, preset: str, size: int | None) -> tuple[engine.Graph, engine.Accelerator, engine.FusionPlan]:
+    """The network, the preset (at `size` bytes of buffer, or its own) and optimus's plan on it."""
+    g = engine.load_network(network)
+    acc = engine.Accelerator.preset(preset)
+    acc = acc.with_buffer(size) if size else acc
+    return g, acc, engine.fuse(g, acc, method="optimus")
+
+
 BOUND_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2", "bert_base")
                  for preset, size in (("optimus", 128 * KB), ("optimus", MB), ("tpu-v4i", None))),
                ("llama3_8b_prefill", "optimus", 8 * MB))
@@ -154,10 +162,7 @@ def bounds() -> None:
           "(fusion's; the ops' best) | bound CPU s |")
     print("|---|---|---|---:|---:|---:|---|---:|")
     for network, preset, size in BOUND_CASES:
-        g = engine.load_network(network)
-        acc = engine.Accelerator.preset(preset)
-        acc = acc.with_buffer(size) if size else acc
-        plan = engine.fuse(g, acc, method="optimus")
+        g, acc, plan = optimus_case(network, preset, size)
         mapped = map_plan(g, plan, acc)
         start = time.process_time()
         bound = plan_bound(g, plan, mapped, acc)
@@ -193,10 +198,7 @@ def choices() -> None:
     from engine.mapping.plan import ALIKE
 
     for network, preset, size in CHOICE_CASES:
-        g = engine.load_network(network)
-        acc = engine.Accelerator.preset(preset)
-        acc = acc.with_buffer(size) if size else acc
-        plan = engine.fuse(g, acc, method="optimus")
+        g, acc, plan = optimus_case(network, preset, size)
         memo = Memo(ALIKE)
         kept = map_plan(g, plan, acc, mapped=memo)
         _, seconds, chosen = timed(map_plan, g, plan, acc, mapped=memo, objective="energy")
@@ -216,10 +218,7 @@ def choices() -> None:
           "| bound CPU s |")
     print("|---|---|---|---|---:|")
     for network, preset, size in GAP_CASES:
-        g = engine.load_network(network)
-        acc = engine.Accelerator.preset(preset)
-        acc = acc.with_buffer(size) if size else acc
-        plan = engine.fuse(g, acc, method="optimus")
+        g, acc, plan = optimus_case(network, preset, size)
         cells, cpu = [], []
         for objective in ("dram_bytes", "energy"):
             mapped = map_plan(g, plan, acc, objective=objective)

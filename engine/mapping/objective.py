@@ -13,19 +13,16 @@ a proven one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.errors import EngineError
 from engine.fusion import FusionPlan
-from engine.fusion.cost import Capacity, GroupCost, model_of
-from engine.fusion.memo import Memo
+from engine.fusion.cost import Capacity, model_of
 from engine.fusion.plan import build_plan, execution_order
 from engine.fusion.sized import SizedModel, of
 from engine.graph import Graph
-from engine.mapping import alike
-from engine.mapping.plan import ALIKE, OBJECTIVES, SCORES, check_objective, choices, map_group
+from engine.mapping.plan import OBJECTIVES, SCORES, check_objective, map_group
 
 __all__ = ["OBJECTIVES", "check_objective", "refine"]
 WORK = 4000  # group mappings one refinement may price
@@ -38,8 +35,8 @@ def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, 
         return plan
     start = time.perf_counter()
     at = of(model_of(graph, acc), Capacity.of(acc))
+    price = _Prices(graph, at, acc)
     score = SCORES[objective]
-    price = _Prices(graph, at, acc, score)
     position = graph.position
     order = execution_order(at.model, [sum(1 << position[name] for name in group) for group in plan.groups])
     while price.evaluated < work:
@@ -65,32 +62,21 @@ def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, 
 
 
 class _Prices:
-    """(energy pJ, latency s) of each group's best mapping by the objective (fusion's schedule or one of its
-    `choices`, as `map_plan` will choose), by mask, counting the groups priced; None where it cannot run."""
+    """(energy pJ, latency s) of each group's mapping, by mask, counting the groups priced; None where it cannot run."""
 
-    def __init__(self, graph: Graph, at: SizedModel, acc: Accelerator, score: Callable[[float, float], float]):
-        self.graph, self.at, self.acc, self.score = graph, at, acc, score
+    def __init__(self, graph: Graph, at: SizedModel, acc: Accelerator):
+        self.graph, self.at, self.acc = graph, at, acc
         self.hierarchy = Hierarchy.from_accelerator(acc)
         self.known: dict[int, tuple[float, float] | None] = {}
-        self.alike = Memo(ALIKE)  # a group's price by `alike.key`: repeated blocks weigh their options once
         self.evaluated = 0
 
     def __call__(self, mask: int) -> tuple[float, float] | None:
         if mask not in self.known:
             self.evaluated += 1
             cost = self.at.record(mask) if self.at.model.is_connected(mask) else None
-            self.known[mask] = None if cost is None else self._best(cost)
+            mapped = None if cost is None else map_group(self.graph, cost, self.acc, self.hierarchy)
+            self.known[mask] = None if mapped is None else (mapped.total_pj, mapped.latency_s)
         return self.known[mask]
-
-    def _best(self, cost: GroupCost) -> tuple[float, float]:
-        same = alike.key(self.graph, cost)
-        hit = self.alike.get(same)
-        if hit is None:
-            options = (map_group(self.graph, cost, self.acc, self.hierarchy),
-                       *choices(self.graph, cost, self.acc, self.hierarchy))
-            best = min(options, key=lambda m: self.score(m.total_pj, m.latency_s))  # ties: fusion's, the first
-            hit = self.alike.put(same, (best.total_pj, best.latency_s))
-        return hit
 
     def sure(self, mask: int) -> tuple[float, float]:
         """The price of a group of a valid plan (one that runs)."""
