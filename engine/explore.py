@@ -158,14 +158,14 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
 
     found = fuse_each(graph, acc, methods, before=lambda m: check(f"the '{m}' search"))  # one model for all methods
-    plans = {m: refine(graph, found[m], acc, objective) for m in methods}
+    from engine.fusion.memo import Memo
+    from engine.mapping.plan import ALIKE, map_plan
+
+    alike = Memo(ALIKE)  # the methods' plans share most groups' mappings and band nests (refine's too)
+    plans = {m: refine(graph, found[m], acc, objective, mapped=alike) for m in methods}
     check("the energy")
     mapped = None
     if access_model == "mapping":
-        from engine.fusion.memo import Memo
-        from engine.mapping.plan import ALIKE, map_plan
-
-        alike = Memo(ALIKE)  # the methods' plans share most groups' mappings (a lone op maps alike in every plan)
         mapped = {m: map_plan(graph, plans[m], acc, mapped=alike, objective=objective) for m in methods}
         energy = {m: mapped[m].energy for m in methods}
     else:

@@ -22,9 +22,12 @@ from engine.blocking.layer import TENSORS, Layer
 from engine.energy import op_accesses, vector_cost
 from engine.errors import GraphError
 from engine.fusion.cost import ceil_quotients
+from engine.fusion.memo import Memo
 from engine.graph import Graph, Op, OpKind
+from engine.mapping import alike
 
 SPLITS = (16, 32, 64, 128, 256)  # a band's rows may run as a multiple of one of these and the rest
+NESTS = 16384  # band nests a mapping call keeps (`nest_memo`; Llama-3-8B prefill's choice on tpu-v4i: a few thousand)
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def lone_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy) -> O
 
 def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, row_steps: int, images: int,
               channel_blocks: int = 1, weights_streamed: bool = False, *,
-              recompute: tuple[int, int] | None = None) -> OpNest:
+              recompute: tuple[int, int] | None = None, memo: Memo | None = None) -> OpNest:
     """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
 
     The group holds `rows` rows of the op's output (its band plus the halo its consumers' windows need) and
@@ -112,12 +115,38 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     the band's rows (held there) streaming past each block. Under `recompute` = (tallest band, rows computed over
     every band of one image; `recompute.schedule`), the nest is blocked for the tallest band and runs as many times
     as the rows computed fill such bands, recomputed rows included.
+
+    `memo` (one accelerator's and hierarchy's, `nest_memo`) keeps the nests by what determines them: the op up to
+    names (`alike.op_key`), its band's rows, images, channel blocks, streamed weights and recompute; an op alike
+    and a band count of the same band height take the nest made before, renamed.
     """
-    layer = op_layer(graph, op)
     out = graph.tensors[op.outputs[0]].shape
     height, batch = height_of(out), (out[0] if out else 1)
     images = min(images, batch)
     new_rows, computed = recompute or (-(-height // row_steps), height)
+    if memo is None:
+        return _tile_nest(graph, op, acc, hierarchy, rows, new_rows, computed, images, channel_blocks,
+                          weights_streamed, recompute is not None)
+    key = (alike.op_key(graph, op.name), min(rows, height), new_rows, computed, images, channel_blocks,
+           weights_streamed, recompute is not None)
+    made = memo.get(key)
+    if made is None:
+        made = memo.put(key, _tile_nest(graph, op, acc, hierarchy, rows, new_rows, computed, images,
+                                        channel_blocks, weights_streamed, recompute is not None))
+    return alike.renamed_nest(made, op.name)
+
+
+def nest_memo(mapped: Memo, acc: Accelerator, hierarchy: Hierarchy) -> Memo:
+    """The band nests kept for `acc` on `hierarchy` in a mapping call's memo `mapped` (a `Memo` of `NESTS` in it)."""
+    return mapped.get_or_make((acc, hierarchy, "nests"), lambda: Memo(NESTS))
+
+
+def _tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, new_rows: int,
+               computed: int, images: int, channel_blocks: int, weights_streamed: bool, recompute: bool) -> OpNest:
+    """`tile_nest` made: `new_rows` rows per band, `computed` rows over the bands of one image."""
+    layer = op_layer(graph, op)
+    out = graph.tensors[op.outputs[0]].shape
+    height, batch = height_of(out), (out[0] if out else 1)
     tiles = computed / new_rows * batch / images
     if layer is None:  # its rows computed again cost what its first pass costs per row
         return _vector_nest(graph, op, acc, computed / height if recompute else 1.0)

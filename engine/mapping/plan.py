@@ -21,7 +21,7 @@ from engine.fusion.memo import Memo
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, OpKind
 from engine.mapping import alike, recompute
-from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, op_layer, tile_nest
+from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, nest_memo, op_layer, tile_nest
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,13 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo |
     check_objective(objective)
     hierarchy = Hierarchy.from_accelerator(acc)
     mapped = Memo(ALIKE) if mapped is None else mapped
+    nests = nest_memo(mapped, acc, hierarchy)  # shared by the groups, their choices and the counts of one height
     groups = []
     for cost in plan.costs:
         same = (acc, alike.key(graph, cost))  # a mapping is the accelerator's: its levels, array and energies
         hit = mapped.get(same)
         if hit is None:
-            hit = mapped.put(same, map_group(graph, cost, acc, hierarchy))
+            hit = mapped.put(same, map_group(graph, cost, acc, hierarchy, nests=nests))
         groups.append(alike.renamed(hit, cost.ops))
     if objective != "dram_bytes":
         score = SCORES[objective]
@@ -157,7 +158,7 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo |
             again = (acc, "choices", alike.key(graph, cost))
             options = mapped.get(again)
             if options is None:
-                options = mapped.put(again, choices(graph, cost, acc, hierarchy))
+                options = mapped.put(again, choices(graph, cost, acc, hierarchy, nests=nests))
             kept = groups[k]
             for option in options:
                 e, t = energy - kept.total_pj + option.total_pj, latency - kept.latency_s + option.latency_s
@@ -167,27 +168,32 @@ def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo |
     return MappedPlan(plan.method, tuple(groups), _breakdown(tuple(groups), acc), objective)
 
 
-def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> GroupMapping:
-    """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile."""
+def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+              nests: Memo | None = None) -> GroupMapping:
+    """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile (`nests`:
+    the band nests made before on `acc`, `nest.nest_memo`)."""
     capacity = fusion_level(hierarchy).bounded_bytes
     image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
     rows = dict(cost.tile_rows)
     if len(cost.ops) == 1:  # the least energy of the mappings that move no more than the plan counts
-        options = _lone_options(graph, cost, acc, hierarchy, capacity, image_tiles)
+        options = _lone_options(graph, cost, acc, hierarchy, capacity, image_tiles, nests)
         within = [g for g in options if g.dram_bytes <= cost.dram_bytes] or options
         return min(within, key=lambda g: g.total_pj)
-    nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
-                            weights_streamed=streams(graph, name, cost)) for name in cost.ops)
-    return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
-                  cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *nests), hierarchy, acc)
+    made = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps,
+                           cost.batch_tile, weights_streamed=streams(graph, name, cost), memo=nests) for name in cost.ops)
+    return _group(cost, "fused", cost.row_steps, image_tiles, made, _dram_bytes(cost, made, acc),
+                  cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *made), hierarchy, acc)
 
 
-def recompute_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
+def recompute_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+                      nests: Memo | None = None) -> tuple[GroupMapping, ...]:
     """The group's mappings under recompute, one per band count whose schedule fits (`recompute.fitting`)."""
-    return tuple(recompute_mapping(graph, cost, acc, hierarchy, s) for s in recompute.fitting(graph, cost, acc))
+    return tuple(recompute_mapping(graph, cost, acc, hierarchy, s, nests=nests)
+                 for s in recompute.fitting(graph, cost, acc))
 
 
-def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
+def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+                 nests: Memo | None = None) -> tuple[GroupMapping, ...]:
     """The fused group's mappings with its halos kept in more bands than fusion's (every such count fits: the
     footprint never grows with the count), one per count at which the band height of some op with a loop nest changes
     (`band_counts`, the counts the bound ranges over; between two such counts only the streamed parameters' passes
@@ -197,18 +203,20 @@ def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hie
     nested = [op for op in map(graph.op, cost.ops) if op_layer(graph, op) is not None]  # the others: one pass at any count
     counts = {r for op in nested for r in band_counts(height_of(graph.tensors[op.outputs[0]].shape),
                                                       cost.row_steps).values()}
-    return tuple(map_group(graph, at_steps(graph, cost, acc, r), acc, hierarchy)
+    return tuple(map_group(graph, at_steps(graph, cost, acc, r), acc, hierarchy, nests=nests)
                  for r in sorted(counts - {cost.row_steps}))
 
 
-def choices(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> tuple[GroupMapping, ...]:
+def choices(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+            nests: Memo | None = None) -> tuple[GroupMapping, ...]:
     """What an objective other than DRAM bytes lets a group choose besides fusion's schedule: its halos kept in
     more bands (`kept_options`) or recomputed in as many or fewer (`recompute_options`)."""
-    return (*kept_options(graph, cost, acc, hierarchy), *recompute_options(graph, cost, acc, hierarchy))
+    return (*kept_options(graph, cost, acc, hierarchy, nests=nests),
+            *recompute_options(graph, cost, acc, hierarchy, nests=nests))
 
 
 def recompute_mapping(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy,
-                      s: recompute.RecomputeSchedule) -> GroupMapping:
+                      s: recompute.RecomputeSchedule, *, nests: Memo | None = None) -> GroupMapping:
     """The group run as the recompute schedule `s`: each op's nest blocked for its tallest band and run as often as
     its computed rows fill such bands, the group inputs' rows read from DRAM once, streamed weights once per band."""
     image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
@@ -218,11 +226,11 @@ def recompute_mapping(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy
     again = replace(cost, row_steps=s.row_steps, subgroups=s.row_steps * image_tiles, fmap_in_bytes=fin,
                     footprint_bytes=s.footprint_bytes,
                     param_bytes=once if cost.params_resident else once * s.row_steps * image_tiles)
-    nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, tallest[name], s.row_steps, cost.batch_tile,
-                            weights_streamed=streams(graph, name, cost),
-                            recompute=(tallest[name], computed[name])) for name in cost.ops)
-    group = _group(again, "fused", s.row_steps, image_tiles, nests, _dram_bytes(again, nests, acc),
-                   s.footprint_bytes, fusion_level(hierarchy).bounded_bytes, _boundary(again, hierarchy, acc, *nests),
+    made = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, tallest[name], s.row_steps, cost.batch_tile,
+                           weights_streamed=streams(graph, name, cost), recompute=(tallest[name], computed[name]),
+                           memo=nests) for name in cost.ops)
+    group = _group(again, "fused", s.row_steps, image_tiles, made, _dram_bytes(again, made, acc),
+                   s.footprint_bytes, fusion_level(hierarchy).bounded_bytes, _boundary(again, hierarchy, acc, *made),
                    hierarchy, acc)
     return replace(group, halos="recomputed")
 
@@ -245,7 +253,7 @@ def _streamed_bytes(nests: tuple[OpNest, ...], acc: Accelerator) -> int:
 
 
 def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, capacity: int,
-                  image_tiles: int) -> list[GroupMapping]:
+                  image_tiles: int, nests: Memo | None) -> list[GroupMapping]:
     """A lone op's mappings: blocked on the whole hierarchy, and in fusion's own bands with each band blocked below
     the buffer (fusion's line buffer reads each input row once, which the blocking's tiles cannot express)."""
     op = graph.op(cost.ops[0])
@@ -267,7 +275,7 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
         blocks = cost.row_steps // steps  # a matmul's blocks of output columns (a GEMM's layer-wise schedule)
         if steps * blocks == cost.row_steps and (blocks == 1 or op.kind is OpKind.MATMUL):  # no image column cuts
             banded = tile_nest(graph, op, acc, hierarchy, rows, steps, cost.batch_tile, max(blocks, cost.input_passes),
-                               streams(graph, op.name, cost))
+                               streams(graph, op.name, cost), memo=nests)
             options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,),
                                   _dram_bytes(cost, (banded,), acc), cost.footprint_bytes, capacity,
                                   _boundary(cost, hierarchy, acc, banded), hierarchy, acc))
