@@ -3,6 +3,8 @@ band height takes the nest made before, renamed, and every mapping, choice and b
 
 from __future__ import annotations
 
+import pytest
+
 import engine
 from engine.blocking.hierarchy import Hierarchy
 from engine.fusion.memo import Memo
@@ -47,3 +49,18 @@ def test_a_nest_memo_is_one_accelerators():
     assert nest_memo(mapped, other, Hierarchy.from_accelerator(other)) is not nest_memo(mapped, acc, hierarchy)
     bound = plan_bound(g, plan, engine.mapping.map_plan(g, plan, acc), acc)
     assert bound.mapped_pj >= bound.bound_pj > 0
+
+
+def test_a_bands_blocking_searched_once_at_its_own_sizes_is_as_cheap_as_the_resizable_one():
+    from engine.blocking.counts import hierarchy_counts
+    from engine.mapping.nest import below_fusion_level, op_layer
+
+    g = engine.load_network("resnet50")
+    acc = engine.Accelerator.preset("tpu-v4i")
+    inner = below_fusion_level(Hierarchy.from_accelerator(acc))
+    for name in ("conv1", "layer1.0.conv2", "layer3.0.conv1", "fc"):
+        layer = op_layer(g, g.op(name))
+        alone, reusable = hierarchy_counts(layer, inner, resized=False), hierarchy_counts(layer, inner)
+        assert sum(lv.energy_pj for lv in alone.levels) == pytest.approx(sum(lv.energy_pj for lv in reusable.levels),
+                                                                        rel=1e-12)
+        assert alone.macs == reusable.macs == layer.macs

@@ -162,7 +162,7 @@ def _tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, row
     axis = "X" if op.kind is OpKind.MATMUL else "Y"
     # streamed weights are read once per band (fusion's count): one nest, the weight block outermost at the store
     bands = (tile,) if weights_streamed else _cheapest_parts(tile, axis, inner)
-    parts = [hierarchy_counts(part, inner, op.name, weights_once=weights_streamed) for part in bands]
+    parts = [hierarchy_counts(part, inner, op.name, weights_once=weights_streamed, resized=False) for part in bands]
     levels = tuple(replace(same[0], kind="buffer" if same[0].kind == "dram" else same[0].kind,
                            reads=round(sum(lv.reads for lv in same) * tiles),
                            writes=round(sum(lv.writes for lv in same) * tiles),
@@ -203,7 +203,7 @@ def _cheapest_parts(tile: Layer, axis: str, inner: Hierarchy) -> tuple[Layer, ..
         first = rows // m * m
         if 0 < first < rows:
             options.append((replace(tile, **{axis: first}), replace(tile, **{axis: rows - first})))
-    return min(options, key=lambda parts: sum(_energy_pj(hierarchy_counts(p, inner)) for p in parts))
+    return min(options, key=lambda parts: sum(_energy_pj(hierarchy_counts(p, inner, resized=False)) for p in parts))
 
 
 def _energy_pj(counts) -> float:
