@@ -2,7 +2,9 @@
 what the mapping says of the plans (energy per component, latency, the objectives).
 
 Run: .venv/bin/python -m benchmarks.bench_mapping   (prints the markdown section of BENCHMARKS.md; `... speed`: the
-speed table alone, a minute; `... bound`: each fused group's bound over every band count and the mapping's gap)
+speed table alone, a minute; `... bound`: each fused group's bound over every band count and the mapping's gap;
+`... choices`: where keeping the halos in more bands or recomputing them changes optimus's plan under the energy
+objective, what choosing costs, and the bound's gap before and after)
 """
 
 from __future__ import annotations
@@ -137,6 +139,14 @@ def consistency() -> None:
               f"{mapped_bytes / 1e9:,.2f} | {time.perf_counter() - start:.0f} |")
 
 
+def optimus_case(network: str, preset: str, size: int | None) -> tuple[engine.Graph, engine.Accelerator, engine.FusionPlan]:
+    """The network, the preset (at `size` bytes of buffer, or its own) and optimus's plan on it."""
+    g = engine.load_network(network)
+    acc = engine.Accelerator.preset(preset)
+    acc = acc.with_buffer(size) if size else acc
+    return g, acc, engine.fuse(g, acc, method="optimus")
+
+
 BOUND_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2", "bert_base")
                  for preset, size in (("optimus", 128 * KB), ("optimus", MB), ("tpu-v4i", None))),
                ("llama3_8b_prefill", "optimus", 8 * MB))
@@ -152,10 +162,7 @@ def bounds() -> None:
           "(fusion's; the ops' best) | bound CPU s |")
     print("|---|---|---|---:|---:|---:|---|---:|")
     for network, preset, size in BOUND_CASES:
-        g = engine.load_network(network)
-        acc = engine.Accelerator.preset(preset)
-        acc = acc.with_buffer(size) if size else acc
-        plan = engine.fuse(g, acc, method="optimus")
+        g, acc, plan = optimus_case(network, preset, size)
         mapped = map_plan(g, plan, acc)
         start = time.process_time()
         bound = plan_bound(g, plan, mapped, acc)
@@ -167,5 +174,59 @@ def bounds() -> None:
               f"{'/'.join(str(r) for r in sorted({r for _, r in worst.best_steps})) or '-'} | {seconds:.2f} |")
 
 
+_CNN_SIZES = (("optimus", 128 * KB), ("optimus", 512 * KB), ("optimus", MB), ("tpu-v4i", 2 * MB), ("tpu-v4i", None))
+CHOICE_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2") for preset, size in _CNN_SIZES),
+                *(("llama3_8b_prefill", preset, size) for preset, size in (
+                    ("optimus", 2 * MB), ("optimus", 8 * MB), ("tpu-v4i", 8 * MB), ("tpu-v4i", None))))
+GAP_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_v2")
+               for preset, size in (("optimus", 128 * KB), ("optimus", MB), ("tpu-v4i", None))),
+             ("llama3_8b_prefill", "optimus", 8 * MB), ("llama3_8b_prefill", "tpu-v4i", None))
+
+
+def choices() -> None:
+    """Optimus's plan mapped with the halos kept in fusion's bands (the default) and with each fused group's choice by
+    the energy objective (`map_plan(..., objective="energy")`: its halos kept in more bands, or recomputed): groups
+    that change, MACs again, energy, latency and DRAM bytes before and after, and the CPU seconds of the choice (every
+    option of each fused group mapped; the default mappings shared)."""
+    print("\nKeep the halos in more bands or recompute them (optimus's plan; `map_plan(..., objective='energy')` "
+          "against the default, which keeps them in fusion's bands). CPU seconds: the choice alone (every option of "
+          "each fused group mapped).\n")
+    print("| network | accelerator | fused groups (in several bands) | kept in more bands | recompute (with MACs again) "
+          "| MACs again | energy mJ kept -> chosen | latency ms | DRAM MB | choice CPU s |")
+    print("|---|---|---|---|---|---:|---|---|---|---:|")
+    from engine.fusion.memo import Memo
+    from engine.mapping.plan import ALIKE
+
+    for network, preset, size in CHOICE_CASES:
+        g, acc, plan = optimus_case(network, preset, size)
+        memo = Memo(ALIKE)
+        kept = map_plan(g, plan, acc, mapped=memo)
+        _, seconds, chosen = timed(map_plan, g, plan, acc, mapped=memo, objective="energy")
+        again = [grp for grp in chosen.groups if grp.halos == "recomputed"]
+        more = [grp for grp, c in zip(chosen.groups, plan.costs)
+                if grp.schedule == "fused" and grp.halos == "kept" and grp.row_steps > c.row_steps]
+        fused = [c for c in plan.costs if len(c.ops) > 1]
+        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {len(fused)} "
+              f"({sum(c.row_steps > 1 for c in fused)}) | {len(more)} "
+              f"| {len(again)} ({sum(grp.recomputed_macs > 0 for grp in again)}) "
+              f"| {chosen.recomputed_macs:,} | {kept.energy.total_pj / 1e9:,.3f} -> {chosen.energy.total_pj / 1e9:,.3f} "
+              f"| {kept.energy.latency_s * 1e3:,.3f} -> {chosen.energy.latency_s * 1e3:,.3f} "
+              f"| {kept.dram_bytes / 1e6:,.1f} -> {chosen.dram_bytes / 1e6:,.1f} | {seconds:.2f} |")
+    print("\nThe bound before and after (`plan_bound` of the default mapping, over every band count with the halos "
+          "kept; of the energy objective's, over every option it may take). CPU seconds of each bound.\n")
+    print("| network | accelerator | default: mapped mJ, bound mJ, gap | energy objective: mapped mJ, bound mJ, gap "
+          "| bound CPU s |")
+    print("|---|---|---|---|---:|")
+    for network, preset, size in GAP_CASES:
+        g, acc, plan = optimus_case(network, preset, size)
+        cells, cpu = [], []
+        for objective in ("dram_bytes", "energy"):
+            mapped = map_plan(g, plan, acc, objective=objective)
+            _, seconds, bound = timed(plan_bound, g, plan, mapped, acc)
+            cells.append(f"{bound.mapped_pj / 1e9:,.3f}, {bound.bound_pj / 1e9:,.3f}, {bound.gap:.2%}")
+            cpu.append(f"{seconds:.2f}")
+        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {' | '.join(cells)} | {' / '.join(cpu)} |")
+
+
 if __name__ == "__main__":
-    {"speed": speed, "bound": bounds}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+    {"speed": speed, "bound": bounds, "choices": choices}.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -135,7 +135,8 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     tile loop with every op's nest below it, `engine.mapping`), by each layer's best loop blocking on its own
     (Yang et al.; "blocking", the plan's DRAM bytes), or by the PE array's dataflow blocks ("dataflow", fast).
     `objective` is what each method's plan minimises: "dram_bytes" (the searches' own answers), or "energy",
-    "latency" or "edp" of the plan's mapping (`engine.mapping.refine`, from the method's plan; "mapping" only).
+    "latency" or "edp" of the plan's mapping (`engine.mapping.refine`, from the method's plan; "mapping" only),
+    each fused group then keeping or recomputing its halos, whichever lowers it (`engine.mapping.map_plan`).
     `should_stop` is asked before each part (each method's search, the energy, the limit); once it
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
@@ -157,15 +158,15 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
 
     found = fuse_each(graph, acc, methods, before=lambda m: check(f"the '{m}' search"))  # one model for all methods
-    plans = {m: refine(graph, found[m], acc, objective) for m in methods}
+    from engine.fusion.memo import Memo
+    from engine.mapping.plan import ALIKE, map_plan
+
+    alike = Memo(ALIKE)  # the methods' plans share most groups' mappings and band nests (refine's too)
+    plans = {m: refine(graph, found[m], acc, objective, mapped=alike) for m in methods}
     check("the energy")
     mapped = None
     if access_model == "mapping":
-        from engine.fusion.memo import Memo
-        from engine.mapping.plan import ALIKE, map_plan
-
-        alike = Memo(ALIKE)  # the methods' plans share most groups' mappings (a lone op maps alike in every plan)
-        mapped = {m: map_plan(graph, plans[m], acc, mapped=alike) for m in methods}
+        mapped = {m: map_plan(graph, plans[m], acc, mapped=alike, objective=objective) for m in methods}
         energy = {m: mapped[m].energy for m in methods}
     else:
         price = blocked_energy if access_model == "blocking" else energy_breakdown

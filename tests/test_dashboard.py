@@ -1320,6 +1320,10 @@ def test_a_clicked_op_shows_its_nest_inside_its_groups_tile_loop_with_each_level
     head, nest = tab.detail.head.object, tab.detail.nest.object
     assert f"{fused.row_steps} bands" in head and f"{fused.footprint_bytes:,} of {fused.capacity_bytes:,}" in head
     assert f"for band in range({fused.row_steps}):" in nest and "# block over" in nest
+    assert "Halos kept between bands" in head  # the default objective (DRAM bytes) keeps them
+    plan = s.report.plans["optimus"]
+    bound = engine.mapping.group_bound(s.report.graph, plan.costs[mapped.groups.index(fused)], fused, s.report.acc)
+    assert f"proven least over every band count: {bound.bound_pj / 1e6:,.3f} uJ" in head
     levels = tab.detail.levels.value
     held = levels.dropna()
     assert list(held.level) == ["RF", "buffer"] and (held.held_bytes <= held.capacity_bytes).all()

@@ -233,7 +233,8 @@ def summary_html(summary: pd.DataFrame) -> str:
 
 @lru_cache(maxsize=512)
 def layer_detail_parts(rep, op_name: str) -> tuple[str, str, pd.DataFrame | None]:
-    """(heading, loop nest, per-level accesses, energy and occupancy) of one op as the shown plan maps it.
+    """(heading with its fused group's proven bound, loop nest, per-level accesses, energy and occupancy) of one op as
+    the shown plan maps it.
 
     With a mapped report the nest sits inside its group's tile loop; otherwise it is the op's best blocking alone.
     The nest is empty and the table None for ops without a convolution-like loop nest.
@@ -244,9 +245,11 @@ def layer_detail_parts(rep, op_name: str) -> tuple[str, str, pd.DataFrame | None
     # node names as code: Markdown would turn a name like "block.bn" into a link
     head = (f"### {op.name} ({op.kind.value}, {op.macs:,} MACs)\n"
             f"Folded ONNX nodes: {', '.join(f'`{n}` ({t})' for n, t in op.merged)}")
-    mapped = rep.mappings.get(shown_plan(rep).method) if rep.mappings else None
+    plan = shown_plan(rep)
+    mapped = rep.mappings.get(plan.method) if rep.mappings else None
     if mapped is not None:
-        return _mapped_detail(head, mapped, op_name, rep.acc.word_bits / 8)
+        head, nest, levels = _mapped_detail(head, mapped, op_name, rep.acc.word_bits / 8)
+        return head + _bound_text(rep, plan, mapped, op_name), nest, levels
     counts = layer_access_counts(graph, op_name, rep.acc)
     if counts is None:
         return (head + "\n\nThis op has no convolution-like loop nest to block "
@@ -263,7 +266,10 @@ def _mapped_detail(head: str, mapped, op_name: str, word_bytes: float) -> tuple[
     if group.schedule == "fused":
         head += (f"\n\nFused by {mapped.method} with {len(group.ops) - 1} other ops: {group.row_steps} bands x "
                  f"{group.image_tiles} image tiles, the buffer holding {group.footprint_bytes:,} of "
-                 f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
+                 f"{group.capacity_bytes:,} bytes; {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}. "
+                 + ("Halos kept between bands (fusion's line buffer)." if group.halos == "kept" else
+                    f"Halos recomputed in every band ({group.recomputed_macs:,} MACs again, "
+                    f"{nest.recomputed_macs:,} of them this op's)."))
     elif group.schedule == "bands":
         head += (f"\n\nAlone in its group ({mapped.method}), in fusion's {group.row_steps} row bands, each blocked "
                  f"below the buffer: {group.dram_bytes:,} DRAM bytes, bound by {group.bottleneck}.")
@@ -274,6 +280,22 @@ def _mapped_detail(head: str, mapped, op_name: str, word_bytes: float) -> tuple[
         return head + "\n\nNo convolution-like loop nest: it streams its tensors through the buffer once.", "", None
     lines = nest.lines if group.schedule == "alone" else (*group.tile_loop(), *("    " + line for line in nest.lines))
     return head, "```\n" + "\n".join(lines) + "\n```", _levels_frame(nest.levels, word_bytes)
+
+
+def _bound_text(rep, plan, mapped, op_name: str) -> str:
+    """The proven least energy of the op's fused group over every schedule its mapping may take, against the mapped
+    energy (`engine.mapping.group_bound`: fusion's band counts, and recompute's when the objective allows it)."""
+    from engine.mapping import group_bound
+
+    group = mapped.group_of(op_name)
+    if group.schedule != "fused":
+        return ""
+    cost = plan.costs[mapped.groups.index(group)]
+    b = group_bound(rep.graph, cost, group, rep.acc, choices=mapped.objective != "dram_bytes")
+    gap = b.gap_pj / b.bound_pj if b.bound_pj else 0.0
+    return (f"\n\nIts group: mapped {b.mapped_pj / 1e6:,.3f} uJ; proven least over every band count"
+            f"{' and recompute schedule' if mapped.objective != 'dram_bytes' else ''}: {b.bound_pj / 1e6:,.3f} uJ "
+            f"(gap {gap:.2%}).")
 
 
 def _levels_frame(levels, word_bytes: float) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.blocking.layer import DIMS, TENSORS, Layer
 from engine.blocking.model import Blocking, evaluate
+from engine.blocking.optimizer import block
 from engine.blocking.reuse import reusing_block
 from engine.errors import GraphError
 from engine.graph import Graph, Op, OpKind
@@ -82,15 +83,19 @@ def layer_access_counts(graph: Graph, op: Op | str, acc: Accelerator) -> OpAcces
 
 
 def hierarchy_counts(layer: Layer, hierarchy: Hierarchy, op: str = "", *,
-                     weights_once: bool = False) -> OpAccessCounts:
+                     weights_once: bool = False, resized: bool = True) -> OpAccessCounts:
     """`layer`'s least-energy blocking on `hierarchy` with its traffic per level (cached by shape and hierarchy).
 
     With `weights_once`, the least-energy blocking among those that read each weight from the top level exactly once
     (a fused group's streamed weights: the weight block outermost at the top, the band's rows inside it).
+    With `resized` False the blocking is searched on `hierarchy` alone (`block`), not kept for other sizes of its
+    levels as well (`reusing_block`, which searches those too): a band's levels below the fusion level keep their
+    sizes when the buffer changes.
     """
     shape = Layer(**{d: getattr(layer, d) for d in DIMS}, stride=layer.stride, dilation=layer.dilation,
                   groups=layer.groups, has_weights=layer.has_weights, pad=layer.pad)
-    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy, weights_once and layer.has_weights))
+    return OpAccessCounts(op or layer.name, layer, *_counts(shape, hierarchy, weights_once and layer.has_weights,
+                                                             resized))
 
 
 def once_penalty_pj(layer: Layer, hierarchy: Hierarchy) -> float:
@@ -111,7 +116,7 @@ def _weights_dearer(hierarchy: Hierarchy, pj: float) -> Hierarchy:
     return replace(hierarchy, levels=(*hierarchy.levels[:-1], replace(top, energy_pj=(i, w + pj, o))))
 
 
-def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
+def _weights_read_once(layer: Layer, hierarchy: Hierarchy, search):
     """The least-energy blocking that reads each weight once from the top: searched with `once_penalty_pj` on every
     weight word read there, raised until the blocking found reads no weight twice; with its hierarchy (the level order
     it was found on, at the true energies) and its cost."""
@@ -119,7 +124,7 @@ def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
     weights = layer.groups * layer.footprint("W", layer.dims)
     penalty = once_penalty_pj(layer, hierarchy)
     while True:
-        best = reusing_block(layer, _weights_dearer(hierarchy, penalty))
+        best = search(layer, _weights_dearer(hierarchy, penalty))
         searched = replace(best.hierarchy, levels=(*best.hierarchy.levels[:-1], top))
         cost = evaluate(layer, searched, best.blocking)
         if sum(a.reads for a in cost.accesses if a.level == top.name and a.tensor == "W") <= weights or penalty > 1e15:
@@ -128,14 +133,15 @@ def _weights_read_once(layer: Layer, hierarchy: Hierarchy):
 
 
 @lru_cache(maxsize=4096)
-def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False):
+def _counts(layer: Layer, hierarchy: Hierarchy, weights_once: bool = False, resized: bool = True):
+    search = reusing_block if resized else block
     rf_skipped = not fits_one(layer, hierarchy)
     if rf_skipped:
         hierarchy = hierarchy.keep([m.name for m in hierarchy.on_chip[1:]])
     if weights_once:  # the search sees the penalty; the counts are priced at the true energies
-        best, hierarchy, cost = _weights_read_once(layer, hierarchy)
+        best, hierarchy, cost = _weights_read_once(layer, hierarchy, search)
     else:
-        best = reusing_block(layer, hierarchy)
+        best = search(layer, hierarchy)
         hierarchy, cost = best.hierarchy, best.cost
     rows = []
     for l, mem in enumerate(hierarchy.levels):

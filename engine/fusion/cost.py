@@ -527,6 +527,26 @@ def group_cost(graph: Graph, ops, acc: Accelerator, *, reloads: str = "tile") ->
     return record(model, mask, cap, compute_schedule(model, mask, cap))
 
 
+def at_steps(graph: Graph, cost: GroupCost, acc: Accelerator, row_steps: int) -> GroupCost:
+    """The fused group of `cost` (scheduled on `acc`) run in `row_steps` row steps instead of its own, with the same
+    batch tile and parameter residency: Eq. 3's traffic (feature maps once, streamed parameters once per sub-group)
+    and Eq. 4's footprint and tile rows at that count. More steps than fusion's always fit (the footprint never grows
+    with the steps); the mapping prices them where an objective other than DRAM bytes may prefer them."""
+    if cost.schedule != "fused" or row_steps < 1:
+        raise EngineError(f"at_steps needs a fused group and at least one row step, not {cost.schedule!r} group "
+                          f"{list(cost.ops)} at {row_steps} steps")
+    model, cap = model_of(graph, acc), Capacity.of(acc)
+    mask, chunked = model.mask_of(cost.ops), model.mask_of(cost.isoa)
+    p_elems = model.io(mask)[2]
+    pbytes = _bytes(p_elems, model.word_bits)
+    par = pbytes if cost.params_resident else pbytes * row_steps * image_tiles(model, cap, cost.batch_tile)
+    on_chip = (model.footprint(mask, row_steps) * (1 if cap.per_band else cost.batch_tile)
+               + (p_elems if cost.params_resident and cap.shared else 0))
+    best = _Schedule(cost.fmap_in_bytes, cost.fmap_out_bytes, par, "fused", on_chip, cost.params_resident, row_steps,
+                     cost.batch_tile)
+    return _assemble(model, mask, cap, best, model.rows(mask, row_steps)[0], chunked, cost.path)
+
+
 def oracle_bytes(graph: Graph, acc: Accelerator) -> int:
     """The paper's Oracle: every weight and every network input and output crosses the chip boundary once (of an
     embedding table, the rows its Gather looks up: `Graph.weight_reads`)."""

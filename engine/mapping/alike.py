@@ -9,6 +9,7 @@ identical Convs of a long chain are mapped once each (`plan.map_plan` keeps them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from engine.fusion.cost import GroupCost
@@ -17,20 +18,8 @@ from engine.graph import Graph
 
 def key(graph: Graph, cost: GroupCost) -> tuple:
     """What mapping the group `cost` reads, its names replaced by their order of first appearance."""
-    index: dict[str, int] = {}
-
-    def at(name: str) -> int:
-        return index.setdefault(name, len(index))
-
-    reads = graph.weight_reads
-    ops = []
-    for name in cost.ops:
-        op = graph.op(name)
-        ops.append((at(name), op.kind, op.source_type, op.kernel, op.stride, op.padding, op.dilation, op.groups,
-                    op.macs, tuple(kind for _, kind in op.merged),
-                    tuple((at(t), graph.tensors[t].shape) for t in op.inputs),
-                    tuple((at(t), graph.tensors[t].shape) for t in op.outputs),
-                    tuple((at(w), graph.tensors[w].shape, reads[w]) for w in op.weights)))
+    at = _first_seen()
+    ops = [op_key(graph, name, at) for name in cost.ops]
     named = (tuple(at(t) for t in cost.inputs), tuple(at(t) for t in cost.outputs),
              tuple((at(op), rows) for op, rows in cost.tile_rows), tuple(at(op) for op in cost.isoa),
              tuple(at(t) for t in cost.streamed), tuple((at(op), keys) for op, keys in cost.key_tiles))
@@ -39,11 +28,36 @@ def key(graph: Graph, cost: GroupCost) -> tuple:
             cost.subgroups, cost.input_passes)
 
 
+def op_key(graph: Graph, name: str, at: Callable[[str], int] | None = None) -> tuple:
+    """What the mapping reads of the op `name` (kind, loop attributes, tensor shapes, weights), its own and its
+    tensors' names replaced by `at` (by default their order of first appearance in this op)."""
+    at = at or _first_seen()
+    op, reads = graph.op(name), graph.weight_reads
+    return (at(name), op.kind, op.source_type, op.kernel, op.stride, op.padding, op.dilation, op.groups,
+            op.macs, tuple(kind for _, kind in op.merged),
+            tuple((at(t), graph.tensors[t].shape) for t in op.inputs),
+            tuple((at(t), graph.tensors[t].shape) for t in op.outputs),
+            tuple((at(w), graph.tensors[w].shape, reads[w]) for w in op.weights))
+
+
+def _first_seen() -> Callable[[str], int]:
+    """Names to the order of their first appearance (0, 1, ...), by calls in that order."""
+    index: dict[str, int] = {}
+    return lambda name: index.setdefault(name, len(index))
+
+
+def renamed_nest(nest, name: str):
+    """`nest` (an `OpNest`) of an op with equal `op_key`, given the name `name` in place of its own."""
+    if nest.op == name:
+        return nest
+    layer = nest.layer if nest.layer is None or nest.layer.name != nest.op else replace(nest.layer, name=name)
+    return replace(nest, op=name, layer=layer)
+
+
 def renamed(mapping, ops: tuple[str, ...]):
     """`mapping` (a `GroupMapping`) of a group with equal `key`, given the ops `ops` in place of its own."""
     if mapping.ops == ops:
         return mapping
     names = dict(zip(mapping.ops, ops))
-    nests = tuple(replace(n, op=names[n.op], layer=n.layer if n.layer is None or n.layer.name != n.op
-                          else replace(n.layer, name=names[n.op])) for n in mapping.nests)
+    nests = tuple(renamed_nest(n, names[n.op]) for n in mapping.nests)
     return replace(mapping, ops=ops, nests=nests)

@@ -21,9 +21,13 @@ from engine.blocking.hierarchy import Hierarchy, Memory
 from engine.blocking.layer import TENSORS, Layer
 from engine.energy import op_accesses, vector_cost
 from engine.errors import GraphError
+from engine.fusion.cost import ceil_quotients
+from engine.fusion.memo import Memo
 from engine.graph import Graph, Op, OpKind
+from engine.mapping import alike
 
 SPLITS = (16, 32, 64, 128, 256)  # a band's rows may run as a multiple of one of these and the rest
+NESTS = 16384  # band nests a mapping call keeps (`nest_memo`; Llama-3-8B prefill's choice on tpu-v4i: a few thousand)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ def lone_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy) -> O
 
 
 def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, row_steps: int, images: int,
-              channel_blocks: int = 1, weights_streamed: bool = False) -> OpNest:
+              channel_blocks: int = 1, weights_streamed: bool = False, *,
+              recompute: tuple[int, int] | None = None, memo: Memo | None = None) -> OpNest:
     """`op`'s share of one band of its fused group, blocked below the fusion level, times the bands the group runs.
 
     The group holds `rows` rows of the op's output (its band plus the halo its consumers' windows need) and
@@ -107,16 +112,44 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     its output channels in `channel_blocks` blocks per band (the buffer holds one block of them). With
     `weights_streamed` the weights pass by from DRAM (a "DRAM" level of the nest's own), each read once per band as
     fusion counts them: the least-energy nest of those whose weight block is outermost at the fusion level, with
-    the band's rows (held there) streaming past each block.
+    the band's rows (held there) streaming past each block. Under `recompute` = (tallest band, rows computed over
+    every band of one image; `recompute.schedule`), the nest is blocked for the tallest band and runs as many times
+    as the rows computed fill such bands, recomputed rows included.
+
+    `memo` (one accelerator's and hierarchy's, `nest_memo`) keeps the nests by what determines them: the op up to
+    names (`alike.op_key`), its band's rows, images, channel blocks, streamed weights and recompute; an op alike
+    and a band count of the same band height take the nest made before, renamed.
     """
-    layer = op_layer(graph, op)
     out = graph.tensors[op.outputs[0]].shape
     height, batch = height_of(out), (out[0] if out else 1)
     images = min(images, batch)
-    new_rows = -(-height // row_steps)
-    tiles = height / new_rows * batch / images
-    if layer is None:
-        return _vector_nest(graph, op, acc)
+    new_rows, computed = recompute or (-(-height // row_steps), height)
+    if memo is None:
+        return _tile_nest(graph, op, acc, hierarchy, rows, new_rows, computed, images, channel_blocks,
+                          weights_streamed, recompute is not None)
+    key = (alike.op_key(graph, op.name), min(rows, height), new_rows, computed, images, channel_blocks,
+           weights_streamed, recompute is not None)
+    made = memo.get(key)
+    if made is None:
+        made = memo.put(key, _tile_nest(graph, op, acc, hierarchy, rows, new_rows, computed, images,
+                                        channel_blocks, weights_streamed, recompute is not None))
+    return alike.renamed_nest(made, op.name)
+
+
+def nest_memo(mapped: Memo, acc: Accelerator, hierarchy: Hierarchy) -> Memo:
+    """The band nests kept for `acc` on `hierarchy` in a mapping call's memo `mapped` (a `Memo` of `NESTS` in it)."""
+    return mapped.get_or_make((acc, hierarchy, "nests"), lambda: Memo(NESTS))
+
+
+def _tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows: int, new_rows: int,
+               computed: int, images: int, channel_blocks: int, weights_streamed: bool, recompute: bool) -> OpNest:
+    """`tile_nest` made: `new_rows` rows per band, `computed` rows over the bands of one image."""
+    layer = op_layer(graph, op)
+    out = graph.tensors[op.outputs[0]].shape
+    height, batch = height_of(out), (out[0] if out else 1)
+    tiles = computed / new_rows * batch / images
+    if layer is None:  # its rows computed again cost what its first pass costs per row
+        return _vector_nest(graph, op, acc, computed / height if recompute else 1.0)
     inner = below_fusion_level(hierarchy, weights_streamed=weights_streamed)
     tile = _tile_layer(layer, op.kind, new_rows, height, images, batch)
     if tile is None:  # the op's loops do not follow the group's rows: it runs whole once per group
@@ -129,7 +162,7 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
     axis = "X" if op.kind is OpKind.MATMUL else "Y"
     # streamed weights are read once per band (fusion's count): one nest, the weight block outermost at the store
     bands = (tile,) if weights_streamed else _cheapest_parts(tile, axis, inner)
-    parts = [hierarchy_counts(part, inner, op.name, weights_once=weights_streamed) for part in bands]
+    parts = [hierarchy_counts(part, inner, op.name, weights_once=weights_streamed, resized=False) for part in bands]
     levels = tuple(replace(same[0], kind="buffer" if same[0].kind == "dram" else same[0].kind,
                            reads=round(sum(lv.reads for lv in same) * tiles),
                            writes=round(sum(lv.writes for lv in same) * tiles),
@@ -139,8 +172,9 @@ def tile_nest(graph: Graph, op: Op, acc: Accelerator, hierarchy: Hierarchy, rows
                    for same in zip(*(c.levels for c in parts)))
     if weights_streamed:
         levels = _weights_from_dram(levels, hierarchy.levels[-1])
-    lines = [f"# {tiles:g} runs of this band: {new_rows} new of {height} rows ({min(rows, height)} held), "
-             f"{images} of {batch} images"]
+    rows_line = (f"{new_rows} of {height} rows, {computed - height} computed again over the bands" if recompute
+                 else f"{new_rows} new of {height} rows ({min(rows, height)} held)")
+    lines = [f"# {tiles:g} runs of this band: {rows_line}, {images} of {batch} images"]
     for c in parts:
         if len(parts) > 1:
             lines.append(f"# {getattr(c.layer, axis)} of the band's rows:")
@@ -169,11 +203,18 @@ def _cheapest_parts(tile: Layer, axis: str, inner: Hierarchy) -> tuple[Layer, ..
         first = rows // m * m
         if 0 < first < rows:
             options.append((replace(tile, **{axis: first}), replace(tile, **{axis: rows - first})))
-    return min(options, key=lambda parts: sum(_energy_pj(hierarchy_counts(p, inner)) for p in parts))
+    return min(options, key=lambda parts: sum(_energy_pj(hierarchy_counts(p, inner, resized=False)) for p in parts))
 
 
 def _energy_pj(counts) -> float:
     return sum(lv.energy_pj for lv in counts.levels) + counts.mac_pj
+
+
+def band_counts(height: int, fewest: int) -> dict[int, int]:
+    """{band height: the fewest bands of it} over every band count from `fewest` to one band per row of `height`
+    rows: an op's nests depend on the count r only through its band's height ceil(H / r), so one count per height
+    (about 2 sqrt(H) of them) covers every count."""
+    return {v: max(fewest, -(-height // v)) for v in ceil_quotients(height, fewest)} or {1: fewest}
 
 
 def height_of(shape: tuple[int, ...]) -> int:
@@ -220,17 +261,19 @@ def _from_store(name: str, tile: Layer, tiles: float, hierarchy: Hierarchy) -> O
                   ("# the MACs read and update the fusion level directly (no inner level holds one element)",))
 
 
-def _vector_nest(graph: Graph, op: Op, acc: Accelerator) -> OpNest:
+def _vector_nest(graph: Graph, op: Op, acc: Accelerator, passes: float = 1.0) -> OpNest:
     """An op without a loop nest: one pass over its inputs and outputs in the buffer (the dataflow model's counts),
-    its work on the vector unit (`engine.energy.vector_cost`; a convolution by a computed kernel on the array)."""
+    its work on the vector unit (`engine.energy.vector_cost`; a convolution by a computed kernel on the array).
+    `passes` > 1 where a recompute schedule computes rows again (rows computed / rows): every count scales with it."""
     a = op_accesses(graph, op, acc)
-    levels = (LevelCount("buffer", a.buffer, 0, a.buffer * acc.energy_pj("buffer"), "buffer"),
-              LevelCount("array", a.array, 0, a.array * acc.energy_pj("array"), "array"),
-              LevelCount("RF", a.rf, 0, a.rf * acc.energy_pj("rf"), "rf"))
+    levels = tuple(LevelCount(name, round(words * passes), 0, words * passes * acc.energy_pj(kind), kind)
+                   for name, words, kind in (("buffer", a.buffer, "buffer"), ("array", a.array, "array"),
+                                             ("RF", a.rf, "rf")))
     if op.macs and op.kind is not OpKind.POOL:
         work, pj, cycles, unit = a.mac, a.mac * acc.energy_pj("mac"), a.cycles, "the PE array"
     else:
         vector = vector_cost(graph, op, acc)
         work, pj, cycles, unit = vector.operations, vector.energy_pj, vector.cycles, "the vector unit"
-    return OpNest(op.name, None, 1.0, levels, work, work, pj, cycles,
-                  (f"# {op.kind.value}: one pass over its tensors in the buffer, its work on {unit}",))
+    again = f", {passes:g} times its rows (some computed again)" if passes != 1 else ""
+    return OpNest(op.name, None, passes, levels, round(work * passes), work, pj * passes, math.ceil(cycles * passes),
+                  (f"# {op.kind.value}: one pass over its tensors in the buffer{again}, its work on {unit}",))

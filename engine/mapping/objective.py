@@ -13,38 +13,34 @@ a proven one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
-from engine.errors import EngineError, UnknownNameError
+from engine.errors import EngineError
 from engine.fusion import FusionPlan
 from engine.fusion.cost import Capacity, model_of
+from engine.fusion.memo import Memo
 from engine.fusion.plan import build_plan, execution_order
 from engine.fusion.sized import SizedModel, of
 from engine.graph import Graph
-from engine.mapping.plan import map_group
+from engine.mapping.nest import nest_memo
+from engine.mapping.plan import OBJECTIVES, SCORES, check_objective, map_group
 
-OBJECTIVES = ("dram_bytes", "energy", "latency", "edp")
+__all__ = ["OBJECTIVES", "check_objective", "refine"]
 WORK = 4000  # group mappings one refinement may price
 
 
-def check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise UnknownNameError("objective", str(objective), OBJECTIVES)
-    return objective
-
-
-def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, work: int = WORK) -> FusionPlan:
-    """`plan` (found on `acc`) moved group by group to a local optimum of `objective` (see the module docstring)."""
+def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, work: int = WORK,
+           mapped: Memo | None = None) -> FusionPlan:
+    """`plan` (found on `acc`) moved group by group to a local optimum of `objective` (see the module docstring);
+    `mapped` (as `map_plan`'s) keeps the band nests of the groups priced for later calls on `acc`."""
     check_objective(objective)
     if objective == "dram_bytes":
         return plan
     start = time.perf_counter()
     at = of(model_of(graph, acc), Capacity.of(acc))
-    price = _Prices(graph, at, acc)
-    score: Callable[[float, float], float] = {"energy": lambda e, t: e, "latency": lambda e, t: t,
-                                              "edp": lambda e, t: e * t}[objective]
+    price = _Prices(graph, at, acc, mapped or Memo(1))
+    score = SCORES[objective]
     position = graph.position
     order = execution_order(at.model, [sum(1 << position[name] for name in group) for group in plan.groups])
     while price.evaluated < work:
@@ -72,9 +68,10 @@ def refine(graph: Graph, plan: FusionPlan, acc: Accelerator, objective: str, *, 
 class _Prices:
     """(energy pJ, latency s) of each group's mapping, by mask, counting the groups priced; None where it cannot run."""
 
-    def __init__(self, graph: Graph, at: SizedModel, acc: Accelerator):
+    def __init__(self, graph: Graph, at: SizedModel, acc: Accelerator, mapped: Memo):
         self.graph, self.at, self.acc = graph, at, acc
         self.hierarchy = Hierarchy.from_accelerator(acc)
+        self.nests = nest_memo(mapped, acc, self.hierarchy)  # band nests of the groups priced: most ops recur in many
         self.known: dict[int, tuple[float, float] | None] = {}
         self.evaluated = 0
 
@@ -82,7 +79,7 @@ class _Prices:
         if mask not in self.known:
             self.evaluated += 1
             cost = self.at.record(mask) if self.at.model.is_connected(mask) else None
-            mapped = None if cost is None else map_group(self.graph, cost, self.acc, self.hierarchy)
+            mapped = None if cost is None else map_group(self.graph, cost, self.acc, self.hierarchy, nests=self.nests)
             self.known[mask] = None if mapped is None else (mapped.total_pj, mapped.latency_s)
         return self.known[mask]
 

@@ -9,17 +9,19 @@ and for those written into it from below); latency per group is the larger of it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from engine.accelerator import Accelerator
 from engine.blocking.hierarchy import Hierarchy
 from engine.energy import COMPONENTS, EnergyBreakdown
-from engine.fusion.cost import GroupCost
+from engine.errors import UnknownNameError
+from engine.fusion.cost import GroupCost, at_steps
 from engine.fusion.memo import Memo
 from engine.fusion.plan import FusionPlan
 from engine.graph import Graph, OpKind
-from engine.mapping import alike
-from engine.mapping.nest import OpNest, fusion_level, height_of, lone_nest, tile_nest
+from engine.mapping import alike, recompute
+from engine.mapping.nest import OpNest, band_counts, fusion_level, height_of, lone_nest, nest_memo, op_layer, tile_nest
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class GroupMapping:
     `level_s` is each on-chip level's transfer time (its reads and writes at its read and write bandwidth, separate
     ports: the larger of the two), for the levels whose bandwidth is given; `bottleneck` names what bounds its
     latency: "compute", "DRAM" or such a level (a roofline per level, as AccelForge's FFM models it).
+    `halos` says whether the bands keep the rows the next band's windows need or recompute them (LoopTree's choice,
+    `engine.mapping.recompute`); `recomputed_macs` counts the MACs run again.
     """
 
     ops: tuple[str, ...]
@@ -46,6 +50,7 @@ class GroupMapping:
     compute_s: float
     memory_s: float
     level_s: tuple[tuple[str, float], ...] = ()  # (on-chip level, transfer seconds), innermost first
+    halos: str = "kept"  # a fused group's: "kept" (fusion's line buffer) or "recomputed" (`recompute.schedule`)
 
     @property
     def bounds_s(self) -> tuple[tuple[str, float], ...]:
@@ -64,6 +69,10 @@ class GroupMapping:
     def total_pj(self) -> float:
         return sum(pj for _, pj in self.energy_pj)
 
+    @property
+    def recomputed_macs(self) -> int:
+        return sum(n.recomputed_macs for n in self.nests)
+
     def nest(self, op: str) -> OpNest:
         return next(n for n in self.nests if n.op == op)
 
@@ -74,9 +83,11 @@ class GroupMapping:
         streamed = [n.op for n in self.nests if any(lv.kind == "dram" for lv in n.levels)]
         passing = (f"    # weights of {', '.join(streamed)} pass by from DRAM, each read once per band: in each nest "
                    "the weight block is outermost and the band's rows stream past it",) if streamed else ()
+        halos = ((f"    # recompute: no row outlives its band (halos computed again), an op's rows dropped once read; "
+                  f"{self.recomputed_macs:,} MACs run again",) if self.halos == "recomputed" else ())
         return (f"for image_tile in range({self.image_tiles}):", f"  for band in range({self.row_steps}):",
                 f"    # the fusion level holds {self.footprint_bytes:,} of {self.capacity_bytes:,} bytes: "
-                "the band's inputs, intermediates and outputs", *passing,
+                "the band's inputs, intermediates and outputs", *halos, *passing,
                 *(f"    run {n.op}" for n in self.nests))
 
 
@@ -87,6 +98,7 @@ class MappedPlan:
     method: str
     groups: tuple[GroupMapping, ...]
     energy: EnergyBreakdown
+    objective: str = "dram_bytes"  # what chose between kept and recomputed halos (`map_plan`)
 
     @property
     def dram_bytes(self) -> int:
@@ -105,40 +117,122 @@ class MappedPlan:
 
 
 ALIKE = 4096  # mappings `map_plan` keeps by `alike.key` (distinct groups: a few hundred in the largest zoo network)
+OBJECTIVES = ("dram_bytes", "energy", "latency", "edp")
+SCORES: dict[str, Callable[[float, float], float]] = {"energy": lambda e, t: e, "latency": lambda e, t: t,
+                                                      "edp": lambda e, t: e * t}  # (plan pJ, plan s) -> objective
 
 
-def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo | None = None) -> MappedPlan:
+def check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise UnknownNameError("objective", str(objective), OBJECTIVES)
+    return objective
+
+
+def map_plan(graph: Graph, plan: FusionPlan, acc: Accelerator, *, mapped: Memo | None = None,
+             objective: str = "dram_bytes") -> MappedPlan:
     """Map every group of `plan` on `acc` (see the module docstring), and total its energy and latency.
 
+    With `objective` "dram_bytes" every fused group keeps its halos in fusion's bands (fusion's DRAM bytes); with
+    "energy", "latency" or "edp" each fused group takes, of that and its `choices` (its halos kept in more bands, or
+    recomputed in as many or fewer), the one that lowers the plan's objective most (group by group in the plan's
+    order: exact for energy and latency, which add up over groups; one pass of coordinate descent for the product).
     A group that maps as one already mapped on `acc` (`alike.key`: the same ops, shapes and schedule up to names)
     takes that mapping renamed; `mapped` keeps them by accelerator and key (plans on several accelerators may
     share one), else a `Memo` of `ALIKE` for this call.
     """
+    check_objective(objective)
     hierarchy = Hierarchy.from_accelerator(acc)
     mapped = Memo(ALIKE) if mapped is None else mapped
+    nests = nest_memo(mapped, acc, hierarchy)  # shared by the groups, their choices and the counts of one height
     groups = []
     for cost in plan.costs:
         same = (acc, alike.key(graph, cost))  # a mapping is the accelerator's: its levels, array and energies
         hit = mapped.get(same)
         if hit is None:
-            hit = mapped.put(same, map_group(graph, cost, acc, hierarchy))
+            hit = mapped.put(same, map_group(graph, cost, acc, hierarchy, nests=nests))
         groups.append(alike.renamed(hit, cost.ops))
-    return MappedPlan(plan.method, tuple(groups), _breakdown(tuple(groups), acc))
+    if objective != "dram_bytes":
+        score = SCORES[objective]
+        energy, latency = sum(g.total_pj for g in groups), sum(g.latency_s for g in groups)
+        for k, cost in enumerate(plan.costs):
+            again = (acc, "choices", alike.key(graph, cost))
+            options = mapped.get(again)
+            if options is None:
+                options = mapped.put(again, choices(graph, cost, acc, hierarchy, nests=nests))
+            kept = groups[k]
+            for option in options:
+                e, t = energy - kept.total_pj + option.total_pj, latency - kept.latency_s + option.latency_s
+                if score(e, t) < score(energy, latency) * (1 - 1e-9):
+                    groups[k], energy, latency = alike.renamed(option, cost.ops), e, t
+                    kept = groups[k]
+    return MappedPlan(plan.method, tuple(groups), _breakdown(tuple(groups), acc), objective)
 
 
-def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy) -> GroupMapping:
-    """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile."""
+def map_group(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+              nests: Memo | None = None) -> GroupMapping:
+    """One group's mapping: a lone op blocked whole, or fusion's tile loop with each op's nest inside a tile (`nests`:
+    the band nests made before on `acc`, `nest.nest_memo`)."""
     capacity = fusion_level(hierarchy).bounded_bytes
     image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
     rows = dict(cost.tile_rows)
     if len(cost.ops) == 1:  # the least energy of the mappings that move no more than the plan counts
-        options = _lone_options(graph, cost, acc, hierarchy, capacity, image_tiles)
+        options = _lone_options(graph, cost, acc, hierarchy, capacity, image_tiles, nests)
         within = [g for g in options if g.dram_bytes <= cost.dram_bytes] or options
         return min(within, key=lambda g: g.total_pj)
-    nests = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps, cost.batch_tile,
-                            weights_streamed=streams(graph, name, cost)) for name in cost.ops)
-    return _group(cost, "fused", cost.row_steps, image_tiles, nests, _dram_bytes(cost, nests, acc),
-                  cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *nests), hierarchy, acc)
+    made = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, rows.get(name, 1 << 62), cost.row_steps,
+                           cost.batch_tile, weights_streamed=streams(graph, name, cost), memo=nests) for name in cost.ops)
+    return _group(cost, "fused", cost.row_steps, image_tiles, made, _dram_bytes(cost, made, acc),
+                  cost.footprint_bytes, capacity, _boundary(cost, hierarchy, acc, *made), hierarchy, acc)
+
+
+def recompute_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+                      nests: Memo | None = None) -> tuple[GroupMapping, ...]:
+    """The group's mappings under recompute, one per band count whose schedule fits (`recompute.fitting`)."""
+    return tuple(recompute_mapping(graph, cost, acc, hierarchy, s, nests=nests)
+                 for s in recompute.fitting(graph, cost, acc))
+
+
+def kept_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+                 nests: Memo | None = None) -> tuple[GroupMapping, ...]:
+    """The fused group's mappings with its halos kept in more bands than fusion's (every such count fits: the
+    footprint never grows with the count), one per count at which the band height of some op with a loop nest changes
+    (`band_counts`, the counts the bound ranges over; between two such counts only the streamed parameters' passes
+    grow)."""
+    if cost.schedule != "fused" or len(cost.ops) < 2:
+        return ()
+    nested = [op for op in map(graph.op, cost.ops) if op_layer(graph, op) is not None]  # the others: one pass at any count
+    counts = {r for op in nested for r in band_counts(height_of(graph.tensors[op.outputs[0]].shape),
+                                                      cost.row_steps).values()}
+    return tuple(map_group(graph, at_steps(graph, cost, acc, r), acc, hierarchy, nests=nests)
+                 for r in sorted(counts - {cost.row_steps}))
+
+
+def choices(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, *,
+            nests: Memo | None = None) -> tuple[GroupMapping, ...]:
+    """What an objective other than DRAM bytes lets a group choose besides fusion's schedule: its halos kept in
+    more bands (`kept_options`) or recomputed in as many or fewer (`recompute_options`)."""
+    return (*kept_options(graph, cost, acc, hierarchy, nests=nests),
+            *recompute_options(graph, cost, acc, hierarchy, nests=nests))
+
+
+def recompute_mapping(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy,
+                      s: recompute.RecomputeSchedule, *, nests: Memo | None = None) -> GroupMapping:
+    """The group run as the recompute schedule `s`: each op's nest blocked for its tallest band and run as often as
+    its computed rows fill such bands, the group inputs' rows read from DRAM once, streamed weights once per band."""
+    image_tiles = max(1, cost.subgroups // max(1, cost.row_steps))
+    once = cost.param_bytes if cost.params_resident else cost.param_bytes // max(1, cost.subgroups)
+    computed, tallest = dict(s.computed), dict(s.band_rows)
+    fin = sum(round(graph.tensors[t].nbytes(acc.word_bits) * rows / height) for t, rows, height in s.input_rows)
+    again = replace(cost, row_steps=s.row_steps, subgroups=s.row_steps * image_tiles, fmap_in_bytes=fin,
+                    footprint_bytes=s.footprint_bytes,
+                    param_bytes=once if cost.params_resident else once * s.row_steps * image_tiles)
+    made = tuple(tile_nest(graph, graph.op(name), acc, hierarchy, tallest[name], s.row_steps, cost.batch_tile,
+                           weights_streamed=streams(graph, name, cost), recompute=(tallest[name], computed[name]),
+                           memo=nests) for name in cost.ops)
+    group = _group(again, "fused", s.row_steps, image_tiles, made, _dram_bytes(again, made, acc),
+                   s.footprint_bytes, fusion_level(hierarchy).bounded_bytes, _boundary(again, hierarchy, acc, *made),
+                   hierarchy, acc)
+    return replace(group, halos="recomputed")
 
 
 def streams(graph: Graph, name: str, cost: GroupCost) -> bool:
@@ -159,7 +253,7 @@ def _streamed_bytes(nests: tuple[OpNest, ...], acc: Accelerator) -> int:
 
 
 def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hierarchy, capacity: int,
-                  image_tiles: int) -> list[GroupMapping]:
+                  image_tiles: int, nests: Memo | None) -> list[GroupMapping]:
     """A lone op's mappings: blocked on the whole hierarchy, and in fusion's own bands with each band blocked below
     the buffer (fusion's line buffer reads each input row once, which the blocking's tiles cannot express)."""
     op = graph.op(cost.ops[0])
@@ -181,7 +275,7 @@ def _lone_options(graph: Graph, cost: GroupCost, acc: Accelerator, hierarchy: Hi
         blocks = cost.row_steps // steps  # a matmul's blocks of output columns (a GEMM's layer-wise schedule)
         if steps * blocks == cost.row_steps and (blocks == 1 or op.kind is OpKind.MATMUL):  # no image column cuts
             banded = tile_nest(graph, op, acc, hierarchy, rows, steps, cost.batch_tile, max(blocks, cost.input_passes),
-                               streams(graph, op.name, cost))
+                               streams(graph, op.name, cost), memo=nests)
             options.append(_group(cost, "bands", cost.row_steps, image_tiles, (banded,),
                                   _dram_bytes(cost, (banded,), acc), cost.footprint_bytes, capacity,
                                   _boundary(cost, hierarchy, acc, banded), hierarchy, acc))
