@@ -123,6 +123,7 @@ SCORES: dict[str, Callable[[float, float], float]] = {"energy": lambda e, t: e, 
 
 
 def check_objective(objective: str) -> str:
+    """`objective` if it is one of `OBJECTIVES`, else an error that lists them."""
     if objective not in OBJECTIVES:
         raise UnknownNameError("objective", str(objective), OBJECTIVES)
     return objective
