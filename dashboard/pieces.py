@@ -55,10 +55,9 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
         finally:
             done.set_result(None)
 
-    try:
-        doc.add_next_tick_callback(locked)
-    except AttributeError:  # the page's document destroyed since it was last asked (Bokeh drops its callbacks' lists)
+    if gone(doc):  # destroyed since the caller last asked: Bokeh has dropped its callbacks' lists
         return
+    doc.add_next_tick_callback(locked)
     while not done.done():
         await asyncio.wait({done}, timeout=WAIT_S)
         if gone(doc):  # a destroyed document drops its callbacks: this one will never run

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
 from types import SimpleNamespace
@@ -311,6 +312,12 @@ print("ok")
     assert done.stdout.strip() == "ok", done.stderr
 
 
+class ServedContext:
+    """A page's session context, as far as `dashboard.pieces` reads it (Bokeh's document keeps a weak reference)."""
+
+    destroyed = False
+
+
 def test_a_piece_waiting_on_a_page_bokeh_destroys_meanwhile_returns_and_frees_the_turn(monkeypatch):
     """Bokeh's `Document.destroy` drops the document's callbacks and its session context: a piece waiting there must
     see the page gone (it read `None` as "still there", held the server's turn forever, and every later page hung)."""
@@ -320,7 +327,8 @@ def test_a_piece_waiting_on_a_page_bokeh_destroys_meanwhile_returns_and_frees_th
     monkeypatch.setattr(pieces, "make_models_ahead", lambda frame, views, doc: None)
     pieces._turn.cache_clear()
     closed, other = Document(), FakeDoc()
-    closed._session_context = SimpleNamespace(destroyed=False)  # a served page, as Bokeh's session sets it
+    context = ServedContext()
+    closed._session_context = weakref.ref(context)  # a served page, as Bokeh's server context sets it
     session = object()  # the page's ServerSession, as a key
     closed.callbacks.on_change_dispatch_to(session)  # as Bokeh's ServerSession subscribes to its document
     frames = {closed: Frame(), other: Frame()}
