@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from dashboard.stacks import dump_stacks_on_signal
 from engine.explore import EvaluationStopped
 from engine.graph import Graph
 
@@ -56,7 +57,7 @@ def pool() -> ProcessPoolExecutor:
 def _pool() -> ProcessPoolExecutor:
     """Spawned, not forked: a fork would copy the server's threads' locks mid-use."""
     made = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_outlive_not)
+                               initializer=_start_worker)
     # before concurrent.futures' own exit hook (registered at its import; these run last first), which waits for
     # the work the workers run: Bokeh's server returns from its loop on SIGTERM or Ctrl-C, and its process would
     # then wait for a search that may take minutes. Private, as concurrent.futures uses it; a test covers it.
@@ -68,6 +69,12 @@ def _kill_workers() -> None:
     """At the server's exit: kill its worker processes, whatever they are running."""
     for worker in multiprocessing.active_children():
         worker.kill()
+
+
+def _start_worker() -> None:
+    """In each worker, before its first piece of work: die with the server, and dump its stacks when asked."""
+    _outlive_not()
+    dump_stacks_on_signal()
 
 
 def _outlive_not() -> None:

@@ -4,11 +4,13 @@
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from onnx import TensorProto, checker, helper
@@ -83,15 +85,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Served(NamedTuple):
+    """A test's dashboard server: its URL, its process and its log (stdout and stderr)."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """(URL, process) of `panel serve dashboard` on a free loopback port."""
+    """`Served`: `panel serve dashboard` on a free loopback port."""
     from engine.fusion.optimus import compile_ahead
 
     compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
     port = _free_port()
     panel = Path(sys.executable).parent / "panel"
-    log = (tmp_path_factory.mktemp("serve") / "panel.log").open("w+")  # a file: a full pipe would stall the server
+    log_path = tmp_path_factory.mktemp("serve") / "panel.log"
+    log = log_path.open("w+")  # a file: a full pipe would stall the server
     proc = subprocess.Popen([str(panel), "serve", "dashboard", "--port", str(port), "--address", "127.0.0.1",
                              "--allow-websocket-origin", f"127.0.0.1:{port}",  # default 20 MB messages: uploads come in chunks
                              # make serve keeps an unused session 15 s; 5 s here ends a closed page's work sooner (the stall
@@ -111,7 +122,7 @@ def served(tmp_path_factory):
         proc.kill()
         log.seek(0)
         pytest.fail(f"panel serve did not listen within {HANG_S} s:\n" + log.read())
-    yield url, proc
+    yield Served(url, proc, log_path)
     proc.terminate()
     try:
         proc.wait(2)
@@ -123,7 +134,35 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(served):
-    return served[0]
+    return served.url
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a server's workers), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that failed gets what its server was doing (`dashboard.stacks`: every thread and pending task
+    of the server, every worker's threads) and the server log's end in its report: a page that waits forever says on
+    what."""
+    report = yield
+    served = item.funcargs.get("served") if report.failed and call.when == "call" else None
+    if isinstance(served, Served) and served.proc.poll() is None:
+        for pid in [served.proc.pid, *_children(served.proc.pid)]:
+            os.kill(pid, signal.SIGUSR1)
+        time.sleep(2)  # the loop's task dump runs on its next turn
+        report.sections.append(("dashboard server log (end)", served.log.read_text()[-60_000:]))
+    return report
 
 
 LOOPBACK = re.compile(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:|about:")

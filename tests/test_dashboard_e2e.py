@@ -472,7 +472,7 @@ def test_a_big_network_on_one_page_stalls_no_other_and_stops_when_its_page_close
     """Defect 5: while page A loads a 708-op Llama prefill and computes its what-if curve (eleven sizes, every
     method and the limits: searches for seconds), the server answers and every one of page B's slider moves shows;
     once A is closed, its work ends and the server goes quiet."""
-    url, proc = served
+    url, proc = served.url, served.proc
     b = browser.new_page(viewport={"width": 1500, "height": 1100})
     b.goto(url + "?network=squeezenet1_0&buffer_kb=64")
     b.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
