@@ -1,20 +1,22 @@
 """Fusion of graphs past what one search holds: windows of the topological order cut where least crosses.
 
-A graph of more than `WINDOW_ABOVE` ops is cut, in its topological order, into ranges of at
-most `WINDOW_OPS` ops (so every prefix of windows is a down-set), each cut placed where the
-fewest bytes cross it (`cuts`). Each window becomes a graph of its own (`window_graph`): the
-tensors made in earlier windows are its inputs, the tensors read in later ones or returned
-are its outputs. The method asked for fuses each window alone, and the windows' groups, in
+A graph of more than `WINDOW_ABOVE` ops is cut, in a topological order (its own, or a depth-first one where
+fewer bytes cross the cuts: `plan_order`), into ranges of at most `WINDOW_OPS` ops (so every prefix of windows
+is a down-set), each cut placed where the fewest bytes cross it (`cuts`). Each window becomes a graph of its
+own (`window_graph`): the tensors made in earlier windows are its inputs, the tensors read in later ones or
+returned are its outputs. The method asked for fuses each window alone, and the windows' groups, in
 order, are a valid plan of the whole graph: each group lies in one window and is valid
 there, and contracting them leaves the graph acyclic because the windows run in order. A
 group costs in its window what it costs in the whole graph (Eq. 3 depends on the group
 alone; the tensors at a cut are a group's inputs and outputs), so the traffic at the cuts
-is counted in full.
+is counted in full. An optimus plan's groups are then joined across the cuts where that moves less
+(`engine.fusion.join`).
 
 The optimum may group across a cut. `engine.fusion.bound`'s windows bound it from below
 with the tensors made in earlier windows free; run inside each plan window, with the
 tensors from earlier plan windows free as well (`bound_model`), their sums plus the weights
-several ops share are a proven lower bound on every valid partition of the whole graph. So
+several ops share are a proven lower bound on every valid partition of the whole graph (or, where
+more, what the fewest groups any partition has must move: `engine.fusion.fewest`). So
 an optimus plan found this way says "windowed" with that bound, and its gap is what the cuts
 may cost. Every count here is of ops and down-sets, never of seconds: the plan does not
 depend on the machine's speed.
