@@ -87,12 +87,13 @@ def test_joining_never_costs_more_than_the_windows_groups_and_joins_a_trees_wind
 
 def test_the_fewest_groups_of_a_tree_of_10000_relus_and_what_they_move():
     """At 128 KB (65,536 fmap elements) a group holds at most 2,048 ops of a row of 4 channels x 8 columns each:
-    20,000 ops need 10 groups. Each writes a 512 B sum (ten writes), nine are read back, plus the input (512 B)
-    and the conv's weights (4 x 4 x 3 x 3 x 2 B = 288 B) once."""
+    20,000 ops need 10 groups. Each writes a 512 B tensor (ten writes); the conv's output, read by 10,000 ReLUs of
+    which its own group holds at most 2,047, is read by at least 4 other groups, and 10 - 1 returned - 1 = 8
+    other tensors are read back; plus the input (512 B) and the conv's weights (4 x 4 x 3 x 3 x 2 B = 288 B)."""
     graph, tp, cap = fan_out_tree(10_000), dataflow.of(ACC), Capacity.of(ACC)
     views = tensor_views(graph)
     assert cap.fmap == 65_536 and fewest.most_ops(graph, ACC.word_bits, tp, cap.fmap, views) == 2048
-    assert fewest.fewest_groups_bytes(graph, ACC.word_bits, tp, cap.fmap, views) == 512 + 288 + 10 * 512 + 9 * 512
+    assert fewest.fewest_groups_bytes(graph, ACC.word_bits, tp, cap.fmap, views) == 512 + 288 + 10 * 512 + (4 + 8) * 512
 
 
 @pytest.mark.parametrize("seed,n_ops,buffer", CASES)
@@ -104,3 +105,9 @@ def test_the_fewest_groups_bound_never_passes_the_brute_force_optimum(seed, n_op
     got = fewest.fewest_groups_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
     assert got <= expect
     assert (got == 0) == any(op.kind not in crossing.PLAIN for op in graph.ops)
+
+
+@pytest.mark.parametrize("readers,most,reads", [(2047, 2048, 0), (2048, 2048, 1), (10_000, 2048, 4),
+                                                (4096, 2048, 2), (5, 1, 5)])
+def test_a_wide_tensor_is_read_by_every_group_holding_a_reader_but_its_maker(readers, most, reads):
+    assert fewest._fan_reads(readers, most) == reads
