@@ -13,7 +13,7 @@ import math
 import time
 from typing import TypedDict
 
-from engine.allocation import baselines
+from engine.allocation import baselines, collector
 from engine.allocation.cosma import solve_cosma
 from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.mpmf import budgets, mpmf
@@ -56,9 +56,18 @@ def allocate(graph: Graph, budget_bytes: int, *, method: str = "cosma", schedule
     RESERVE_SCANS times the first linear pass over the ops (timed, so it follows the machine's speed and load).
     When the search leaves no plan, the best baseline in the graph's order that finishes in time is the answer,
     or else the plan that spills every tensor a later op reads (`spillall`), status "time_limit" either way.
+    Python's cyclic collector is held off during a call whose limit is under `collector.PAUSE_BELOW_S`.
     """
     start = time.perf_counter()
     _check_args(graph, budget_bytes, method, schedule, divide, solver, word_bits, time_limit_s)
+    with collector.held_off(time_limit_s):  # a full collection pass alone can take several short limits
+        return _allocate(graph, budget_bytes, method, schedule, include_params, divide, time_limit_s, solver,
+                         word_bits, start)
+
+
+def _allocate(graph: Graph, budget_bytes: int, method: str, schedule, include_params: bool, divide,
+              time_limit_s: float, solver: str, word_bits: int, start: float) -> Allocation:
+    """`allocate` once its arguments are checked, from `start` (perf_counter time)."""
     deadline = start + time_limit_s
     common = _Common(method=method, budget_bytes=budget_bytes, include_params=include_params, word_bits=word_bits,
                   graph=graph)

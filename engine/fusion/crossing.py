@@ -28,7 +28,7 @@ from engine.fusion.dataflow import Throughput
 from engine.fusion.model import tensor_geo
 from engine.graph import Graph, Op, OpKind
 
-_PLAIN = frozenset({OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE})
+PLAIN = frozenset({OpKind.CONV, OpKind.DWCONV, OpKind.POOL, OpKind.ELTWISE})
 _JOINS = frozenset({OpKind.CONCAT, OpKind.SPLIT})  # share their inputs' buffer: no tile row of their own
 _LAYOUT = frozenset({*_JOINS, OpKind.RESHAPE})
 
@@ -40,18 +40,11 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
     window_of = [0] * len(graph.ops)
     for k, (lo, hi) in enumerate(windows):
         window_of[lo:hi] = [k] * (hi - lo)
-    rows: dict[str, tuple[int, int]] = {}  # tensor -> `_row`, for the tensors of the readers looked at
-    streams: dict[str, bool] = {}  # tensor -> `_streamed`
-
-    def row(t: str) -> tuple[int, int]:
-        if t not in rows:
-            rows[t] = _row(graph, t, word_bits, tp.t_c, views, streams)
-        return rows[t]
-
+    row = rows_of(graph, word_bits, tp.t_c, views)
     alone: dict[int, bool] = {}  # reader -> whether it runs alone in every valid partition
     total = 0
     for p, op in enumerate(graph.ops):
-        if op.kind not in _PLAIN:
+        if op.kind not in PLAIN:
             continue
         for t in op.outputs:
             readers = [graph.position[r] for r in graph.consumers(t)]
@@ -64,10 +57,23 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
     return total
 
 
+def rows_of(graph: Graph, word_bits: int, t_c: int, views) -> Callable[[str], tuple[int, int]]:
+    """Tensor -> `_row`, each found once, on first ask (a bound looks at the rows of a few readers' tensors)."""
+    rows: dict[str, tuple[int, int]] = {}
+    streams: dict[str, bool] = {}  # tensor -> `_streamed`
+
+    def row(t: str) -> tuple[int, int]:
+        if t not in rows:
+            rows[t] = _row(graph, t, word_bits, t_c, views, streams)
+        return rows[t]
+
+    return row
+
+
 def _reads(graph: Graph, op: Op) -> bool:
     """Whether `op`, alone, surely reads its inputs from DRAM: a plain op or a Concat, or a Split that cannot fold
     into its neighbours (`FusionModel.folds`: its output returned, or an input the network's)."""
-    if op.kind in _PLAIN or op.kind == OpKind.CONCAT:
+    if op.kind in PLAIN or op.kind == OpKind.CONCAT:
         return True
     return op.kind == OpKind.SPLIT and (any(t in graph.returned for t in op.outputs)
                                         or any(graph.producer(t) is None for t in op.inputs))
@@ -80,7 +86,7 @@ def _row(graph: Graph, t: str, word_bits: int, t_c: int, views, streams: dict[st
     tiles), streamed (read, maybe through layout ops, as a matmul's operand: no room), or without a row."""
     p = graph.producer(t)
     geo = tensor_geo(views.get(t, graph.tensors[t].shape), word_bits)
-    if geo is None or (p is not None and graph.op(p).kind not in _PLAIN) or _streamed(graph, t, streams):
+    if geo is None or (p is not None and graph.op(p).kind not in PLAIN) or _streamed(graph, t, streams):
         return 0, 1
     return min(t_c, geo.channels) * geo.w, geo.h
 
@@ -113,5 +119,13 @@ def _least_footprint(op: Op, row: Callable[[str], tuple[int, int]], t_h: int) ->
     its own outputs (`_row`; none of its own for a layout op, which shares its inputs' buffer), at least
     min(T_h, H of `op`, H of the tensor) of them."""
     height = max(row(t)[1] for t in op.outputs)
-    own = sum(row(t)[0] * min(t_h, height) for t in op.outputs) if op.kind in _PLAIN else 0
-    return own + sum(row(t)[0] * min(t_h, height, row(t)[1]) for t in dict.fromkeys(op.inputs))
+    return own_footprint(op, row, t_h) + sum(row(t)[0] * min(t_h, height, row(t)[1]) for t in dict.fromkeys(op.inputs))
+
+
+def own_footprint(op: Op, row: Callable[[str], tuple[int, int]], t_h: int) -> int:
+    """Elements the finest tiles of any group holding `op` and another op hold of `op`'s own outputs: min(T_h, H)
+    rows of each (`_row`), none for an op that is not plain (a layout op shares its inputs' buffer)."""
+    if op.kind not in PLAIN:
+        return 0
+    height = max(row(t)[1] for t in op.outputs)
+    return sum(row(t)[0] * min(t_h, height) for t in op.outputs)

@@ -1,20 +1,22 @@
 """Fusion of graphs past what one search holds: windows of the topological order cut where least crosses.
 
-A graph of more than `WINDOW_ABOVE` ops is cut, in its topological order, into ranges of at
-most `WINDOW_OPS` ops (so every prefix of windows is a down-set), each cut placed where the
-fewest bytes cross it (`cuts`). Each window becomes a graph of its own (`window_graph`): the
-tensors made in earlier windows are its inputs, the tensors read in later ones or returned
-are its outputs. The method asked for fuses each window alone, and the windows' groups, in
+A graph of more than `WINDOW_ABOVE` ops is cut, in a topological order (its own, or a depth-first one where
+fewer bytes cross the cuts: `plan_order`), into ranges of at most `WINDOW_OPS` ops (so every prefix of windows
+is a down-set), each cut placed where the fewest bytes cross it (`cuts`). Each window becomes a graph of its
+own (`window_graph`): the tensors made in earlier windows are its inputs, the tensors read in later ones or
+returned are its outputs. The method asked for fuses each window alone, and the windows' groups, in
 order, are a valid plan of the whole graph: each group lies in one window and is valid
 there, and contracting them leaves the graph acyclic because the windows run in order. A
 group costs in its window what it costs in the whole graph (Eq. 3 depends on the group
 alone; the tensors at a cut are a group's inputs and outputs), so the traffic at the cuts
-is counted in full.
+is counted in full. An optimus plan's groups are then joined across the cuts where that moves less
+(`engine.fusion.join`).
 
 The optimum may group across a cut. `engine.fusion.bound`'s windows bound it from below
 with the tensors made in earlier windows free; run inside each plan window, with the
 tensors from earlier plan windows free as well (`bound_model`), their sums plus the weights
-several ops share are a proven lower bound on every valid partition of the whole graph. So
+several ops share are a proven lower bound on every valid partition of the whole graph (or, where
+more, what the fewest groups any partition has must move: `engine.fusion.fewest`). So
 an optimus plan found this way says "windowed" with that bound, and its gap is what the cuts
 may cost. Every count here is of ops and down-sets, never of seconds: the plan does not
 depend on the machine's speed.
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import crossing, dataflow
+from engine.fusion import crossing, dataflow, fewest, join
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -89,6 +91,42 @@ def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int]
     return tuple(found)
 
 
+def depth_first(graph: Graph) -> Graph:
+    """`graph` with its ops in a depth-first post-order from its last op back: each op right after the ops it reads
+    from that no earlier op needed (a topological order that lists each subtree of a tree of joins whole, where the
+    graph's own order may list every leaf before the first join)."""
+    listed: set[str] = set()
+    order = []
+    for root in reversed(graph.ops):
+        if root.name in listed:
+            continue
+        listed.add(root.name)
+        todo = [(root, iter(root.inputs))]
+        while todo:
+            op, reads = todo[-1]
+            for t in reads:
+                p = graph.producer(t)
+                if p is not None and p not in listed:
+                    listed.add(p)
+                    todo.append((graph.op(p), iter(graph.op(p).inputs)))
+                    break
+            else:
+                todo.pop()
+                order.append(op)
+    return replace(graph, ops=tuple(order))
+
+
+def plan_order(graph: Graph, word_bits: int) -> Graph:
+    """`graph` in the order whose `cuts` leave the fewest bytes crossing in all: its own or `depth_first` (its own on
+    ties). The cuts are where a windowed plan pays what the optimum may not."""
+    def crossed(g: Graph) -> int:
+        cross = crossings(g, word_bits)
+        return sum(cross[hi] for _, hi in cuts(g, word_bits, max_ops=WINDOW_OPS))
+
+    other = depth_first(graph)
+    return other if crossed(other) < crossed(graph) else graph
+
+
 def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
     """Ops lo..hi-1 as a graph (`lives`: the graph's `spans`): what earlier ops made (and network inputs) are its
     inputs; its outputs are what the network returns and, unless `lower` (a bound's window: writes to later windows
@@ -132,17 +170,18 @@ def shared_weights(graph: Graph) -> set[str]:
 
 
 def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) -> int:
-    """A proven lower bound on every valid partition's traffic: each plan window's `bound` windows, with what earlier
-    plan windows made free, plus the shared weights once, plus what the tensors crossing plan windows must cost
-    (`crossing`: the windows charge them nowhere)."""
+    """A proven lower bound on every valid partition's traffic: each window's `bound` windows, with what earlier
+    windows made free, plus the shared weights once, plus what the tensors crossing windows must cost (`crossing`:
+    the windows charge them nowhere); or, where more, what the fewest groups any partition has must move
+    (`fewest`). `windows` are any ranges of the graph's order."""
     from engine.fusion import bound  # the compiled search, loaded on first use: the limits read `spans` without it
 
-    lives, views, shared = spans(graph), tensor_views(graph), shared_weights(graph)
+    lives, views, shared, tp = spans(graph), tensor_views(graph), shared_weights(graph), dataflow.of(acc)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
-    total += crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, windows, views)
+    total += crossing.crossing_bytes(graph, acc.word_bits, tp, cap.fmap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
-    return total
+    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views))
 
 
 def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
@@ -156,28 +195,35 @@ def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
     "windowed" and, when `with_bound`, carries `lower_bound_bytes`; another method's keeps its status ("beam" if
     any window's was).
     """
-    windows = cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
-    lives, tp = spans(graph), dataflow.of(acc)
+    ordered = plan_order(graph, acc.word_bits)
+    windows = cuts(ordered, acc.word_bits, max_ops=WINDOW_OPS)
+    lives, tp = spans(ordered), dataflow.of(acc)
     plans: dict[str, list[FusionPlan]] = {m: [] for m in methods}
     for lo, hi in windows:
-        part = window_graph(graph, lo, hi, lives)
+        part = window_graph(ordered, lo, hi, lives)
         model = FusionModel(part, tp, acc.word_bits)
         for m in methods:
             plans[m].append(solve(part, model, m))
-    return {m: _joined(graph, acc, m, plans[m], windows, cap, with_bound) for m in methods}
+    # the bound's windows in the graph's own order (any order's are sound; these keep its searches' cost and figures)
+    bound_windows = windows if ordered is graph else cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
+    return {m: _joined(graph, acc, m, plans[m], bound_windows, cap, with_bound) for m in methods}
 
 
 def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan], windows, cap: Capacity,
             with_bound: bool) -> FusionPlan:
-    """The windows' plans of one method as one plan of `graph`, with the lower bound an optimus plan carries."""
+    """The windows' plans of one method as one plan of `graph` (an optimus plan's groups joined across the windows'
+    edges, `join`), with the lower bound an optimus plan carries."""
     start = time.perf_counter()
     costs = tuple(c for p in plans for c in p.costs)
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
+    if method == "optimus":
+        most = fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
+        costs = join.joined(graph, costs, acc, cap, most_ops=most)
     floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
     seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
     return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
-                   dram_bytes=sum(p.dram_bytes for p in plans), fmap_in_bytes=sum(p.fmap_in_bytes for p in plans),
-                   fmap_out_bytes=sum(p.fmap_out_bytes for p in plans), param_bytes=sum(p.param_bytes for p in plans),
+                   dram_bytes=sum(c.dram_bytes for c in costs), fmap_in_bytes=sum(c.fmap_in_bytes for c in costs),
+                   fmap_out_bytes=sum(c.fmap_out_bytes for c in costs), param_bytes=sum(c.param_bytes for c in costs),
                    groups_evaluated=sum(p.groups_evaluated for p in plans), search_seconds=seconds,
                    status=status, lower_bound_bytes=floor)

@@ -1,0 +1,118 @@
+"""Consecutive groups of a windowed plan joined across the windows' edges while the union fits and moves less.
+
+Two groups next to each other in a plan's execution order, linked by a tensor (one reads what the other makes, or
+both read it), are a valid group together: it is connected, and no path leaves it and comes back (an op between
+them on a path would run between them). Contracting it leaves the groups in an order that runs, so the joined plan
+is valid, and a group's traffic depends on the group alone (Eq. 3), so each union is priced on a graph of its own
+ops (`part`) as the whole graph prices it. A window of `engine.fusion.windowed` ends where its search must stop,
+not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits one group but spans many windows.
+"""
+
+from __future__ import annotations
+
+from engine.accelerator import Accelerator
+from engine.fusion import dataflow
+from engine.fusion.cost import Capacity, GroupCost, compute_schedule, fits, record
+from engine.fusion.model import FusionModel
+from engine.graph import Graph
+
+
+def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Capacity, *,
+           most_ops: int) -> tuple[GroupCost, ...]:
+    """`costs` (a plan's groups in execution order) with runs of consecutive groups joined where the union moves less
+    than its groups apart. From each group a run grows while the next group is linked to it and the union fits (a
+    union of more than `most_ops` ops never does; nor does any run grown from a misfit); it ends where the fewest
+    bytes cross among the last half of its possible ends (the latest such end), as `windowed.cuts` places a
+    window's end. A run does not grow where it would likely reload parameters (`_reloads`). The run's groups are priced on one model of theirs, made for twice as many groups each time the
+    run outgrows it."""
+    cross, tensors = _crossings(graph, costs, acc.word_bits), [_tensors(graph, c) for c in costs]
+    out: list[GroupCost] = []
+    i = 0
+    while i < len(costs):
+        k, ops, seen = i + 1, len(costs[i].ops), set(tensors[i])
+        model, covered = None, i  # a model of the groups i..covered-1
+        while (k < len(costs) and ops + len(costs[k].ops) <= most_ops and not seen.isdisjoint(costs[k].inputs)
+               and not _reloads(costs[i:k], costs[k], acc.buffer_bytes)):
+            if k >= covered:
+                covered, room = i, most_ops
+                while covered < len(costs) and covered < i + 2 * (k - i) and len(costs[covered].ops) <= room:
+                    room -= len(costs[covered].ops)
+                    covered += 1
+                model = _model(graph, costs[i:covered], acc)
+            assert model is not None
+            if not fits(model, model.mask_of([op for c in costs[i:k + 1] for op in c.ops]), cap):
+                break
+            ops, k = ops + len(costs[k].ops), k + 1
+            seen |= tensors[k - 1]
+        end = min(range(i + max(1, (k - i) // 2), k + 1), key=lambda e: (cross[e], -e))
+        union = _priced(model, tuple(op for c in costs[i:end] for op in c.ops), cap) if end > i + 1 else None
+        if union is not None and union.dram_bytes < sum(c.dram_bytes for c in costs[i:end]):
+            out.append(union)
+        else:
+            out.extend(costs[i:end])
+        i = end
+    return tuple(out)
+
+
+def _reloads(run: tuple[GroupCost, ...], nxt: GroupCost, buffer_bytes: int) -> bool:
+    """Whether joining `nxt` to `run` would likely reload parameters both keep on chip: their tiles and parameters
+    together pass the buffer, so the union runs in more row steps, each loading what is not resident (Eq. 3). Such
+    a union is not priced (a residual chain's windows: 2 x 18 KB of weights, resident apart, twice as much joined)."""
+    return (any(c.params_resident and c.param_bytes for c in run) and nxt.params_resident and nxt.param_bytes > 0
+            and sum(c.footprint_bytes for c in run) + nxt.footprint_bytes > buffer_bytes)
+
+
+def _tensors(graph: Graph, cost: GroupCost) -> set[str]:
+    """The activations a group's ops read or make."""
+    return {t for name in cost.ops for op in (graph.op(name),) for t in op.inputs + op.outputs}
+
+
+def _crossings(graph: Graph, costs: tuple[GroupCost, ...], word_bits: int) -> list[int]:
+    """Bytes crossing each boundary 0..len(costs) between consecutive groups: made before it (or network inputs)
+    and read after it."""
+    group = {op: g for g, c in enumerate(costs) for op in c.ops}
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for name, g in group.items():
+        op = graph.op(name)
+        for t in op.outputs:
+            made[t] = g
+        for t in op.inputs:
+            last[t] = max(last.get(t, g), g)
+    diff = [0] * (len(costs) + 2)
+    for t, reader in last.items():
+        first = made.get(t, -1) + 1
+        if reader >= first:
+            diff[first] += graph.tensors[t].nbytes(word_bits)
+            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
+    running, cross = 0, []
+    for b in range(len(costs) + 1):
+        running += diff[b]
+        cross.append(running)
+    return cross
+
+
+def part(graph: Graph, names: tuple[str, ...]) -> Graph:
+    """The ops `names` as a graph, in the graph's order: what other ops make (and network inputs) are its inputs,
+    what other ops read or the network returns are its outputs."""
+    inside = set(names)
+    ops = tuple(op for op in graph.ops if op.name in inside)
+    own = {t for op in ops for t in op.outputs}
+    ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
+    outs = tuple(t for op in ops for t in op.outputs
+                 if t in graph.returned or any(r not in inside for r in graph.consumers(t)))
+    tensors = {t for op in ops for t in op.inputs + op.outputs + op.weights}
+    return Graph(f"{graph.name}[{len(ops)} ops]", ops, tuple(graph.tensors[t] for t in sorted(tensors)), ins, outs,
+                 graph.batch)
+
+
+def _model(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator) -> FusionModel:
+    """A model of the groups' ops as a graph of their own (`part`)."""
+    return FusionModel(part(graph, tuple(op for c in costs for op in c.ops)), dataflow.of(acc), acc.word_bits)
+
+
+def _priced(model: FusionModel | None, ops: tuple[str, ...], cap: Capacity) -> GroupCost | None:
+    """The ops (fitting) as one group of `model`, priced by the cost model `group_cost` runs."""
+    assert model is not None
+    mask = model.mask_of(ops)
+    return record(model, mask, cap, compute_schedule(model, mask, cap))

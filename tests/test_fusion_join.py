@@ -1,0 +1,113 @@
+"""Windowed plans of Add trees: the depth-first window order, groups joined across windows, the fewest-groups bound.
+
+Small Add trees (`benchmarks.bench_size.fan_out_tree`) against the brute-force optimum: windowed plan >= optimum >=
+bound; the depth-first order lists every subtree whole; joining never costs more than the windows' own groups.
+"""
+
+import pytest
+
+import engine
+from benchmarks.bench_size import chain, fan_out_tree
+from engine.fusion import crossing, dataflow, fewest, join, windowed
+from engine.fusion.cost import Capacity
+from engine.fusion.model import tensor_views
+from tests.test_fusion_search import CASES, brute_force, solved_case
+
+ACC = engine.Accelerator.preset("optimus")
+
+
+def _subtree(graph, op):
+    """The ops of the subtree of Adds and ReLUs under `op` (the conv excluded)."""
+    found, todo = set(), [op]
+    while todo:
+        name = todo.pop()
+        found.add(name)
+        todo += [p for t in graph.op(name).inputs if (p := graph.producer(t)) is not None and p != "conv"]
+    return found
+
+
+def test_the_depth_first_order_lists_every_subtree_whole_and_is_topological():
+    graph = fan_out_tree(100)
+    ordered = windowed.depth_first(graph)
+    assert sorted(op.name for op in ordered.ops) == sorted(op.name for op in graph.ops)
+    place = ordered.position
+    assert all(place[graph.producer(t)] < place[op.name] for op in ordered.ops for t in op.inputs
+               if graph.producer(t) is not None)
+    for op in ordered.ops:
+        spots = sorted(place[name] for name in _subtree(graph, op.name))
+        assert spots == list(range(spots[0], spots[0] + len(spots))), op.name  # one range, ending at the op
+        assert spots[-1] == place[op.name]
+    # the graph's own order lists all 100 ReLUs first: a window of it holds no subtree
+    assert [op.name for op in graph.ops[1:101]] == [f"relu{k}" for k in range(100)]
+
+
+def test_windows_follow_the_depth_first_order_where_fewer_bytes_cross_and_the_graphs_own_on_a_chain():
+    tree = fan_out_tree(3000)
+    assert windowed.plan_order(tree, 16).ops == windowed.depth_first(tree).ops
+    line = chain(3000)
+    assert windowed.plan_order(line, 16) is line  # the same order either way: the graph's own
+    # each window of the tree's order is at most two whole subtrees (and the conv): cut where few sums are pending
+    ordered = windowed.plan_order(tree, 16)
+    for lo, hi in windowed.cuts(ordered, 16, max_ops=windowed.WINDOW_OPS):
+        inside = {op.name for op in ordered.ops[lo:hi]}
+        tops = [name for name in inside if not any(r in inside for t in ordered.op(name).outputs
+                                                    for r in ordered.consumers(t))]
+        assert len(tops) <= 2 and set().union(*(_subtree(ordered, t) for t in tops)) >= inside - {"conv"}
+
+
+@pytest.mark.parametrize("readers,buffer", [(4, 64), (4, 128), (4, 256), (5, 128), (6, 256)])
+def test_a_windowed_add_tree_plan_is_above_the_optimum_and_its_bound_below(readers, buffer, monkeypatch):
+    """Windows of 2-3 ops: plan (groups joined across them) >= brute-force optimum >= bound (with the fewest-groups
+    term), and the plan costs what the whole graph's cost model says."""
+    graph = fan_out_tree(readers)
+    acc = ACC.with_buffer(buffer).with_pe_array(4, 4)
+    best = brute_force(graph, acc)
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 1)
+    for width in (2, 3):
+        monkeypatch.setattr(windowed, "WINDOW_OPS", width)
+        plan = engine.fuse(graph, acc)
+        assert plan.status == "windowed"
+        assert plan.dram_bytes == sum(engine.fusion.group_cost(graph, g, acc).dram_bytes for g in plan.groups)
+        assert sorted(op for g in plan.groups for op in g) == sorted(op.name for op in graph.ops)
+        assert plan.lower_bound_bytes <= best <= plan.dram_bytes
+
+
+def test_joining_never_costs_more_than_the_windows_groups_and_joins_a_trees_windows(monkeypatch):
+    graph = fan_out_tree(300)
+    monkeypatch.setattr(windowed, "WINDOW_ABOVE", 100)
+    monkeypatch.setattr(windowed, "WINDOW_OPS", 40)
+    joined = engine.fuse(graph, ACC)
+    monkeypatch.setattr(join, "joined", lambda graph, costs, acc, cap, most_ops: costs)
+    apart = engine.fuse(graph, ACC)
+    assert joined.dram_bytes < apart.dram_bytes and len(joined.groups) < len(apart.groups)
+    assert joined.dram_bytes == sum(engine.fusion.group_cost(graph, g, ACC).dram_bytes for g in joined.groups)
+    # 600 ops fit one group at 128 KB (a row of 32 elements each): conv, ReLUs and Adds run together
+    assert joined.dram_bytes == engine.fusion.group_cost(graph, [op.name for op in graph.ops], ACC).dram_bytes
+
+
+def test_the_fewest_groups_of_a_tree_of_10000_relus_and_what_they_move():
+    """At 128 KB (65,536 fmap elements) a group holds at most 2,048 ops of a row of 4 channels x 8 columns each:
+    20,000 ops need 10 groups. Each writes a 512 B tensor (ten writes); the conv's output, read by 10,000 ReLUs of
+    which its own group holds at most 2,047, is read by at least 4 other groups, and 10 - 1 returned - 1 = 8
+    other tensors are read back; plus the input (512 B) and the conv's weights (4 x 4 x 3 x 3 x 2 B = 288 B)."""
+    graph, tp, cap = fan_out_tree(10_000), dataflow.of(ACC), Capacity.of(ACC)
+    views = tensor_views(graph)
+    assert cap.fmap == 65_536 and fewest.most_ops(graph, ACC.word_bits, tp, cap.fmap, views) == 2048
+    assert fewest.fewest_groups_bytes(graph, ACC.word_bits, tp, cap.fmap, views) == 512 + 288 + 10 * 512 + (4 + 8) * 512
+
+
+@pytest.mark.parametrize("seed,n_ops,buffer", CASES)
+def test_the_fewest_groups_bound_never_passes_the_brute_force_optimum(seed, n_ops, buffer):
+    graph, acc, expect = solved_case(seed, n_ops, buffer)
+    if expect is None:
+        return
+    cap = Capacity.of(acc)
+    got = fewest.fewest_groups_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
+    assert got <= expect
+    assert (got == 0) == any(op.kind not in crossing.PLAIN for op in graph.ops)
+
+
+@pytest.mark.parametrize("readers,most,reads", [(2047, 2048, 0), (2048, 2048, 1), (10_000, 2048, 4),
+                                                (4096, 2048, 2), (5, 1, 5)])
+def test_a_wide_tensor_is_read_by_every_group_holding_a_reader_but_its_maker(readers, most, reads):
+    assert fewest._fan_reads(readers, most) == reads
