@@ -400,7 +400,7 @@ def test_an_unproven_allocation_says_why_and_how_far_from_the_bound(monkeypatch)
     import dashboard.tabs.timeline as timeline
     from dashboard.tabs.timeline import timeline_views
 
-    monkeypatch.setattr(timeline, "TIME_LIMIT_S", 5)  # the tab's 20 s, shortened: the same path, sooner
+    monkeypatch.setattr(timeline, "TIME_LIMIT_S", 2)  # the tab's 20 s, shortened: the same path, sooner
     s = Session(ExplorerState(network="transformer"))  # at M_R its free-order ILP is too big for the tab's limit
 
     shown = asyncio.run(_last(timeline_views(s, "M_R", None)))
