@@ -66,6 +66,8 @@ def test_committed_without_outputs(path):
 @pytest.mark.xdist_group("notebooks")  # one worker: they share the kernel
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, kernel):
+    if not run_sync(kernel.is_alive)():  # a notebook before killed it: this one gets a kernel of its own
+        run_sync(kernel.restart_kernel)(now=True)
     nb = nbformat.read(path, as_version=4)
     # first, the kernel's namespace emptied and its directory a temporary one, as a kernel of its own would start
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(tmp_path)!r})\ndel os"))
