@@ -26,9 +26,10 @@ $(TEST_STAMP): $(STAMP)
 test-tools: $(TEST_STAMP)
 
 # the installed packages' .pyc files, which pip was told not to write (without them each process compiles what it
-# imports, again and again where PYTHONDONTWRITEBYTECODE is set); files already compiled are skipped
+# imports, again and again where PYTHONDONTWRITEBYTECODE is set); files already compiled are skipped, and so are the
+# packages' own test suites (pandas', numpy's, ...: 28 % of the source, never imported here; 25 -> 13 CPU s)
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -qq $(VENV)/lib
+	$(BIN)/python -m compileall -qq -x '/tests/' $(VENV)/lib
 
 # on the core the compile leaves free: the test tools' .pyc files, then mypy's first check of the engine (about 25
 # CPU s), whose cache tests/test_lint.py's `mypy engine` reads (files unchanged: the same verdict and messages)

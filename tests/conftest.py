@@ -32,9 +32,10 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(items):
-    """The browser files first (each an `xdist_group`, run in turn on one worker: the suite's longest chains, about
-    four and two minutes), the rest in their order: with `--dist loadgroup` a group starts where the queue reaches it,
-    and from the middle of the queue the longer one ran on past every other test."""
+    """The grouped files first (each an `xdist_group`, run in turn on one worker: the browser files, the suite's longest
+    chains at about four and two minutes, and the mapping bound's shared brute force), the rest in their order: with
+    `--dist loadgroup` a group starts where the queue reaches it, and from the middle of the queue the longer one ran
+    on past every other test."""
     items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 

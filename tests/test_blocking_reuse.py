@@ -35,16 +35,21 @@ def _counts(layer, h, name, once):
 
 
 @pytest.mark.parametrize("preset, network, sizes_kb", [("optimus", "resnet50", SIZES_KB),
-                                                       ("eyeriss-like", "resnet18", SIZES_KB[:5])],
+                                                       ("eyeriss-like", "resnet18", SIZES_KB[:4])],
                          ids=["optimus-resnet50", "eyeriss-like-resnet18"])
 def test_every_layer_reused_equals_fresh(preset, network, sizes_kb, monkeypatch):
     """Every layer of the network (lone, and with each weight read once), at each size: nest, words and energy per
-    level. (Eyeriss-like's searches cost about 5x the optimus preset's: ResNet-18's shapes at five sizes.)"""
+    level. (Eyeriss-like's searches cost about 5x the optimus preset's: ResNet-18's shapes at four sizes, the first
+    size, one the buffer large enough for anything serves, a smaller one and one between.)"""
     acc = Accelerator.preset(preset)
     shapes = _shapes(network)
     searches, fresh = [], []
     monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(1) or block(layer, h, **kw))
-    for kb in sizes_kb:
+    for i, kb in enumerate(sizes_kb):
+        if i == 1:  # the first size searched each layer twice: at its size and with the buffer large enough for anything
+            assert len(searches) <= 2 * len(fresh)
+            searches.clear()
+            fresh.clear()
         h = Hierarchy.from_accelerator(acc.with_buffer(kb * 1024))
         for layer, name in shapes.items():
             for once in (False, True):
@@ -52,8 +57,10 @@ def test_every_layer_reused_equals_fresh(preset, network, sizes_kb, monkeypatch)
                 reused = _counts(layer, h, name, once)
                 monkeypatch.setattr(counts, "reusing_block", lambda layer, h: fresh.append(1) or block(layer, h))
                 assert reused == _counts(layer, h, name, once), (preset, kb, name, once)
-    # reused where it fits: a search at each size for each layer would be as many as the fresh ones
-    assert len(searches) < 0.7 * len(fresh)
+    # after the first size, reused where it fits: a search at each size for each layer would be as many as the fresh
+    # ones (0.35 of them on eyeriss-like, 0.46 on the optimus preset; the whole run's ratio mixes in the first size's
+    # two searches a layer, so it depended on how many sizes followed: 0.62 at five sizes, 0.72 at four)
+    assert len(searches) < 0.5 * len(fresh)
 
 
 def test_reused_only_where_it_fits_and_is_searched_once(monkeypatch):

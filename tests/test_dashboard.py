@@ -400,7 +400,7 @@ def test_an_unproven_allocation_says_why_and_how_far_from_the_bound(monkeypatch)
     import dashboard.tabs.timeline as timeline
     from dashboard.tabs.timeline import timeline_views
 
-    monkeypatch.setattr(timeline, "TIME_LIMIT_S", 5)  # the tab's 20 s, shortened: the same path, sooner
+    monkeypatch.setattr(timeline, "TIME_LIMIT_S", 2)  # the tab's 20 s, shortened: the same path, sooner
     s = Session(ExplorerState(network="transformer"))  # at M_R its free-order ILP is too big for the tab's limit
 
     shown = asyncio.run(_last(timeline_views(s, "M_R", None)))
@@ -495,9 +495,11 @@ def test_the_tallest_bar_ends_below_the_frame_on_the_first_draw_as_after_a_move(
         assert plot._figure.y_range.start == 0 and plot._figure.y_range.end == pytest.approx(1.05 * tallest)
 
 
-def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
+def test_prefetch_computes_the_neighbouring_buffer_steps_ahead(monkeypatch):
     import asyncio
+    import math
 
+    import dashboard.request as request
     from dashboard.session import fusion_report
 
     s = Session(ExplorerState(network="squeezenet1_0", buffer_kb=128, methods=["dnnvm", "optimus"]))
@@ -506,7 +508,23 @@ def test_prefetch_computes_the_neighbouring_buffer_steps_ahead():
     misses = fusion_report.cache_info().misses
     asyncio.run(stale.prefetch())
     assert fusion_report.cache_info().misses == misses
+    asked, prepared = [], s.prepared
+
+    def upto_181(kb, **kw):  # then a newer request, as the user's next move: the prefetch stops there
+        asked.append(kb)
+        out = prepared(kb, **kw)
+        if kb == 181:
+            s.new_request()
+        return out
+
+    monkeypatch.setattr(s, "prepared", upto_181)
+    monkeypatch.setattr(request, "PREFETCH_STEP_S", 0.0)  # every step is slower: it stops after the first
     asyncio.run(s.new_request().prefetch())
+    assert asked == [90]
+    # with no such stop (a wall-clock one: at load 20 the first step took longer than the 2.5 s), the nearest first
+    monkeypatch.setattr(request, "PREFETCH_STEP_S", math.inf)
+    asyncio.run(s.new_request().prefetch())
+    assert asked == [90, 90, 181]
     hits = fusion_report.cache_info().hits
     ready = [s.compute_report(kb) for kb in (90, 181)]  # the nearest steps are computed first
     assert fusion_report.cache_info().hits == hits + 2

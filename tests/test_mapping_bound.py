@@ -4,15 +4,19 @@ over every band count and every nest of small groups on a two- and a three-level
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import pytest
 
 import engine
 from engine.blocking import block
 from engine.blocking.hierarchy import Hierarchy, Memory, pe_array
+from engine.blocking.layer import Layer
 from engine.mapping import below_fusion_level, map_group, map_plan, tile_nest
 from engine.mapping.bound import group_bound, nest_pj, plan_bound
 from engine.zoo._builder import Net
+
+pytestmark = pytest.mark.xdist_group("mapping-bound")  # one worker: the cases share their brute force (`_brute_pj`)
 
 
 def small(buffer_bytes: int) -> engine.Accelerator:
@@ -55,6 +59,14 @@ CASES = [(("conv", 3, 320), two_levels, False), (("pool", 3, 256), two_levels, F
          (("pool", 6, 448), two_levels, True)]
 
 
+@cache
+def _brute_pj(shape: Layer, inner: Hierarchy) -> float:
+    """Brute force: the least energy of every blocking of a band below the fusion level, under every unrolling. Once a
+    shape and levels: two convs' bands differ in name alone, and the cases share their levels below the fusion level
+    (the buffer sizes differ above it), so the cases run on one worker (the file's `xdist_group`)."""
+    return block(shape, inner, method="exhaustive").energy_pj
+
+
 @pytest.mark.parametrize("case, levels, above", CASES)
 def test_no_band_count_and_no_nest_prices_a_group_below_its_bound(case, levels, above):
     second, width, buffer_bytes = case
@@ -67,17 +79,14 @@ def test_no_band_count_and_no_nest_prices_a_group_below_its_bound(case, levels, 
     bound = group_bound(g, cost, mapping, acc, hierarchy)
     inner = below_fusion_level(hierarchy)
     fixed = mapping.total_pj - sum(nest_pj(n) for n in mapping.nests)  # what no band count changes
-    least_group, oracle, least_op = float("inf"), {}, dict.fromkeys(cost.ops, float("inf"))
+    least_group, least_op = float("inf"), dict.fromkeys(cost.ops, float("inf"))
     # every band count that fits: fusion's fewest steps up to a row per band, one count per band height (the nests
     # of counts with the same height ceil(6 / r) are the same)
     for r in {-(-6 // r): r for r in range(6, cost.row_steps - 1, -1)}.values():
         group = fixed
         for name in cost.ops:
             nest = tile_nest(g, g.op(name), acc, hierarchy, 6, r, cost.batch_tile)
-            # brute force: every blocking of the band below the fusion level, under every unrolling
-            if nest.layer not in oracle:
-                oracle[nest.layer] = block(nest.layer, inner, method="exhaustive").energy_pj
-            brute = oracle[nest.layer] * nest.tiles + nest.mac_pj
+            brute = _brute_pj(replace(nest.layer, name=""), inner) * nest.tiles + nest.mac_pj
             assert brute >= nest_pj(nest) * (1 - 1e-9)  # the mapping's nest is no dearer than any nest of the band
             if r == cost.row_steps:  # at fusion's bands, the mapping's energy is the brute-force least
                 assert nest_pj(mapping.nest(name)) == pytest.approx(brute, rel=1e-9)
