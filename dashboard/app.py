@@ -6,6 +6,7 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from functools import partial
 
 import panel as pn
@@ -20,7 +21,7 @@ from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
-from dashboard.tabs.fusion import FusionTab
+from dashboard.tabs.fusion import DagPlot, FusionTab, fusion_dag
 from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
@@ -231,16 +232,16 @@ def sidebar(session: Session) -> list:
     return [widget for part in SIDEBAR for widget in part(session)]
 
 
-def main_area(session: Session) -> tuple[pn.Column, list]:
+def main_area(session: Session, dag: DagPlot | None = None) -> tuple[pn.Column, list]:
     """The status line above the tabs, in one card, each tab an empty frame; and the pieces that fill the frames
     (`dashboard.pieces`: a server's page gets them one at a time once the browser has it). The slow tabs compute only
-    while they are shown."""
+    while they are shown. `dag`: the Fusion tab's, made before with its preparers (`fusion_dag`)."""
     # every tab stays in the page (not dynamic): Panel 1.9 gives a model changed while its dynamic tab is hidden
     # (out of the document) its stylesheets from its CDN, which the browser then fetched (docs/dashboard.md, "A room
     # of users"); the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    fusion = FusionTab(session)  # made with the page: its preparers run beside the page's first report
+    fusion = FusionTab(session, dag)
     fusion_views: list = []  # made by the first of its pieces, shown by each
 
     def fusion_part(first: int, end: int) -> list:
@@ -300,15 +301,27 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     first, *rest = SIDEBAR
     side = pn.Column(*first(session), sizing_mode="stretch_width")
     template.sidebar.append(side)
-    # the main area (the status line, the tabs' empty frames) is the page's first piece: the shell, built in the
-    # HTML request on the event loop, holds only the header and the sidebar's first part
-    main, pieces = main_area(session)
+    # the main area (the status line, the tabs' empty frames) is made by the page's first piece: the shell, built in
+    # the HTML request on the event loop, holds only the header and the sidebar's first part, and the Fusion tab's
+    # DAG with its preparers (the first report, asked for when the page has loaded, makes their data beside it)
+    dag = fusion_dag(session)
     holder = pn.Column(sizing_mode="stretch_width")
     template.main.append(holder)
-    pieces[:0] = [Piece(holder, lambda: [main]), *(Piece(side, partial(part, session)) for part in rest)]
+    tab_pieces: list[Piece] = []
+
+    def main() -> list:
+        area, made = main_area(session, dag)
+        tab_pieces.extend(made)
+        return [area]
+
+    def pieces() -> Iterator[Piece]:  # a generator: the tabs' pieces exist once the first piece has made the frames
+        yield Piece(holder, main)
+        yield from (Piece(side, partial(part, session)) for part in rest)
+        yield from tab_pieces
+
     if served:
-        pn.state.onload(partial(build, pn.state.curdoc, pieces))
+        pn.state.onload(partial(build, pn.state.curdoc, pieces()))
     else:
-        for piece in pieces:
+        for piece in pieces():
             piece()
     return template
