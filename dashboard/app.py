@@ -170,13 +170,19 @@ def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
 
 
 def sidebar_network(session: Session) -> list:
-    """The sidebar's first part, in the page's shell: the network and upload boxes (FilePond's page-wide options,
-    REFUSE_EMPTY_FILES_JS, set when the document is ready, reach the drop boxes there by then, not one made later)."""
+    """The sidebar's first part: the network box, and what the upload box below it takes."""
     return [
         pn.pane.Markdown("#### Network"), network_box(session),
         length_box(session),
-        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
+        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"),
     ]
+
+
+def sidebar_upload(session: Session) -> list:
+    """The upload box, in the page's shell: FilePond's page-wide options (REFUSE_EMPTY_FILES_JS), set when the page
+    is ready, reach only the drop boxes there by then (its minimum size is a plugin's option, known to FilePond once
+    a drop box has registered the plugin: set before, it is dropped)."""
+    return [upload_box(session)]
 
 
 def sidebar_accelerator(session: Session) -> list:
@@ -224,7 +230,7 @@ def sidebar_methods(session: Session) -> list:
     ]
 
 
-SIDEBAR = (sidebar_network, sidebar_accelerator, sidebar_methods)  # the shell's part, then one piece each
+SIDEBAR = (sidebar_network, sidebar_upload, sidebar_accelerator, sidebar_methods)  # the shell holds the upload box
 
 
 def sidebar(session: Session) -> list:
@@ -298,12 +304,13 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    first, *rest = SIDEBAR
-    side = pn.Column(*first(session), sizing_mode="stretch_width")
+    network, upload, *rest = SIDEBAR
+    above = pn.Column(sizing_mode="stretch_width")  # the network box's part, above the upload box: a piece
+    side = pn.Column(above, *upload(session), sizing_mode="stretch_width")
     template.sidebar.append(side)
-    # the main area (the status line, the tabs' empty frames) is made by the page's first piece: the shell, built in
-    # the HTML request on the event loop, holds only the header and the sidebar's first part, and the Fusion tab's
-    # DAG with its preparers (the first report, asked for when the page has loaded, makes their data beside it)
+    # the shell, built in the HTML request on the event loop, holds only the header, the upload box, the other
+    # parts' empty frames and the Fusion tab's DAG with its preparers (the first report, asked for when the page has
+    # loaded, makes their data beside it); the pieces make the rest, the network box first
     dag = fusion_dag(session)
     holder = pn.Column(sizing_mode="stretch_width")
     template.main.append(holder)
@@ -315,6 +322,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
         return [area]
 
     def pieces() -> Iterator[Piece]:  # a generator: the tabs' pieces exist once the first piece has made the frames
+        yield Piece(above, partial(network, session))
         yield Piece(holder, main)
         yield from (Piece(side, partial(part, session)) for part in rest)
         yield from tab_pieces

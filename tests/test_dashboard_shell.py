@@ -11,6 +11,7 @@ from panel.io.state import set_curdoc
 
 from dashboard import pieces
 from dashboard.app import FUSION_PIECES, build_app
+from dashboard.panel_hooks import ModelDropper
 from dashboard.tabs.fusion import DagPlot
 
 
@@ -39,10 +40,12 @@ def following(session) -> int:
     return sum(len(w) for w in session.param.watchers.get("report", {}).values())
 
 
-def test_a_pages_shell_holds_the_network_part_and_the_dags_preparers_and_its_pieces_make_the_rest():
+def test_a_pages_shell_holds_the_upload_box_and_the_dags_preparers_and_its_pieces_make_the_rest():
     template, session, page_pieces, context = served_page()
     (side,), (holder,) = template.sidebar.objects, template.main.objects
-    assert len(side) == 5 and len(holder) == 0  # the sidebar's network part; the main area is the first piece's
+    # the upload box (FilePond's page-wide options reach only the boxes there when the page is ready) below an empty
+    # frame for the network box; the main area is a piece's
+    assert len(side) == 2 and len(side[0]) == 0 and isinstance(side[1], ModelDropper) and len(holder) == 0
     # the Fusion tab's DAG and its preparers in the shell: the first report makes their data beside it
     assert len(session.preparers) == 3
     dags = {cell.cell_contents for p in session.preparers for cell in getattr(p, "__closure__", None) or ()
@@ -55,7 +58,7 @@ def test_a_pages_shell_holds_the_network_part_and_the_dags_preparers_and_its_pie
     tabs = area[1]
     assert list(tabs._names) == ["Fusion", "What-if curve", "Memory timeline", "Tables", "Sweep"]
     fusion = tabs[0]
-    assert len(fusion) == FUSION_PIECES[-1] and len(side) > 5
+    assert len(fusion) == FUSION_PIECES[-1] and len(side) > 2 and len(side[0]) == 4
     assert following(session) >= 2  # the Fusion tab and the what-if curve show each report
     assert len(session.preparers) == 3  # the tab uses the shell's DAG: no second drawing made per report
     assert any(dag.pane in row.objects for row in fusion if isinstance(row, pn.Row))
