@@ -6,6 +6,7 @@ How a choice becomes a report is `dashboard.session`; each tab is a module of da
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from functools import partial
 
 import panel as pn
@@ -20,7 +21,7 @@ from dashboard.state import ExplorerState
 from dashboard.tabs.common import toggles
 from dashboard.tabs.compare import ComparePanel
 from dashboard.tabs.curve import curve_tab
-from dashboard.tabs.fusion import FusionTab
+from dashboard.tabs.fusion import DagPlot, FusionTab, fusion_dag
 from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
@@ -169,13 +170,19 @@ def methods_box(session: Session) -> pn.widgets.CheckBoxGroup:
 
 
 def sidebar_network(session: Session) -> list:
-    """The sidebar's first part, in the page's shell: the network and upload boxes (FilePond's page-wide options,
-    REFUSE_EMPTY_FILES_JS, set when the document is ready, reach the drop boxes there by then, not one made later)."""
+    """The sidebar's first part: the network box, and what the upload box below it takes."""
     return [
         pn.pane.Markdown("#### Network"), network_box(session),
         length_box(session),
-        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"), upload_box(session),
+        pn.pane.Markdown(f"or upload an .onnx file (up to {MAX_UPLOAD_BYTES // 2**20} MB):"),
     ]
+
+
+def sidebar_upload(session: Session) -> list:
+    """The upload box, in the page's shell: FilePond's page-wide options (REFUSE_EMPTY_FILES_JS), set when the page
+    is ready, reach only the drop boxes there by then (its minimum size is a plugin's option, known to FilePond once
+    a drop box has registered the plugin: set before, it is dropped)."""
+    return [upload_box(session)]
 
 
 def sidebar_accelerator(session: Session) -> list:
@@ -223,7 +230,7 @@ def sidebar_methods(session: Session) -> list:
     ]
 
 
-SIDEBAR = (sidebar_network, sidebar_accelerator, sidebar_methods)  # the shell's part, then one piece each
+SIDEBAR = (sidebar_network, sidebar_upload, sidebar_accelerator, sidebar_methods)  # the shell holds the upload box
 
 
 def sidebar(session: Session) -> list:
@@ -231,16 +238,16 @@ def sidebar(session: Session) -> list:
     return [widget for part in SIDEBAR for widget in part(session)]
 
 
-def main_area(session: Session) -> tuple[pn.Column, list]:
+def main_area(session: Session, dag: DagPlot | None = None) -> tuple[pn.Column, list]:
     """The status line above the tabs, in one card, each tab an empty frame; and the pieces that fill the frames
     (`dashboard.pieces`: a server's page gets them one at a time once the browser has it). The slow tabs compute only
-    while they are shown."""
+    while they are shown. `dag`: the Fusion tab's, made before with its preparers (`fusion_dag`)."""
     # every tab stays in the page (not dynamic): Panel 1.9 gives a model changed while its dynamic tab is hidden
     # (out of the document) its stylesheets from its CDN, which the browser then fetched (docs/dashboard.md, "A room
     # of users"); the slow tabs compute only while shown all the same
     tabs = pn.Tabs(sizing_mode="stretch_width")
     active = tabs.param.active
-    fusion = FusionTab(session)  # made with the page: its preparers run beside the page's first report
+    fusion = FusionTab(session, dag)
     fusion_views: list = []  # made by the first of its pieces, shown by each
 
     def fusion_part(first: int, end: int) -> list:
@@ -297,18 +304,32 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
-    first, *rest = SIDEBAR
-    side = pn.Column(*first(session), sizing_mode="stretch_width")
+    network, upload, *rest = SIDEBAR
+    above = pn.Column(sizing_mode="stretch_width")  # the network box's part, above the upload box: a piece
+    side = pn.Column(above, *upload(session), sizing_mode="stretch_width")
     template.sidebar.append(side)
-    # the main area (the status line, the tabs' empty frames) is the page's first piece: the shell, built in the
-    # HTML request on the event loop, holds only the header and the sidebar's first part
-    main, pieces = main_area(session)
+    # the shell, built in the HTML request on the event loop, holds only the header, the upload box, the other
+    # parts' empty frames and the Fusion tab's DAG with its preparers (the first report, asked for when the page has
+    # loaded, makes their data beside it); the pieces make the rest, the network box first
+    dag = fusion_dag(session)
     holder = pn.Column(sizing_mode="stretch_width")
     template.main.append(holder)
-    pieces[:0] = [Piece(holder, lambda: [main]), *(Piece(side, partial(part, session)) for part in rest)]
+    tab_pieces: list[Piece] = []
+
+    def main() -> list:
+        area, made = main_area(session, dag)
+        tab_pieces.extend(made)
+        return [area]
+
+    def pieces() -> Iterator[Piece]:  # a generator: the tabs' pieces exist once the first piece has made the frames
+        yield Piece(above, partial(network, session))
+        yield Piece(holder, main)
+        yield from (Piece(side, partial(part, session)) for part in rest)
+        yield from tab_pieces
+
     if served:
-        pn.state.onload(partial(build, pn.state.curdoc, pieces))
+        pn.state.onload(partial(build, pn.state.curdoc, pieces()))
     else:
-        for piece in pieces:
+        for piece in pieces():
             piece()
     return template

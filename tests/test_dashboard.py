@@ -190,6 +190,7 @@ def test_dag_overlays_colour_by_part_and_module():
 def test_clicking_an_op_shows_its_loop_nest():
     s = Session(ExplorerState(network="resnet18"))
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     assert tab.detail.head.object == CLICK_HINT and not tab.detail.levels.visible
     first = s.graph().ops[0].name
     node = list(tab.dag._ops.data["op"]).index(first)
@@ -208,6 +209,7 @@ def test_clicking_an_op_shows_its_loop_nest():
 def test_a_new_report_patches_the_drawn_dag_instead_of_drawing_another():
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     figure, source = tab.dag.pane[0].object, tab.dag._ops
     groups_before = len(set(source.data["group"]))
     s.state.buffer_kb = 2048
@@ -463,6 +465,7 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
 
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     figure = tab.energy.pane[0].object
     s.state.buffer_kb = 1024
     assert tab.energy.pane[0].object is figure  # patched, not redrawn
@@ -490,9 +493,28 @@ def test_patched_energy_bars_equal_freshly_drawn_ones():
 def test_the_tallest_bar_ends_below_the_frame_on_the_first_draw_as_after_a_move():
     s = Session(ExplorerState(network="resnet18", buffer_kb=32))
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     for plot, top in ((tab.energy, "top"), (tab.latency, "latency_ms")):
         tallest = max(plot._source.data[top])
         assert plot._figure.y_range.start == 0 and plot._figure.y_range.end == pytest.approx(1.05 * tallest)
+
+
+def test_a_report_shown_before_the_tabs_figures_are_made_draws_none_and_is_drawn_with_them():
+    """In a server the report may come before the Fusion tab's pieces: the loop must not make their figures (0.05-0.08
+    CPU s); the page-building thread draws the report as it makes them."""
+    from dashboard.views.energy import energy_bars
+
+    s = Session(ExplorerState(network="resnet18", buffer_kb=32))
+    tab = FusionTab(s)  # the report is there already (computed at once here)
+    assert tab.dag._figure is None and tab.energy._figure is None and tab.latency._figure is None
+    assert "resnet18" in tab.headline.object
+    tab.parts()
+    assert set(tab.dag._ops.data["op"]) == {op.name for op in s.report.graph.ops}
+    assert tab.dag.legend.object and tab.dag._figure.title.text
+    fresh = energy_bars(dict(s.report.energy)).renderers[0].data_source.data
+    assert sorted(zip(tab.energy._source.data["method"], tab.energy._source.data["top"])) == \
+        sorted(zip(fresh["method"], fresh["top"]))
+    assert tab.energy._figure.y_range.end == pytest.approx(1.05 * max(fresh["top"]))
 
 
 def test_prefetch_computes_the_neighbouring_buffer_steps_ahead(monkeypatch):
@@ -856,6 +878,7 @@ def test_every_exported_model_uploaded_shows_its_plan_in_the_fusion_tab(path):
     few of them through the page."""
     s = Session(ExplorerState(network="light_squeezenet.onnx"))
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     if path.stem == "hf_BeitModel-interpolate":  # exported with a dynamic height and width: typed in the sidebar
         s.state.input_shapes = "height=224, width=224"
     s.on_upload(path.read_bytes(), path.name)
@@ -953,6 +976,7 @@ def test_a_move_sends_only_the_dag_rows_that_changed_and_kept_groups_keep_their_
     # a move that merges groups: every row after the first merge was renumbered, moved and often recoloured
     s.state.buffer_kb = 64
     tab = FusionTab(s)
+    tab.parts()  # its views made, as the page's pieces make them: the figures drawn then
     figure, old = tab.dag.pane[0].object, s.report.plans["optimus"]
     new = s.compute_report(90)  # 68 groups -> 66, 64 of them kept
     assert len(new.plans["optimus"].groups) < len(old.groups)

@@ -16,7 +16,7 @@ import panel as pn
 
 import engine
 from dashboard.state import KB
-from dashboard.tabs.common import error_text, toggles
+from dashboard.tabs.common import error_text, one_message, toggles
 from dashboard.views import counted
 from dashboard.views.dag import (
     PART_COLOURS,
@@ -322,15 +322,19 @@ class DagPlot:
         self._key = None
         self._ops = self._regions = self._figure = None
         self._ready: tuple | None = None  # (key, drawing) made by `prepare`, not drawn yet
+        self._waiting: tuple | None = None  # `show`'s arguments while the figure is not made yet
 
     def drawn(self) -> pn.Column:
-        """The figure's pane, the figure made (empty) the first time."""
+        """The figure's pane, the figure made (empty) the first time, with the report shown meanwhile if any."""
         if self._figure is None:
             self._figure = empty_dag_figure()
             sources = {r.data_source.name: r.data_source for r in self._figure.renderers}
             self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
             self._ops.selected.on_change("indices", self._clicked)
             self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
+            if self._waiting is not None:
+                waiting, self._waiting = self._waiting, None
+                self.show(*waiting)
         return self.pane
 
     def prepare(self, rep, colour_by: str = "fused group", cpu_kinds=()):
@@ -343,7 +347,11 @@ class DagPlot:
             self._ready = (key, report_drawing(rep, colour_by, cpu_kinds))
 
     def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
-        self.drawn()
+        """Draw `rep`; kept for `drawn` when the figure is not made yet: a report that comes before its piece of the
+        page made the figure on the event loop (0.05-0.08 CPU s of the first report's message, with the bars)."""
+        if self._figure is None:
+            self._waiting = (rep, colour_by, cpu_kinds)
+            return
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)
         if key != self._key:
@@ -374,19 +382,25 @@ class BarsPlot:
         self.pane = pn.Column(sizing_mode="stretch_width")
         self._draw, self._top = figure, top
         self._figure = self._source = None
+        self._waiting: tuple | None = None  # `show`'s arguments while the chart is not made yet
 
     def drawn(self) -> pn.Column:
-        """The chart's pane, the chart made the first time."""
+        """The chart's pane, the chart made the first time, with the bars shown meanwhile if any."""
         if self._figure is None:
             self._figure = self._draw({})
             self._source = next(r for r in self._figure.renderers if hasattr(r, "data_source")).data_source
             self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
+            if self._waiting is not None:
+                waiting, self._waiting = self._waiting, None
+                self.show(*waiting)
         return self.pane
 
     def show(self, energies: dict, data: dict):
         """Patch in `data` (the plot's columns for `energies`), the methods on the x axis; the tallest bar ends 5 %
-        below the frame."""
-        self.drawn()
+        below the frame. Kept for `drawn` when the chart is not made yet (see `DagPlot.show`)."""
+        if self._figure is None:
+            self._waiting = (energies, data)
+            return
         if list(self._figure.x_range.factors) != list(energies):
             self._figure.x_range.factors = list(energies)
         self._source.data = data
@@ -419,24 +433,34 @@ class LayerDetail:
         self.levels.visible = levels is not None
 
 
-class FusionTab:
-    """Every fusion view of one session, following its report, colouring and clicked op."""
+def fusion_dag(session) -> DagPlot:
+    """The Fusion tab's DAG, with what its views derive from a report added to the session's `preparers`: a server's
+    page makes it in its shell, so that the first report's views' data are made beside it in the worker thread,
+    and the tab itself later, in a piece of the page (`FusionTab(session, dag)`)."""
+    state = session.state
+    dag = DagPlot(on_select=lambda op: setattr(state, "selected_op", op))
+    # the layout first, by the session's runner (a server's worker process): the views' tables read it
+    session.preparers.extend([lambda rep: dag_layout(rep.graph, session.run), fusion_view_data,
+                              lambda rep: dag.prepare(rep, state.colour_by, tuple(state.cpu_kinds))])
+    return dag
 
-    def __init__(self, session):
+
+class FusionTab:
+    """Every fusion view of one session, following its report, colouring and clicked op; `dag` is the session's
+    `fusion_dag` when made before (a server's page), else one is made."""
+
+    def __init__(self, session, dag: DagPlot | None = None):
         self.session, state = session, session.state
         self.headline = pn.pane.Markdown("", sizing_mode="stretch_width")
         # shown and hidden through its style: toggling `visible` makes the browser lay out the whole page again
         # (Bokeh's invalidate_layout up to the root: 0.3-0.9 s of a loaded machine's browser per toggle)
         self.busy = pn.indicators.LoadingSpinner(value=True, size=22, label="computing...",
                                                  styles=pn.bind(spinner_styles, session.param.busy))
-        self.dag = DagPlot(on_select=lambda op: setattr(state, "selected_op", op))
+        self.dag = dag or fusion_dag(session)
         self.detail = LayerDetail()
         self.table = pn.pane.HTML("", stylesheets=[TABLE_CSS], sizing_mode="stretch_width")
         self.energy = BarsPlot(energy_bars, top="top")
         self.latency = BarsPlot(latency_bars, top="latency_ms")
-        # the layout first, by the session's runner (a server's worker process): the views' tables read it
-        session.preparers.extend([lambda rep: dag_layout(rep.graph, session.run), fusion_view_data,
-                                  lambda rep: self.dag.prepare(rep, state.colour_by, tuple(state.cpu_kinds))])
         session.param.watch(lambda e: self.show(e.new), "report")
         state.param.watch(lambda e: self.recolour(), ["colour_by", "cpu_kinds"])
         state.param.watch(lambda e: self.detail.show(session.report, e.new), "selected_op")
@@ -447,7 +471,7 @@ class FusionTab:
         if rep is None:
             return
         view = fusion_view_data(rep)
-        with pn.io.hold():
+        with one_message():
             self.headline.object = headline_text(rep, self.session.pending)
             self.recolour(rep)
             self.table.object = view.summary_html
