@@ -28,7 +28,7 @@ def _subtree(graph, op):
 
 def test_the_depth_first_order_lists_every_subtree_whole_and_is_topological():
     graph = fan_out_tree(100)
-    ordered = windowed.depth_first(graph)
+    ordered = windowed.depth_first(graph, whole=len(graph.ops))
     assert sorted(op.name for op in ordered.ops) == sorted(op.name for op in graph.ops)
     place = ordered.position
     assert all(place[graph.producer(t)] < place[op.name] for op in ordered.ops for t in op.inputs
@@ -41,13 +41,51 @@ def test_the_depth_first_order_lists_every_subtree_whole_and_is_topological():
     assert [op.name for op in graph.ops[1:101]] == [f"relu{k}" for k in range(100)]
 
 
+def test_the_depth_first_order_lists_the_ops_above_subtrees_too_large_for_a_group_last():
+    """A tree of 100 ReLUs, groups of at most 15 ops: its subtrees of 8 ReLUs (15 ops) come whole, in post-order,
+    then the Adds over them; the order is topological."""
+    graph = fan_out_tree(100)
+    ordered = windowed.depth_first(graph, whole=15)
+    size, place = windowed.subtree_sizes(graph), ordered.position
+    assert sorted(op.name for op in ordered.ops) == sorted(op.name for op in graph.ops)
+    assert all(place[graph.producer(t)] < place[op.name] for op in ordered.ops for t in op.inputs
+               if graph.producer(t) is not None)
+    late = [size[op.name] > 15 for op in ordered.ops]
+    first_late = late.index(True)
+    assert not any(late[:first_late]) and all(late[first_late:])
+    assert len(ordered.ops) - first_late == 12  # the Adds joining 13 whole subtrees: 12 of 8 ReLUs, 1 of 4
+    for op in ordered.ops[:first_late]:
+        spots = sorted(place[name] for name in _subtree(graph, op.name))
+        assert spots == list(range(place[op.name] + 1 - len(spots), place[op.name] + 1)), op.name
+    assert sorted(size.values())[-1] == len(graph.ops) - 1  # the root's subtree: every op but the conv
+    assert windowed.depth_first(graph, whole=len(graph.ops)).ops[-1].name == graph.ops[-1].name
+
+
+def test_a_tree_of_3000_relus_is_planned_as_whole_subtrees_and_the_adds_above_them_together():
+    """At 128 KB a group holds a subtree of 1,024 ReLUs (2,047 ops) but not with the conv. The plan: the conv with
+    512 ReLUs' subtree (input 512 B + weights 288 B read, the conv's output and the sum written: 1,824 B); the
+    other 512 with the Add over both (the conv's output and a sum read, one written: 1,536 B); a whole subtree of
+    1,024 (1,024 B); the last 952 ReLUs' subtree with the two Adds above all (the conv's output and two sums read,
+    the network's output written: 2,048 B). Before the Adds came last, 5 groups moved 7,968 B."""
+    graph = fan_out_tree(3000)
+    plan = engine.fuse(graph, ACC)
+    size = windowed.subtree_sizes(graph)
+    assert plan.status == "windowed" and plan.dram_bytes == 1824 + 1536 + 1024 + 2048 == 6432
+    assert plan.dram_bytes == sum(engine.fusion.group_cost(graph, g, ACC).dram_bytes for g in plan.groups)
+    tops = [[n for n in g if not any(r in g for t in graph.op(n).outputs for r in graph.consumers(t))]
+            for g in plan.groups]
+    assert all(len(t) == 1 for t in tops)
+    assert [(len(g), size[t[0]]) for g, t in zip(plan.groups, tops)] == [
+        (1024, 1023), (1024, 2047), (2047, 2047), (1905, len(graph.ops) - 1)]
+
+
 def test_windows_follow_the_depth_first_order_where_fewer_bytes_cross_and_the_graphs_own_on_a_chain():
     tree = fan_out_tree(3000)
-    assert windowed.plan_order(tree, 16).ops == windowed.depth_first(tree).ops
+    assert windowed.plan_order(tree, 16, whole=2048).ops == windowed.depth_first(tree, whole=2048).ops
     line = chain(3000)
-    assert windowed.plan_order(line, 16) is line  # the same order either way: the graph's own
+    assert windowed.plan_order(line, 16, whole=2048) is line  # the same order either way: the graph's own
     # each window of the tree's order is at most two whole subtrees (and the conv): cut where few sums are pending
-    ordered = windowed.plan_order(tree, 16)
+    ordered = windowed.plan_order(tree, 16, whole=2048)
     for lo, hi in windowed.cuts(ordered, 16, max_ops=windowed.WINDOW_OPS):
         inside = {op.name for op in ordered.ops[lo:hi]}
         tops = [name for name in inside if not any(r in inside for t in ordered.op(name).outputs

@@ -2,7 +2,8 @@
 
 A graph of more than `WINDOW_ABOVE` ops is cut, in a topological order (its own, or a depth-first one where
 fewer bytes cross the cuts: `plan_order`), into ranges of at most `WINDOW_OPS` ops (so every prefix of windows
-is a down-set), each cut placed where the fewest bytes cross it (`cuts`). Each window becomes a graph of its
+is a down-set), each cut placed where the fewest bytes cross it (`cuts`). The depth-first order lists the ops
+above subtrees too large for one group last, so one window holds them together. Each window becomes a graph of its
 own (`window_graph`): the tensors made in earlier windows are its inputs, the tensors read in later ones or
 returned are its outputs. The method asked for fuses each window alone, and the windows' groups, in
 order, are a valid plan of the whole graph: each group lies in one window and is valid
@@ -91,10 +92,23 @@ def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int]
     return tuple(found)
 
 
-def depth_first(graph: Graph) -> Graph:
+def subtree_sizes(graph: Graph) -> dict[str, int]:
+    """Per op: the ops of its subtree, it and the subtrees of the producers only it reads from (no other reader, not
+    returned). A chain's op holds every op before it; a residual block's Add only its block."""
+    size: dict[str, int] = {}
+    for op in graph.ops:
+        size[op.name] = 1 + sum(size[p] for t in op.inputs if (p := graph.producer(t)) is not None
+                                and t not in graph.returned and len(graph.consumers(t)) == 1)
+    return size
+
+
+def depth_first(graph: Graph, *, whole: int) -> Graph:
     """`graph` with its ops in a depth-first post-order from its last op back: each op right after the ops it reads
     from that no earlier op needed (a topological order that lists each subtree of a tree of joins whole, where the
-    graph's own order may list every leaf before the first join)."""
+    graph's own order may list every leaf before the first join). The ops whose subtree holds more than `whole` ops
+    (what one group can hold at most), and every op reading from one, come last in the same post-order: no group
+    holds one of them with its whole subtree, so each is grouped with others reading several sums, and listed
+    together they fall in one window, which can group them (the Adds above a tree's subtrees of 1,024 ReLUs)."""
     listed: set[str] = set()
     order = []
     for root in reversed(graph.ops):
@@ -113,17 +127,23 @@ def depth_first(graph: Graph) -> Graph:
             else:
                 todo.pop()
                 order.append(op)
-    return replace(graph, ops=tuple(order))
+    size, late = subtree_sizes(graph), set()
+    for op in graph.ops:
+        if size[op.name] > whole or any(graph.producer(t) in late for t in op.inputs):
+            late.add(op.name)
+    return replace(graph, ops=tuple(op for op in order if op.name not in late) + tuple(op for op in order
+                                                                                      if op.name in late))
 
 
-def plan_order(graph: Graph, word_bits: int) -> Graph:
-    """`graph` in the order whose `cuts` leave the fewest bytes crossing in all: its own or `depth_first` (its own on
-    ties). The cuts are where a windowed plan pays what the optimum may not."""
+def plan_order(graph: Graph, word_bits: int, *, whole: int) -> Graph:
+    """`graph` in the order whose `cuts` leave the fewest bytes crossing in all: its own or `depth_first` with
+    subtrees of at most `whole` ops listed whole (its own on ties). The cuts are where a windowed plan pays what the
+    optimum may not."""
     def crossed(g: Graph) -> int:
         cross = crossings(g, word_bits)
         return sum(cross[hi] for _, hi in cuts(g, word_bits, max_ops=WINDOW_OPS))
 
-    other = depth_first(graph)
+    other = depth_first(graph, whole=whole)
     return other if crossed(other) < crossed(graph) else graph
 
 
@@ -195,9 +215,11 @@ def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
     "windowed" and, when `with_bound`, carries `lower_bound_bytes`; another method's keeps its status ("beam" if
     any window's was).
     """
-    ordered = plan_order(graph, acc.word_bits)
+    tp = dataflow.of(acc)
+    most = fewest.most_ops(graph, acc.word_bits, tp, cap.fmap, tensor_views(graph))
+    ordered = plan_order(graph, acc.word_bits, whole=most)
     windows = cuts(ordered, acc.word_bits, max_ops=WINDOW_OPS)
-    lives, tp = spans(ordered), dataflow.of(acc)
+    lives = spans(ordered)
     plans: dict[str, list[FusionPlan]] = {m: [] for m in methods}
     for lo, hi in windows:
         part = window_graph(ordered, lo, hi, lives)
@@ -206,19 +228,18 @@ def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
             plans[m].append(solve(part, model, m))
     # the bound's windows in the graph's own order (any order's are sound; these keep its searches' cost and figures)
     bound_windows = windows if ordered is graph else cuts(graph, acc.word_bits, max_ops=WINDOW_OPS)
-    return {m: _joined(graph, acc, m, plans[m], bound_windows, cap, with_bound) for m in methods}
+    return {m: _joined(graph, acc, m, plans[m], bound_windows, cap, with_bound, most) for m in methods}
 
 
 def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan], windows, cap: Capacity,
-            with_bound: bool) -> FusionPlan:
+            with_bound: bool, most: int) -> FusionPlan:
     """The windows' plans of one method as one plan of `graph` (an optimus plan's groups joined across the windows'
-    edges, `join`), with the lower bound an optimus plan carries."""
+    edges, `join`, runs of at most `most` ops), with the lower bound an optimus plan carries."""
     start = time.perf_counter()
     costs = tuple(c for p in plans for c in p.costs)
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
     if method == "optimus":
-        most = fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
         costs = join.joined(graph, costs, acc, cap, most_ops=most)
     floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
     seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
