@@ -154,9 +154,12 @@ def _children(pid: int) -> list[int]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A browser test that failed gets what its server was doing (`dashboard.stacks`: every thread and pending task
-    of the server, every worker's threads) and the server log's end in its report: a page that waits forever says on
-    what."""
+    of the server, every worker's threads), the server log's end and whether each open page still runs scripts in its
+    report: a page that waits forever says on what (a stress run caught one whose renderer spun, the server done)."""
     report = yield
+    browser = item.funcargs.get("browser") if report.failed and call.when == "call" else None
+    if isinstance(browser, OfflineBrowser):
+        report.sections.append(("browser pages", "\n".join(_runs_scripts(page) for page in browser.open_pages())))
     served = item.funcargs.get("served") if report.failed and call.when == "call" else None
     if isinstance(served, Served) and served.proc.poll() is None:
         for pid in [served.proc.pid, *_children(served.proc.pid)]:
@@ -164,6 +167,17 @@ def pytest_runtest_makereport(item, call):
         time.sleep(2)  # the loop's task dump runs on its next turn
         report.sections.append(("dashboard server log (end)", served.log.read_text()[-60_000:]))
     return report
+
+
+def _runs_scripts(page, within_s: float = 5) -> str:
+    """Whether `page`'s renderer runs a script within `within_s` (one busy in its own JavaScript or layout does not)."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    try:
+        page.wait_for_function("() => true", timeout=within_s * 1000)
+    except PageTimeout:
+        return f"{page.url}: ran no script within {within_s} s: its renderer is busy"
+    return f"{page.url}: runs scripts"
 
 
 LOOPBACK = re.compile(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:|about:")
@@ -175,13 +189,18 @@ class OfflineBrowser:
     sessions before it. A page waits up to HANG_S for anything (its default timeout)."""
 
     def __init__(self, browser):
-        self.browser, self.outside = browser, []
+        self.browser, self.outside, self.pages = browser, [], []
 
     def new_page(self, **options):
         page = self.browser.new_page(**options)
+        self.pages.append(page)
         page.set_default_timeout(HANG_S * 1000)
         page.on("request", lambda request: None if LOOPBACK.match(request.url) else self.outside.append(request.url))
         return page
+
+    def open_pages(self) -> list:
+        """The pages this test opened and has not closed."""
+        return [page for page in self.pages if not page.is_closed()]
 
 
 @pytest.fixture(scope="module")
