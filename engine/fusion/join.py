@@ -23,8 +23,8 @@ def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Ca
     than its groups apart. From each group a run grows while the next group is linked to it and the union fits (a
     union of more than `most_ops` ops never does; nor does any run grown from a misfit); it ends where the fewest
     bytes cross among the last half of its possible ends (the latest such end), as `windowed.cuts` places a
-    window's end. A run does not grow where it would likely reload parameters (`_reloads`). The run's groups are priced on one model of theirs, made for twice as many groups each time the
-    run outgrows it."""
+    window's end. A run does not grow where it would likely reload parameters (`_reloads`). The run's groups are
+    priced on one model of theirs, made for twice as many groups each time the run outgrows it."""
     cross, tensors = _crossings(graph, costs, acc.word_bits), [_tensors(graph, c) for c in costs]
     out: list[GroupCost] = []
     i = 0
