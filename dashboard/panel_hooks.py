@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import panel as pn
 import param
@@ -191,3 +193,86 @@ def make_models_ahead(frame: pn.layout.ListLike, views: list, doc) -> int:
                     child._get_model(doc, view[1], parent, None)
                     made += 1
     return made
+
+
+@contextmanager
+def walking_only_new_models(doc) -> Iterator[None]:
+    """Changes to `doc` (a Bokeh document) that Bokeh takes in with one walk of the new models only, not the whole
+    document, when none of them drops a model; with one walk of the whole document otherwise.
+
+    After each change that puts models in the document (a piece of the page added to its frame, a report's views
+    set), Bokeh walks every model reachable from the roots to find those it must attach (`DocumentModelManager
+    .recompute`, 0.022-0.028 CPU s for a whole page: a third to a half of a piece's turn of the event loop;
+    docs/dashboard.md, "A room of users"). While this is held, the document's changes are recorded as Bokeh announces
+    them (`callbacks.notify_change`, with the old and new values), wherever in the document Panel makes them (its link
+    preprocessing and its design's stylesheets reach models outside the piece too), and the walk is deferred to the
+    end (`models.freeze`). Then, if every change only added references and the roots are the same, what was
+    reachable still is, and the models to attach are those reachable from the changes' new values that the document
+    does not hold yet: only they are walked. Otherwise (a model dropped somewhere) Bokeh's own walk runs. Reads the
+    private `_models`, `_models_by_name`, `_new_models` and `_document` of Bokeh's `DocumentModelManager`.
+    """
+    _checked_release()
+    models, callbacks = doc.models, doc.callbacks
+    if not all(hasattr(models, name) for name in ("_models", "_models_by_name", "_new_models", "_document",
+                                                   "recompute", "freeze")) \
+            or not callable(getattr(callbacks, "notify_change", None)):
+        _not_applied("walking_only_new_models", "DocumentModelManager._models/_models_by_name/_new_models")
+        with doc.models.freeze():
+            yield
+        return
+    if "recompute" in vars(models):  # already held further out: that one walks at its end
+        yield
+        return
+    added: list = []  # the new values of changes that only added references
+    dropped = [False]
+    roots = list(doc.roots)
+
+    def recording(model, attr, old, new, hint=None, setter=None, callback_invoker=None):
+        if hint is None:  # a hinted change (columns streamed or patched) carries data, never models
+            before, after = _immediate_models(old), _immediate_models(new)
+            if before:
+                dropped[0] = dropped[0] or not before <= after
+            if after:
+                added.append(new)
+        notify(model, attr, old, new, hint, setter, callback_invoker)
+
+    def recompute():
+        if dropped[0] or list(doc.roots) != roots:
+            walk_all()
+        else:
+            _attach_new(models, added)
+        added.clear()
+
+    notify, walk_all = callbacks.notify_change, models.recompute
+    callbacks.notify_change, models.recompute = recording, recompute
+    try:
+        with models.freeze():  # the walk once, at the end: with our `recompute` in place
+            yield
+    finally:
+        del callbacks.notify_change, models.recompute
+
+
+def _immediate_models(value) -> set:
+    """The ids of the Bokeh models `value` (a property's value) refers to directly."""
+    from bokeh.model.util import visit_value_and_its_immediate_references
+
+    ids: set = set()
+    visit_value_and_its_immediate_references(value, lambda model: ids.add(model.id))
+    return ids
+
+
+def _attach_new(models, values: list) -> None:
+    """Attach to the document of `models` (its `DocumentModelManager`) every model reachable from `values` that it
+    does not hold yet, as Bokeh's `recompute` does for the models it finds new, walking no model it holds."""
+    from bokeh.model.util import collect_filtered_models
+
+    doc = models._document()
+    if doc is None:
+        return
+    held = models._models
+    for model in collect_filtered_models(lambda model: model.id in held, *values):
+        held[model.id] = model
+        if model.name is not None:
+            models._models_by_name.add_value(model.name, model)
+        model._attach_document(doc)
+        models._new_models.add(model)

@@ -16,6 +16,7 @@ from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
 from types import SimpleNamespace
 
 import pytest
+from bokeh.document import Document
 
 import engine
 from dashboard import pieces
@@ -175,10 +176,12 @@ def test_a_free_place_goes_to_work_a_page_asked_for_before_any_prefetch():
 
 class FakeDoc:
     """A Bokeh document as `dashboard.pieces` sees it: callbacks on the loop's next turn, a session that may end (its
-    callbacks then dropped, as Bokeh does)."""
+    callbacks then dropped, as Bokeh does), the models and change notices of an empty page."""
 
     def __init__(self):
         self.session_context = SimpleNamespace(destroyed=False)
+        self.page = Document()
+        self.models, self.callbacks, self.roots = self.page.models, self.page.callbacks, self.page.roots
 
     def add_next_tick_callback(self, fn):
         loop = asyncio.get_running_loop()
@@ -346,3 +349,4 @@ def test_a_piece_waiting_on_a_page_bokeh_destroys_meanwhile_returns_and_frees_th
     asyncio.run(two_pages())
     pieces._turn.cache_clear()
     assert frames[other] == ["o"] and frames[closed] == []
+

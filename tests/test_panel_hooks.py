@@ -1,6 +1,7 @@
 """Each hook of dashboard/panel_hooks.py against the installed Panel and Bokeh: it is applied, it does what it is
 for, and where Panel has no such private name it changes nothing and says so in the log."""
 
+import contextlib
 import inspect
 import logging
 from types import SimpleNamespace
@@ -100,3 +101,60 @@ def test_models_made_ahead_in_another_thread_are_the_ones_the_page_shows():
     assert shown[1].value == 3 and "&lt;p&gt;b&lt;/p&gt;" in shown[2].children[0].text
     # a frame whose model is in another document is left alone
     assert panel_hooks.make_models_ahead(pn.Column(), [pn.pane.Markdown("c")], doc) == 0
+
+
+def _page_with_a_frame():
+    """(document, slider already in it, empty frame in it, the page's root): a page's shell as a server holds it."""
+    doc = Document()
+    slider, frame = pn.widgets.IntSlider(start=0, end=9), pn.Column()
+    root = pn.Column(slider, frame).get_root(doc)
+    doc.add_root(root)
+    return doc, slider, frame, root
+
+
+def _reachable(doc: Document) -> set:
+    """The ids of the models Bokeh's own walk of the whole document finds."""
+    return {model.id for root in doc.roots for model in root.references()}
+
+
+def test_a_piece_attached_by_walking_only_its_new_models_leaves_the_document_as_a_full_walk_would(monkeypatch):
+    from bokeh.document.models import DocumentModelManager
+    from bokeh.models import CustomJS
+
+    doc, slider, frame, root = _page_with_a_frame()
+    target = pn.widgets.IntInput(value=3)
+    slider.jslink(target, value="value")  # Panel adds its CustomJS to the slider's model, outside the piece
+    walks = []
+    monkeypatch.setattr(DocumentModelManager, "recompute",
+                        lambda self, walk=DocumentModelManager.recompute: walks.append(len(self)) or walk(self))
+    held = len(doc.models)
+    with panel_hooks.walking_only_new_models(doc):
+        frame.extend([target, pn.pane.Markdown("a")])
+    assert walks == []  # no walk of the whole document
+    assert {model.id for model in doc.models} == _reachable(doc) and len(doc.models) > held
+    link = slider._models[root.ref["id"]][0].js_property_callbacks["change:value"][0]
+    assert isinstance(link, CustomJS) and link.document is doc
+    assert link in doc.models._new_models  # sent whole with the piece's message
+    assert link not in frame._models[root.ref["id"]][0].references()  # found only through the slider's change
+    assert all(model.document is doc for model in doc.models)
+
+
+def test_changes_that_drop_a_model_are_taken_in_by_bokehs_own_walk():
+    doc, slider, frame, root = _page_with_a_frame()
+    old = pn.pane.Markdown("old")
+    frame.append(old)
+    old_model = old._models[root.ref["id"]][0]
+    with panel_hooks.walking_only_new_models(doc):
+        frame[:] = [pn.pane.Markdown("new")]
+    assert {model.id for model in doc.models} == _reachable(doc)
+    assert old_model.document is None and old_model.id not in {model.id for model in doc.models}
+
+
+def test_walking_only_new_models_without_bokehs_private_names_changes_nothing_and_says_so(caplog):
+    changed = []
+    elsewhere = SimpleNamespace(models=SimpleNamespace(freeze=contextlib.nullcontext), callbacks=SimpleNamespace())
+    with caplog.at_level(logging.WARNING, logger="dashboard.panel_hooks"):
+        with panel_hooks.walking_only_new_models(elsewhere):
+            changed.append(True)
+    assert changed == [True] and vars(elsewhere.models) == {"freeze": contextlib.nullcontext}
+    assert [r.message.split(" not applied")[0] for r in caplog.records] == ["walking_only_new_models"]

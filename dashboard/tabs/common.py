@@ -11,6 +11,7 @@ import pandas as pd
 import panel as pn
 
 import engine
+from dashboard.panel_hooks import walking_only_new_models
 
 
 def error_text(err: Exception) -> str:
@@ -49,14 +50,15 @@ def one_message() -> Iterator[None]:
     """Changes to the page's views as one message to the browser, and one walk of the page's document: each HTML or
     Markdown pane's new text also sets its model's stylesheets, and Bokeh walks the whole document after each such
     change (`DocumentModelManager.recompute`, 0.025-0.035 CPU s for a whole page); held, once at the end, before the
-    message is written (docs/dashboard.md, "A room of users"). Only on the event loop's thread, where a server's page
+    message is written, and of the new models only where no model was dropped (`walking_only_new_models`;
+    docs/dashboard.md, "A room of users"). Only on the event loop's thread, where a server's page
     is changed under its lock (the page-building thread makes views not yet in the document: nothing to walk)."""
     doc = pn.state.curdoc
     with pn.io.hold():
         if doc is None or not _on_the_loop():
             yield
         else:
-            with doc.models.freeze():
+            with walking_only_new_models(doc):
                 yield
 
 
