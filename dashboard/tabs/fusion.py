@@ -8,8 +8,9 @@ go out in one message (`pn.io.hold`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import pandas as pd
 import panel as pn
@@ -307,7 +308,40 @@ def _levels_frame(levels, word_bytes: float) -> pd.DataFrame:
                          for c in levels])
 
 
-class DagPlot:
+class DrawnLater:
+    """A view whose Bokeh figure is made with its piece of the page (`drawn`), not with the page: a report shown before
+    is kept and drawn once the figure is made, in the page-building thread (on the event loop, the first report's
+    message made both Fusion figures: 0.05-0.08 CPU s). Subclasses make the figure (`_make`) and keep their `show`
+    while it is not made (`_kept`)."""
+
+    def __init__(self):
+        self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane once it is made
+        self._figure = None
+        self._waiting: Callable[[], None] | None = None  # the last `show` while the figure is not made yet
+
+    def _make(self):
+        """The figure, empty."""
+        raise NotImplementedError
+
+    def drawn(self) -> pn.Column:
+        """The figure's pane, the figure made (empty) the first time, with the report shown meanwhile if any."""
+        if self._figure is None:
+            self._figure = self._make()
+            self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
+            if self._waiting is not None:
+                waiting, self._waiting = self._waiting, None
+                waiting()
+        return self.pane
+
+    def _kept(self, show: Callable[[], None]) -> bool:
+        """Whether the figure is not made yet, `show` (a `show` with its arguments) then kept for `drawn`."""
+        if self._figure is None:
+            self._waiting = show
+            return True
+        return False
+
+
+class DagPlot(DrawnLater):
     """The network's DAG: one figure for the page, drawn empty with it; a new network or colouring sets its data and
     view (`draw_dag`), and later reports only patch its boxes' colours, the outlines and the legend.
 
@@ -315,27 +349,20 @@ class DagPlot:
     """
 
     def __init__(self, on_select):
-        self.pane = pn.Column(sizing_mode="stretch_width")  # holds the figure's pane, made with its part of the page
+        super().__init__()
         self.legend = pn.pane.HTML("", stylesheets=[LEGEND_CSS], width=330, max_height=900,
                                    styles={"overflow-y": "auto"})
         self._on_select = on_select
         self._key = None
-        self._ops = self._regions = self._figure = None
+        self._ops = self._regions = None
         self._ready: tuple | None = None  # (key, drawing) made by `prepare`, not drawn yet
-        self._waiting: tuple | None = None  # `show`'s arguments while the figure is not made yet
 
-    def drawn(self) -> pn.Column:
-        """The figure's pane, the figure made (empty) the first time, with the report shown meanwhile if any."""
-        if self._figure is None:
-            self._figure = empty_dag_figure()
-            sources = {r.data_source.name: r.data_source for r in self._figure.renderers}
-            self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
-            self._ops.selected.on_change("indices", self._clicked)
-            self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
-            if self._waiting is not None:
-                waiting, self._waiting = self._waiting, None
-                self.show(*waiting)
-        return self.pane
+    def _make(self):
+        figure = empty_dag_figure()
+        sources = {r.data_source.name: r.data_source for r in figure.renderers}
+        self._ops, self._regions = sources["dag-ops"], sources["dag-regions"]
+        self._ops.selected.on_change("indices", self._clicked)
+        return figure
 
     def prepare(self, rep, colour_by: str = "fused group", cpu_kinds=()):
         """In the worker thread that made `rep`: what `show` will draw for it when that is not what is drawn (a new
@@ -347,10 +374,8 @@ class DagPlot:
             self._ready = (key, report_drawing(rep, colour_by, cpu_kinds))
 
     def show(self, rep, colour_by: str = "fused group", cpu_kinds=()):
-        """Draw `rep`; kept for `drawn` when the figure is not made yet: a report that comes before its piece of the
-        page made the figure on the event loop (0.05-0.08 CPU s of the first report's message, with the bars)."""
-        if self._figure is None:
-            self._waiting = (rep, colour_by, cpu_kinds)
+        """Draw `rep` (kept for `drawn` when the figure is not made yet)."""
+        if self._kept(partial(self.show, rep, colour_by, cpu_kinds)):
             return
         overlay, title = dag_colouring(rep, colour_by, cpu_kinds)
         key = (rep.graph, overlay is None)
@@ -371,7 +396,7 @@ class DagPlot:
             self._on_select(str(self._ops.data["op"][new[0]]))
 
 
-class BarsPlot:
+class BarsPlot(DrawnLater):
     """A bar chart drawn once, empty, when its part of the page is made; each report sets its methods (the x axis),
     bars and y range. (Drawn with the page's first report, the two charts were half of that message's 0.25 CPU s on
     the event loop.)
@@ -379,27 +404,19 @@ class BarsPlot:
     `figure(energies)` draws it (a Bokeh figure whose first renderer's data source holds the bars)."""
 
     def __init__(self, figure, top: str):
-        self.pane = pn.Column(sizing_mode="stretch_width")
+        super().__init__()
         self._draw, self._top = figure, top
-        self._figure = self._source = None
-        self._waiting: tuple | None = None  # `show`'s arguments while the chart is not made yet
+        self._source = None
 
-    def drawn(self) -> pn.Column:
-        """The chart's pane, the chart made the first time, with the bars shown meanwhile if any."""
-        if self._figure is None:
-            self._figure = self._draw({})
-            self._source = next(r for r in self._figure.renderers if hasattr(r, "data_source")).data_source
-            self.pane[:] = [pn.pane.Bokeh(self._figure, sizing_mode="stretch_width")]
-            if self._waiting is not None:
-                waiting, self._waiting = self._waiting, None
-                self.show(*waiting)
-        return self.pane
+    def _make(self):
+        figure = self._draw({})
+        self._source = next(r for r in figure.renderers if hasattr(r, "data_source")).data_source
+        return figure
 
     def show(self, energies: dict, data: dict):
         """Patch in `data` (the plot's columns for `energies`), the methods on the x axis; the tallest bar ends 5 %
-        below the frame. Kept for `drawn` when the chart is not made yet (see `DagPlot.show`)."""
-        if self._figure is None:
-            self._waiting = (energies, data)
+        below the frame (kept for `drawn` when the chart is not made yet)."""
+        if self._kept(partial(self.show, energies, data)):
             return
         if list(self._figure.x_range.factors) != list(energies):
             self._figure.x_range.factors = list(energies)
