@@ -67,11 +67,22 @@ async def on_loop(doc, fn: Callable[[], object]) -> None:
             return
 
 
+def destroyed(doc) -> bool:
+    """Whether Bokeh has destroyed `doc` (its page's session ended): `Document.destroy` deletes its roots, and its
+    session context too, so that it then looks like a document never served but for its roots."""
+    try:
+        return doc.roots is None
+    except AttributeError:
+        return True
+
+
 async def locked(doc, fn: Callable[[], object]) -> None:
     """Run `fn` with the document locked when `doc` is a server's page (see `on_loop`), between two of its pieces;
-    at once elsewhere (tests, notebooks: no lock to take)."""
+    at once elsewhere (tests, notebooks: no lock to take); not at all once Bokeh has destroyed the page's document
+    (run at once there, a closed page's report or curve size was set on models Bokeh had destroyed, off the lock)."""
     if doc is None or doc.session_context is None:
-        fn()
+        if doc is None or not destroyed(doc):
+            fn()
         return
     async with _page(doc):
         await on_loop(doc, fn)

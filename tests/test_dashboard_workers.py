@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures.process import EXTRA_QUEUED_CALLS, BrokenProcessPool
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -350,3 +351,18 @@ def test_a_piece_waiting_on_a_page_bokeh_destroys_meanwhile_returns_and_frees_th
     pieces._turn.cache_clear()
     assert frames[other] == ["o"] and frames[closed] == []
 
+
+def test_a_change_for_a_page_bokeh_destroyed_is_dropped_and_one_for_a_page_never_served_runs_at_once():
+    """`pieces.locked` reads a document without a session context as one outside a server (tests, notebooks) and runs
+    the change at once; Bokeh's `Document.destroy` drops the context too, and a closed page's report was set then on
+    the models Bokeh had destroyed, off the document's lock."""
+    closed = Document()
+    context = ServedContext()
+    closed._session_context = weakref.ref(context)  # a served page, as Bokeh's server context sets it
+    session = object()
+    closed.callbacks.on_change_dispatch_to(session)
+    closed.destroy(session)  # Bokeh's own destroy, as when the page's session ends
+    ran: list[str] = []
+    for doc, name in [(closed, "closed"), (Document(), "never served"), (None, "no document")]:
+        asyncio.run(pieces.locked(doc, partial(ran.append, name)))
+    assert ran == ["never served", "no document"] and pieces.destroyed(closed)
