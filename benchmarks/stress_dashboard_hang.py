@@ -5,9 +5,12 @@
 Chromium (Playwright) opens, round after round and in quick succession: googlenet cold loads (a new batch each round,
 so no report is cached, and the one-pass methods' report comes first), pages closed mid-load, and other pages (SqueezeNet
 with the slow tabs, googlenet's slider dragged), as the browser file's earlier tests do. A watched page whose headline
-still says "still searching" HANG_S after it showed is a hang: its JavaScript is paused three times for its stacks (the
-Chrome DevTools protocol; a page busy in a loop answers that, not a screenshot), its console kept, and the server and its
-workers write their stacks to the log (`dashboard/stacks.py`). A new server every ROUNDS rounds.
+still says "still searching" HANG_S after it showed is a hang: `perf` samples its busiest renderer (call chains by
+frame pointer, V8's code named by the map `--perf-basic-prof` writes; a page stuck outside a script's interrupt checks
+answers no debugger), its console is kept, and the server and its workers write their stacks to the log
+(`dashboard/stacks.py`). A page whose console says a view's update failed (what `panel_hooks.READY_GUARD_JS` catches)
+is counted and its console kept. A new server every ROUNDS rounds. docs/dashboard.md, "The frozen tab", has what it
+found.
 Run: `python -m benchmarks.stress_dashboard_hang [minutes] [folder]` (default 20 minutes, /tmp/dashboard-hang).
 """
 
@@ -29,8 +32,12 @@ from benchmarks.bench_dashboard_memory import family
 HANG_S = 120  # googlenet's full report takes ~0.4 CPU s: two minutes is a page that will not end
 ROUNDS = 4  # rounds per server (batch 1, 2, ...: cold reports each round)
 STEPS = (8, 11, 16, 22, 32, 45, 64, 90, 128, 181, 256, 362, 512, 724, 1024, 1448, 2048, 2896, 4096, 5792, 8192)
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # tests/conftest.py's `chromium`
+WATCHED_KB = (1024, 2048)  # every hang seen was at one of these (5 of them, 2026-11-27 and 28)
+# tests/conftest.py's `chromium`, and V8 writing /tmp/perf-PID.map for `perf` (its own log to nowhere: per isolate,
+# it wrote a file into the working directory)
+V8_FLAGS = "--perf-basic-prof --interpreted-frames-native-stack --no-logfile-per-isolate --logfile=/dev/null"
+ARGS = [f"--js-flags={V8_FLAGS}", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1500, "height": 1100}
 
 
@@ -46,23 +53,31 @@ def start_server(log: Path) -> tuple[str, subprocess.Popen]:
     return f"http://127.0.0.1:{port}/dashboard", proc
 
 
-async def js_stacks(cdp, samples: int = 3) -> str:
-    """The page's JavaScript stack, `samples` times 1.5 s apart (the debugger enabled when the page opened)."""
-    paused: asyncio.Queue = asyncio.Queue()
-    cdp.on("Debugger.paused", paused.put_nowait)
-    out = []
-    for sample in range(samples):
+def busiest_renderer() -> int:
+    """The pid of the Chromium renderer that used the most CPU over the next second (a stuck page's spins)."""
+    def cpu(pid):
         try:
-            await asyncio.wait_for(cdp.send("Debugger.pause"), 20)
-            event = await asyncio.wait_for(paused.get(), 20)
-            out.append(f"sample {sample}:")
-            out += [f"  {f['functionName'] or '<anonymous>'} {f.get('url', '')[-70:]}:{f['location']['lineNumber']}"
-                    for f in event["callFrames"][:60]]
-            await asyncio.wait_for(cdp.send("Debugger.resume"), 20)
-        except Exception as exc:  # TimeoutError: not even the debugger's interrupt got through
-            out.append(f"sample {sample}: {exc!r}")
-        await asyncio.sleep(1.5)
-    return "\n".join(out)
+            return sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+        except OSError:
+            return 0
+    pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
+            and b"--type=renderer" in (Path(d, "cmdline").read_bytes() if Path(d, "cmdline").exists() else b"")]
+    before = {pid: cpu(pid) for pid in pids}
+    time.sleep(1)
+    return max(pids, key=lambda pid: cpu(pid) - before[pid])
+
+
+def perf_stacks(seconds: int = 5) -> str:
+    """`perf` samples of the busiest renderer's threads, call chains by frame pointer, V8's code named from the
+    /tmp/perf-PID.map that `--perf-basic-prof` writes: where a main thread deaf to the debugger spins."""
+    pid = busiest_renderer()
+    data = f"/tmp/perf-hang-{pid}.data"
+    subprocess.run(["perf", "record", "-g", "-F", "499", "-p", str(pid), "-o", data, "--", "sleep", str(seconds)],
+                   capture_output=True, timeout=120)
+    report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-G"],
+                            capture_output=True, text=True, timeout=300).stdout
+    script = subprocess.run(["perf", "script", "-i", data], capture_output=True, text=True, timeout=300).stdout
+    return f"renderer {pid}\n{report[:200_000]}\n==== perf script (first samples)\n{script[:200_000]}"
 
 
 class Hunt:
@@ -78,20 +93,23 @@ class Hunt:
         page = await self.browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(HANG_S * 1000)
         console: list[str] = []
-        page.on("console", lambda m: console.append(f"{time.time():.1f} {m.type}: {m.text[:500]}"))
-        cdp = await page.context.new_cdp_session(page)
-        await cdp.send("Debugger.enable")
+        page.on("console", lambda m: console.append(f"{time.time():.1f} {m.type}: {m.text[:4000]}"))
+        page.on("pageerror", lambda e: console.append(f"{time.time():.1f} pageerror: {e!r} {getattr(e, 'stack', '')}"[:3000]))
         try:
             await page.goto(url + f"?network=googlenet&batch={batch}&buffer_kb={kb}")
             await page.get_by_text(re.compile(f"googlenet \\(batch {batch}\\) on optimus, {kb:,} KB")).first.wait_for()
             try:
                 await page.get_by_text(re.compile("still searching")).wait_for(state="detached")
                 self.counts["ended"] += 1
+                failed = [line for line in console if "update failed" in line or "pageerror" in line]
+                if failed:  # what READY_GUARD_JS caught: an update that would have frozen a page with a table
+                    self.counts["updates failed"] = self.counts.get("updates failed", 0) + 1
+                    (self.folder / f"{tag}.failed.txt").write_text("\n".join(console))
                 return
             except Exception:
                 self.counts["hangs"] += 1
             print(f"HANG {tag}: googlenet batch {batch} at {kb} KB, load {os.getloadavg()[0]:.1f}", flush=True)
-            (self.folder / f"{tag}.js.txt").write_text(await js_stacks(cdp))
+            (self.folder / f"{tag}.perf.txt").write_text(await asyncio.to_thread(perf_stacks))
             (self.folder / f"{tag}.console.txt").write_text("\n".join(console))
             for pid in family(server.pid):
                 os.kill(pid, signal.SIGUSR1)
@@ -145,7 +163,7 @@ class Hunt:
     async def round(self, url: str, batch: int, server: subprocess.Popen, log: Path, tag: str) -> None:
         """Three watched cold loads, one to three pages closed mid-load and one other page, started 0-1.5 s apart."""
         jobs = [self.other(url), self.closed_mid_load(url, batch, random.choice(STEPS))]
-        for i, kb in enumerate(random.sample(STEPS, 3)):
+        for i, kb in enumerate(random.choices(WATCHED_KB, k=3)):
             jobs.append(self.watched(url, batch, kb, server, log, f"{tag}p{i}"))
             if random.random() < 0.5:
                 jobs.append(self.closed_mid_load(url, batch, random.choice(STEPS)))

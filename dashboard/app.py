@@ -14,7 +14,13 @@ from bokeh.models import CustomJS
 
 import engine
 from dashboard import uploads, url
-from dashboard.panel_hooks import Fast, LiveDiscreteSlider, ModelDropper, serve_stylesheets_locally
+from dashboard.panel_hooks import (
+    Fast,
+    LiveDiscreteSlider,
+    ModelDropper,
+    keep_views_ready_after_a_failed_update,
+    serve_stylesheets_locally,
+)
 from dashboard.pieces import Piece, build
 from dashboard.session import MAX_UPLOAD_BYTES, Session
 from dashboard.state import ExplorerState
@@ -282,6 +288,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
+        keep_views_ready_after_a_failed_update(pn.state.curdoc)
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
     location = pn.state.location

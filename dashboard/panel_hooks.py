@@ -276,3 +276,35 @@ def _attach_new(models, values: list) -> None:
             models._models_by_name.add_value(model.name, model)
         model._attach_document(doc)
         models._new_models.add(model)
+
+
+# BokehJS chains every view's asynchronous update into its root view's `ready` promise (`View._await_ready`), so one
+# update that fails leaves the root's `ready` rejected for good. Panel 1.9's Tabulator, after a resize, waits for that
+# promise in a loop that, on a rejection, asks again at once (`_request_resize_redraw`, a `finally`): a loop of
+# microtasks that never gives the page back. The tab froze at 100 % CPU; it was the rare cold load that never ended
+# (docs/dashboard.md, "The frozen tab"). The guard lets a failed update end in the console, not in `ready`.
+READY_GUARD_JS = """
+let View = null;
+try { View = Bokeh.require("core/view").View; } catch (error) { }
+if (View == null || typeof View.prototype._await_ready !== "function") {
+  console.warn("dashboard: the views' ready guard is not applied (BokehJS has no View._await_ready)");
+} else if (!View.prototype._await_ready.guarded) {
+  const chain = View.prototype._await_ready;
+  const guarded = function (promise) {
+    return chain.call(this, Promise.resolve(promise).catch((error) => {
+      console.error("dashboard: a view's update failed (the page goes on without it):", error);
+    }));
+  };
+  guarded.guarded = true;
+  View.prototype._await_ready = guarded;
+}
+"""
+
+
+def keep_views_ready_after_a_failed_update(doc) -> None:
+    """Have the page of `doc` catch each view's failed asynchronous update where BokehJS would chain it into the root
+    view's `ready` promise (READY_GUARD_JS), from the document's first render on. The browser's console says when
+    BokehJS has no such method (another release): the guard is then off and the page as Bokeh made it."""
+    from bokeh.models import CustomJS
+
+    doc.js_on_event("document_ready", CustomJS(code=READY_GUARD_JS))

@@ -179,3 +179,34 @@ def test_the_curve_is_log_log_names_its_methods_and_shares_the_sweeps_colours(se
     _, _, sweep = page.evaluate(CURVE_FIGURE, "light_squeezenet.onnx on optimus")
     assert sweep and sweep == {m: curve[m] for m in sweep}, (sweep, curve)
     page.close()
+
+
+# BokehJS's views as the page has them: the first Tabulator's view (the Fusion tab's loop-nest table, hidden) has its
+# root's `ready` promise rejected, as one failed view update leaves it, and is then asked to redraw after a resize
+POISON_THEN_RESIZE_JS = """() => {
+  let table = null;
+  const walk = (view) => {
+    if (table == null && view.model.type.endsWith("Tabulator")) table = view;
+    for (const child of view.children()) walk(child);
+  };
+  for (const root of Object.values(Bokeh.index)) walk(root);
+  table.root._await_ready(Promise.reject(new Error("an update that failed")));
+  setTimeout(() => table._request_resize_redraw(), 0);
+  return table.model.type;
+}"""
+
+
+def test_a_failed_view_update_leaves_the_page_answering_when_a_table_resizes(server, browser):
+    """The rare cold load that never ended: one failed update of any view left BokehJS's `ready` rejected, and Panel's
+    Tabulator then waited for it in a loop of microtasks that never gave the page back (100 % CPU, no script, no
+    screenshot). The page's guard (`panel_hooks.READY_GUARD_JS`) logs the failure and the page goes on."""
+    page = _open(server, browser, "?network=squeezenet1_0")
+    said: list[str] = []
+    page.on("console", lambda message: said.append(message.text))
+    assert page.evaluate(POISON_THEN_RESIZE_JS) == "panel.models.tabulator.DataTabulator"
+    page.wait_for_function("() => true", timeout=60_000)  # a frozen page never runs it (a free one in milliseconds)
+    page.get_by_text("Tables", exact=True).click()  # and it still takes a click
+    page.get_by_text("Download").first.wait_for()
+    assert page.evaluate("() => Bokeh.require('core/view').View.prototype._await_ready.guarded") is True
+    assert any("a view's update failed" in text for text in said), said
+    page.close()
