@@ -155,11 +155,15 @@ def _children(pid: int) -> list[int]:
 def pytest_runtest_makereport(item, call):
     """A browser test that failed gets what its server was doing (`dashboard.stacks`: every thread and pending task
     of the server, every worker's threads), the server log's end and whether each open page still runs scripts in its
-    report: a page that waits forever says on what (a stress run caught one whose renderer spun, the server done)."""
+    report: a page that waits forever says on what (a stress run caught one whose renderer spun, the server done); and
+    a screenshot of each of those pages."""
     report = yield
     browser = item.funcargs.get("browser") if report.failed and call.when == "call" else None
     if isinstance(browser, OfflineBrowser):
-        report.sections.append(("browser pages", "\n".join(_runs_scripts(page) for page in browser.open_pages())))
+        pages = browser.open_pages()
+        said = [_runs_scripts(page) for page in pages]
+        said += [_screenshot(page, f"{item.name}-{i}") for i, page in enumerate(pages)]
+        report.sections.append(("browser pages", "\n".join(said)))
     served = item.funcargs.get("served") if report.failed and call.when == "call" else None
     if isinstance(served, Served) and served.proc.poll() is None:
         for pid in [served.proc.pid, *_children(served.proc.pid)]:
@@ -178,6 +182,23 @@ def _runs_scripts(page, within_s: float = 5) -> str:
     except PageTimeout:
         return f"{page.url}: ran no script within {within_s} s: its renderer is busy"
     return f"{page.url}: runs scripts"
+
+
+SHOTS = ROOT / "test-output" / "screenshots"
+
+
+def _screenshot(page, name: str) -> str:
+    """A failed browser test's open page, whole, as test-output/screenshots/`name`.png (where a test passes none is
+    taken: 10 full pages per run cost CPU seconds no check reads)."""
+    from playwright.sync_api import Error
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.png"
+    try:
+        page.screenshot(path=str(path), full_page=True, timeout=10_000)
+    except Error as e:  # a renderer too busy to paint (_runs_scripts says so)
+        return f"{page.url}: no screenshot ({str(e).splitlines()[0]})"
+    return f"{page.url}: screenshot {path}"
 
 
 LOOPBACK = re.compile(r"(https?|wss?)://127\.0\.0\.1[:/]|blob:|data:|about:")

@@ -10,8 +10,6 @@ from conftest import CHROMIUM, HANG_S, ROOT
 
 from benchmarks.bench_dashboard_crowd import cpu_seconds, workers_cpu_seconds
 
-SHOTS = ROOT / "test-output" / "screenshots"
-
 # the server and browser fixtures (`served`, `server`, `browser`: no page may leave loopback) are tests/conftest.py's
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason="Debian's chromium is not installed (make test installs it when run as root)"),
@@ -189,13 +187,11 @@ def _settled_dram_mb(page, differs_from, timeout_s=HANG_S) -> float:
 
 
 def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
-    SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server + "?network=googlenet&buffer_kb=64")  # the URL carries the state
     page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
     page.locator("canvas").first.wait_for()  # Bokeh drew the DAG
     before = _settled_dram_mb(page, differs_from=None)
-    page.screenshot(path=str(SHOTS / "fusion.png"), full_page=True)
     # each fused group is one outline in the browser's plot, and one row of the legend beside it
     heading = page.get_by_text(re.compile(r"optimus's \d+ fused groups")).first.inner_text()
     groups = int(re.search(r"(\d+) fused groups", heading).group(1))
@@ -219,7 +215,6 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     page.get_by_text(re.compile("still searching")).wait_for(state="detached")
     after = _settled_dram_mb(page, differs_from=before)
     assert after < before  # a bigger buffer never needs more DRAM traffic
-    page.screenshot(path=str(SHOTS / "after-slider.png"), full_page=True)
 
     _assert_toggles_stand_out(page, {"mapping", "DRAM bytes", "fused group"})
     # a click on a node selects it in the browser, which tells the server; the layer detail follows; the other ops
@@ -233,7 +228,6 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     page.wait_for_url(re.compile(r"selected_op=inception3a\.branch2\.1\.conv"))  # once it settles
     after_click = dag.evaluate(CANVAS_PIXELS)
     assert after_click["coloured"] > 0.9 * before_click["coloured"], (before_click, after_click)
-    page.screenshot(path=str(SHOTS / "layer-detail.png"), full_page=True)
 
     # the op labels drawn are those near the view: a move re-measures and repaints those alone (issue 19)
     whole = page.evaluate(LABELS_DRAWN, [-1e9, 1e9])
@@ -248,7 +242,6 @@ def test_page_renders_reacts_and_reports_bad_files(server, browser, tmp_path):
     _upload(page, bad)
     page.get_by_text(re.compile("not an ONNX model")).first.wait_for()
     assert "Traceback" not in page.content()
-    page.screenshot(path=str(SHOTS / "bad-upload.png"), full_page=True)
 
 
 def test_slow_tabs_compute_when_opened(server, browser):
@@ -263,13 +256,11 @@ def test_slow_tabs_compute_when_opened(server, browser):
     _assert_toggles_stand_out(page, {"mapping", "DRAM bytes", "CPU/accelerator part"})
     legend = page.get_by_text("parts: accelerator blue, CPU orange").first
     assert _luminance(legend.evaluate("el => getComputedStyle(el).color")) > 0.6  # light text on the dark page
-    page.screenshot(path=str(SHOTS / "fusion-dark-parts.png"), full_page=True)
 
     page.get_by_text("What-if curve", exact=True).click()
     page.get_by_text("computing the buffer-size curve...").first.wait_for(state="detached")
     page.locator("canvas:visible").first.wait_for()  # the curve's (the Fusion tab's are hidden)
     page.get_by_text(re.compile("sizes drawn")).first.wait_for(state="detached")  # all sizes in
-    page.screenshot(path=str(SHOTS / "curve.png"), full_page=True)
     # a click on the curve's plot moves the slider to the nearest step (the x axis is log: 80% across is > 1 MB)
     plot = _largest_canvas(page).bounding_box()
     assert _released_kb(page) == 128
@@ -282,7 +273,6 @@ def test_slow_tabs_compute_when_opened(server, browser):
 
     page.get_by_text("Memory timeline", exact=True).click()
     page.get_by_text("Download allocation.csv").first.wait_for()  # COSMA solved, timeline drawn
-    page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
     # the dark theme reaches every plot: DAG, energy, latency, curve and timeline (HoloViews' render reset the
     # page's Bokeh theme to its light default), and their canvases are painted dark
     backgrounds = page.evaluate(FIGURE_BACKGROUNDS)
@@ -295,7 +285,6 @@ def test_slow_tabs_compute_when_opened(server, browser):
     page.get_by_text("Download the whole report (JSON)").first.wait_for()
     page.get_by_text("Download squeezenet1_0-dnnvm-groups.csv").first.wait_for()
     assert "Traceback" not in page.content()
-    page.screenshot(path=str(SHOTS / "tables.png"), full_page=True)
     page.get_by_text("Sweep", exact=True).click()
     page.get_by_text("Open a sweep's .parquet file").first.wait_for()
 
@@ -322,12 +311,16 @@ def test_cold_loads_of_a_slow_network_end_with_the_dag_drawn(server, browser):
 
 
 def test_slider_drags_with_the_compiled_search_end_on_the_released_size(server, browser):
-    """20 drags of 150 px, right then left: each ends with the released size in the headline."""
+    """8 drags of 150 px, right then left: each ends with the released size in the headline. They alternate between
+    two sizes, so all but the first two (in this file all: its first test drags the same way) show a report already
+    computed, at once, within the spinner's 0.15 s; the defect this was written for (a first report Panel dropped
+    before the page was ready) left every later drag's size unshown too. 20 drags before: 3.5 CPU s each, the browser
+    redrawing GoogLeNet's DAG."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server + "?network=googlenet&buffer_kb=64")
     page.get_by_text(re.compile(r"googlenet \(batch 1\) on optimus, 64 KB buffer")).first.wait_for()
     page.get_by_text(re.compile("still searching")).wait_for(state="detached")
-    for run in range(20):
+    for run in range(8):
         box = page.locator(".noUi-handle").first.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
         page.mouse.move(x, y)
@@ -353,38 +346,6 @@ RECORD_NETWORK_BOX = """() => {
   }
   return false;
 }"""
-
-
-def test_a_50_mb_upload_is_imported(server, browser, tmp_path):
-    """A model with its weights (50 MB) used to close the websocket (Bokeh's 20 MB message limit, which the server
-    keeps): it comes in chunks, the network box saying so, and is imported."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    weights = numpy_helper.from_array(np.ones((3200, 4000), dtype=np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "big",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3200])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4000])], [weights])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
-    path = tmp_path / "big_matmul.onnx"
-    onnx.save(model, str(path))
-    assert path.stat().st_size > 50e6
-    page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    page.goto(server + "?network=squeezenet1_0")
-    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
-    assert page.evaluate(RECORD_NETWORK_BOX)
-    _upload(page, path)
-    box, deadline = page.get_by_label("Network (type to search)"), time.time() + HANG_S
-    while time.time() < deadline and box.input_value() != "big_matmul.onnx (uploaded)":
-        page.wait_for_timeout(100)
-    said = page.evaluate("() => window.__networkBox")  # while it came in and imported, the box said so
-    assert any(text.startswith("uploading big_matmul.onnx...") for text in said), said
-    page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for()
-    assert page.get_by_text(re.compile(r"12\.80 M parameters")).first.is_visible()
-    assert box.input_value() == "big_matmul.onnx (uploaded)"
-    page.close()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -522,8 +483,16 @@ EXPORTS = [ROOT / "tests" / "data" / "exports" / f"{name}.onnx" for name in
             "torchvision_video_r2plus1d_18")]
 
 
-def test_exported_models_uploaded_show_their_plan_or_the_engines_one_line_message(server, browser):
-    """Issue 17's done-when in the page: an uploaded export shows its plan or a one-line message."""
+def test_uploads_show_their_plan_or_a_one_line_message_and_a_file_over_the_message_limit_comes_in_chunks(
+        server, browser, tmp_path):
+    """Issue 17's done-when in the page: an uploaded export shows its plan or a one-line message. Then, on the same page
+    (one page load for both), a model with its weights over Bokeh's 20 MiB message limit (which the server keeps; a
+    50 MB one used to close the websocket): it comes in chunks, the network box saying so, and is imported. 25.6 MB
+    where it was 50: seven of the dashboard's 4 MiB chunks, each still a message, the whole still over the limit."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server + "?network=squeezenet1_0")
     page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
@@ -544,8 +513,27 @@ def test_exported_models_uploaded_show_their_plan_or_the_engines_one_line_messag
                 page.wait_for_timeout(250)
         assert outcomes.get(path.name), f"{path.name}: neither a plan nor a message within {HANG_S} s"
     assert "Traceback" not in page.content()
-    page.screenshot(path=str(SHOTS / "exports-uploaded.png"), full_page=True)
     print(outcomes)
+
+    weights = numpy_helper.from_array(np.ones((1600, 4000), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1600])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4000])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "big_matmul.onnx"
+    onnx.save(model, str(path))
+    assert path.stat().st_size > 6 * 4 * 2**20 > 20 * 2**20  # seven chunks; over Bokeh's message limit
+    assert page.evaluate(RECORD_NETWORK_BOX)
+    _upload(page, path)
+    box, deadline = page.get_by_label("Network (type to search)"), time.time() + HANG_S
+    while time.time() < deadline and box.input_value() != "big_matmul.onnx (uploaded)":
+        page.wait_for_timeout(100)
+    said = page.evaluate("() => window.__networkBox")  # while it came in and imported, the box said so
+    assert any(text.startswith("uploading big_matmul.onnx...") for text in said), said
+    page.get_by_text(re.compile(r"big_matmul \(batch 1\) on optimus")).first.wait_for()
+    assert page.get_by_text(re.compile(r"6\.40 M parameters")).first.is_visible()
+    assert box.input_value() == "big_matmul.onnx (uploaded)"
     page.close()
 
 

@@ -26,7 +26,9 @@ def _wait_for_value(page, box, value: str) -> None:
     page.wait_for_function("([el, v]) => el.value === v", arg=[box.element_handle(), value])
 
 
-def test_refused_numbers_typed_in_the_sidebar_are_named_and_the_box_reverts(server, browser):
+def test_refused_numbers_and_an_empty_upload_are_named_and_the_box_reverts(server, browser, tmp_path):
+    """Numbers typed in the sidebar that the page refuses are named and the box shows the value in use again; then, on
+    the same page (one page load for both checks), an empty upload is refused in the file box, not called complete."""
     page = _open(server, browser, "?network=squeezenet1_0")
     for label, typed, said, kept in [
             ("Batch", "0", "Batch 0 is not allowed (an integer from 1 to 64); using 1", "1"),
@@ -41,6 +43,12 @@ def test_refused_numbers_typed_in_the_sidebar_are_named_and_the_box_reverts(serv
         box.press("Enter")
         page.get_by_text(said, exact=True).first.wait_for()
         _wait_for_value(page, box, kept)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    page.locator("input[type=file]").first.set_input_files(str(empty))
+    pond = page.locator(".filepond--root").first
+    pond.get_by_text("The file is empty", exact=True).first.wait_for()
+    assert "Upload complete" not in pond.inner_text()
     page.close()
 
 
@@ -50,17 +58,6 @@ def test_no_method_checked_is_said_and_the_box_keeps_one(server, browser):
     page.get_by_text(re.compile(r"Methods \[\] is not allowed \(at least one of: none, dnnvm, efficient_s, optimus, "
                                  r"online\); using \[.optimus.\]")).first.wait_for()
     page.wait_for_function("el => el.checked", arg=page.get_by_label("optimus", exact=True).element_handle())
-    page.close()
-
-
-def test_an_empty_upload_is_refused_in_the_file_box_not_called_complete(server, browser, tmp_path):
-    page = _open(server, browser, "?network=squeezenet1_0")
-    empty = tmp_path / "empty.onnx"
-    empty.write_bytes(b"")
-    page.locator("input[type=file]").first.set_input_files(str(empty))
-    pond = page.locator(".filepond--root").first
-    pond.get_by_text("The file is empty", exact=True).first.wait_for()
-    assert "Upload complete" not in pond.inner_text()
     page.close()
 
 
