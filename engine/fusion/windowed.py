@@ -17,7 +17,8 @@ The optimum may group across a cut. `engine.fusion.bound`'s windows bound it fro
 with the tensors made in earlier windows free; run inside each plan window, with the
 tensors from earlier plan windows free as well (`bound_model`), their sums plus the weights
 several ops share are a proven lower bound on every valid partition of the whole graph (or, where
-more, what the fewest groups any partition has must move: `engine.fusion.fewest`). So
+more, what the fewest groups any partition has must move, `engine.fusion.fewest`, or the pieces it cuts the
+single-reader trees into, `engine.fusion.pieces`). So
 an optimus plan found this way says "windowed" with that bound, and its gap is what the cuts
 may cost. Every count here is of ops and down-sets, never of seconds: the plan does not
 depend on the machine's speed.
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import crossing, dataflow, fewest, join
+from engine.fusion import crossing, dataflow, fewest, join, pieces
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -193,7 +194,8 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) ->
     """A proven lower bound on every valid partition's traffic: each window's `bound` windows, with what earlier
     windows made free, plus the shared weights once, plus what the tensors crossing windows must cost (`crossing`:
     the windows charge them nowhere); or, where more, what the fewest groups any partition has must move
-    (`fewest`). `windows` are any ranges of the graph's order."""
+    (`fewest`) or the pieces it cuts its single-reader trees into (`pieces`). `windows` are any ranges of the graph's
+    order."""
     from engine.fusion import bound  # the compiled search, loaded on first use: the limits read `spans` without it
 
     lives, views, shared, tp = spans(graph), tensor_views(graph), shared_weights(graph), dataflow.of(acc)
@@ -201,7 +203,8 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) ->
     total += crossing.crossing_bytes(graph, acc.word_bits, tp, cap.fmap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
-    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views))
+    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views),
+               pieces.pieces_bytes(graph, acc.word_bits, tp, cap.fmap, views))
 
 
 def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
