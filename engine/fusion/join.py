@@ -11,7 +11,7 @@ not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits one g
 from __future__ import annotations
 
 from engine.accelerator import Accelerator
-from engine.fusion import dataflow
+from engine.fusion import dataflow, subgraph
 from engine.fusion.cost import Capacity, GroupCost, compute_schedule, fits, record
 from engine.fusion.model import FusionModel
 from engine.graph import Graph
@@ -25,7 +25,9 @@ def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Ca
     bytes cross among the last half of its possible ends (the latest such end), as `windowed.cuts` places a
     window's end. A run does not grow where it would likely reload parameters (`_reloads`). The run's groups are
     priced on one model of theirs, made for twice as many groups each time the run outgrows it."""
-    cross, tensors = _crossings(graph, costs, acc.word_bits), [_tensors(graph, c) for c in costs]
+    group = {op: g for g, c in enumerate(costs) for op in c.ops}
+    cross = subgraph.crossings(graph, acc.word_bits, [group[op.name] for op in graph.ops])
+    tensors = [_tensors(graph, c) for c in costs]
     out: list[GroupCost] = []
     i = 0
     while i < len(costs):
@@ -65,31 +67,6 @@ def _reloads(run: tuple[GroupCost, ...], nxt: GroupCost, buffer_bytes: int) -> b
 def _tensors(graph: Graph, cost: GroupCost) -> set[str]:
     """The activations a group's ops read or make."""
     return {t for name in cost.ops for op in (graph.op(name),) for t in op.inputs + op.outputs}
-
-
-def _crossings(graph: Graph, costs: tuple[GroupCost, ...], word_bits: int) -> list[int]:
-    """Bytes crossing each boundary 0..len(costs) between consecutive groups: made before it (or network inputs)
-    and read after it."""
-    group = {op: g for g, c in enumerate(costs) for op in c.ops}
-    made: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for name, g in group.items():
-        op = graph.op(name)
-        for t in op.outputs:
-            made[t] = g
-        for t in op.inputs:
-            last[t] = max(last.get(t, g), g)
-    diff = [0] * (len(costs) + 2)
-    for t, reader in last.items():
-        first = made.get(t, -1) + 1
-        if reader >= first:
-            diff[first] += graph.tensors[t].nbytes(word_bits)
-            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
-    running, cross = 0, []
-    for b in range(len(costs) + 1):
-        running += diff[b]
-        cross.append(running)
-    return cross
 
 
 def part(graph: Graph, names: tuple[str, ...]) -> Graph:

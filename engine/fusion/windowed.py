@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import crossing, dataflow, fewest, join, pieces
+from engine.fusion import crossing, dataflow, fewest, join, pieces, subgraph
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -58,28 +58,11 @@ def spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]]
     return made, first, last
 
 
-def crossings(graph: Graph, word_bits: int) -> list[int]:
-    """Bytes crossing each cut 0..n: the activations made before op `cut` (or network inputs) and read from it on."""
-    n = len(graph.ops)
-    made, _, last = spans(graph)
-    diff = [0] * (n + 2)
-    for t, reader in last.items():
-        first = made.get(t, -1) + 1
-        if reader >= first:
-            diff[first] += graph.tensors[t].nbytes(word_bits)
-            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
-    cross, running = [], 0
-    for c in range(n + 1):
-        running += diff[c]
-        cross.append(running)
-    return cross
-
-
 def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int], ...]:
     """Consecutive op ranges [lo, hi) of at most `max_ops` ops, each ending where the fewest bytes cross among the
     last half of its possible ends (the latest such end; an op of `_CUT_AVOID` starts or ends a window only if
     every end there has one on either side)."""
-    n, cross = len(graph.ops), crossings(graph, word_bits)
+    n, cross = len(graph.ops), subgraph.crossings(graph, word_bits)
     found, lo = [], 0
     while lo < n:
         if n - lo <= max_ops:
@@ -141,7 +124,7 @@ def plan_order(graph: Graph, word_bits: int, *, whole: int) -> Graph:
     subtrees of at most `whole` ops listed whole (its own on ties). The cuts are where a windowed plan pays what the
     optimum may not."""
     def crossed(g: Graph) -> int:
-        cross = crossings(g, word_bits)
+        cross = subgraph.crossings(g, word_bits)
         return sum(cross[hi] for _, hi in cuts(g, word_bits, max_ops=WINDOW_OPS))
 
     other = depth_first(graph, whole=whole)

@@ -1,0 +1,30 @@
+"""The bytes crossing each boundary of an execution order: shared by the windows of `engine.fusion.windowed`
+(ranges of a topological order) and the groups joined by `engine.fusion.join` (any ops that run together)."""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+from engine.graph import Graph
+
+
+def crossings(graph: Graph, word_bits: int, steps: list[int] | None = None) -> list[int]:
+    """Bytes crossing each boundary 0..m between consecutive steps (`steps`: per op of the graph's order, the step
+    that runs it, 0..m-1, never before a step running what it reads; each op its own step by default): the
+    activations made before the boundary (or network inputs) and read after it, in one difference-array pass."""
+    at = list(range(len(graph.ops))) if steps is None else steps
+    m = max(at, default=-1) + 1
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for op, s in zip(graph.ops, at):
+        for t in op.outputs:
+            made[t] = s
+        for t in op.inputs:
+            last[t] = max(last.get(t, s), s)
+    diff = [0] * (m + 2)
+    for t, reader in last.items():
+        first = made.get(t, -1) + 1
+        if reader >= first:
+            diff[first] += graph.tensors[t].nbytes(word_bits)
+            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
+    return list(accumulate(diff[:m + 1]))
