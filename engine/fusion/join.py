@@ -4,8 +4,8 @@ Two groups next to each other in a plan's execution order, linked by a tensor (o
 both read it), are a valid group together: it is connected, and no path leaves it and comes back (an op between
 them on a path would run between them). Contracting it leaves the groups in an order that runs, so the joined plan
 is valid, and a group's traffic depends on the group alone (Eq. 3), so each union is priced on a graph of its own
-ops (`part`) as the whole graph prices it. A window of `engine.fusion.windowed` ends where its search must stop,
-not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits one group but spans many windows.
+ops (`subgraph.part`) as the whole graph prices it. A window of `engine.fusion.windowed` ends where its search must
+stop, not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits one group but spans many windows.
 """
 
 from __future__ import annotations
@@ -69,23 +69,11 @@ def _tensors(graph: Graph, cost: GroupCost) -> set[str]:
     return {t for name in cost.ops for op in (graph.op(name),) for t in op.inputs + op.outputs}
 
 
-def part(graph: Graph, names: tuple[str, ...]) -> Graph:
-    """The ops `names` as a graph, in the graph's order: what other ops make (and network inputs) are its inputs,
-    what other ops read or the network returns are its outputs."""
-    inside = set(names)
-    ops = tuple(op for op in graph.ops if op.name in inside)
-    own = {t for op in ops for t in op.outputs}
-    ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
-    outs = tuple(t for op in ops for t in op.outputs
-                 if t in graph.returned or any(r not in inside for r in graph.consumers(t)))
-    tensors = {t for op in ops for t in op.inputs + op.outputs + op.weights}
-    return Graph(f"{graph.name}[{len(ops)} ops]", ops, tuple(graph.tensors[t] for t in sorted(tensors)), ins, outs,
-                 graph.batch)
-
-
 def _model(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator) -> FusionModel:
-    """A model of the groups' ops as a graph of their own (`part`)."""
-    return FusionModel(part(graph, tuple(op for c in costs for op in c.ops)), dataflow.of(acc), acc.word_bits)
+    """A model of the groups' ops as a graph of their own (`subgraph.part`, in the graph's order)."""
+    inside = {op for c in costs for op in c.ops}
+    ops = tuple(op for op in graph.ops if op.name in inside)
+    return FusionModel(subgraph.part(graph, ops, f"{graph.name}[{len(ops)} ops]"), dataflow.of(acc), acc.word_bits)
 
 
 def _priced(model: FusionModel | None, ops: tuple[str, ...], cap: Capacity) -> GroupCost | None:

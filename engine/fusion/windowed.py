@@ -131,19 +131,10 @@ def plan_order(graph: Graph, word_bits: int, *, whole: int) -> Graph:
     return other if crossed(other) < crossed(graph) else graph
 
 
-def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
-    """Ops lo..hi-1 as a graph (`lives`: the graph's `spans`): what earlier ops made (and network inputs) are its
-    inputs; its outputs are what the network returns and, unless `lower` (a bound's window: writes to later windows
-    are not counted), what later ops read."""
-    _, _, last = lives
-    ops = graph.ops[lo:hi]
-    own = {t for op in ops for t in op.outputs}
-    ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
-    returned = graph.returned
-    outs = tuple(t for op in ops for t in op.outputs if t in returned or (not lower and last.get(t, -1) >= hi))
-    names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
-    return Graph(f"{graph.name}[{lo}:{hi}]", ops, tuple(graph.tensors[t] for t in sorted(names)), ins, outs,
-                 graph.batch)
+def window_graph(graph: Graph, lo: int, hi: int, *, lower: bool = False) -> Graph:
+    """Ops lo..hi-1 as a graph (`subgraph.part` of a range): what earlier ops made (and network inputs) are its
+    inputs; its outputs are what the network returns and, unless `lower`, what later ops read."""
+    return subgraph.part(graph, graph.ops[lo:hi], f"{graph.name}[{lo}:{hi}]", lower=lower)
 
 
 def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, shared: set[str]) -> FusionModel:
@@ -151,7 +142,7 @@ def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, 
     other windows too) free and held at min(T_c, C) channels (none where a layout op made them, which shares
     its input's buffer), and the weights several ops of the network share free (the caller counts them once)."""
     made, first, last = lives
-    sub = window_graph(graph, lo, hi, lives, lower=True)
+    sub = window_graph(graph, lo, hi, lower=True)
     tp = dataflow.of(acc)
     free = {w: 0 for op in sub.ops for w in op.weights if w in shared}
     for t in sub.inputs:
@@ -179,7 +170,7 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) ->
     the windows charge them nowhere); or, where more, what the fewest groups any partition has must move
     (`fewest`) or the pieces it cuts its single-reader trees into (`pieces`). `windows` are any ranges of the graph's
     order."""
-    from engine.fusion import bound  # the compiled search, loaded on first use: the limits read `spans` without it
+    from engine.fusion import bound  # the compiled search, loaded on first use (the limits' tables need none)
 
     lives, views, shared, tp = spans(graph), tensor_views(graph), shared_weights(graph), dataflow.of(acc)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
@@ -205,10 +196,9 @@ def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
     most = fewest.most_ops(graph, acc.word_bits, tp, cap.fmap, tensor_views(graph))
     ordered = plan_order(graph, acc.word_bits, whole=most)
     windows = cuts(ordered, acc.word_bits, max_ops=WINDOW_OPS)
-    lives = spans(ordered)
     plans: dict[str, list[FusionPlan]] = {m: [] for m in methods}
     for lo, hi in windows:
-        part = window_graph(ordered, lo, hi, lives)
+        part = window_graph(ordered, lo, hi)
         model = FusionModel(part, tp, acc.word_bits)
         for m in methods:
             plans[m].append(solve(part, model, m))
