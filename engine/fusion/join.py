@@ -47,7 +47,8 @@ def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Ca
             ops, k = ops + len(costs[k].ops), k + 1
             seen |= tensors[k - 1]
         end = min(range(i + max(1, (k - i) // 2), k + 1), key=lambda e: (cross[e], -e))
-        union = _priced(model, tuple(op for c in costs[i:end] for op in c.ops), cap) if end > i + 1 else None
+        union = (_priced(model, tuple(op for c in costs[i:end] for op in c.ops), cap)
+                 if model is not None and end > i + 1 else None)
         if union is not None and union.dram_bytes < sum(c.dram_bytes for c in costs[i:end]):
             out.append(union)
         else:
@@ -76,8 +77,7 @@ def _model(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator) -> Fusi
     return FusionModel(subgraph.part(graph, ops, f"{graph.name}[{len(ops)} ops]"), dataflow.of(acc), acc.word_bits)
 
 
-def _priced(model: FusionModel | None, ops: tuple[str, ...], cap: Capacity) -> GroupCost | None:
+def _priced(model: FusionModel, ops: tuple[str, ...], cap: Capacity) -> GroupCost | None:
     """The ops (fitting) as one group of `model`, priced by the cost model `group_cost` runs."""
-    assert model is not None
     mask = model.mask_of(ops)
     return record(model, mask, cap, compute_schedule(model, mask, cap))
