@@ -16,6 +16,8 @@ from engine.fusion.cost import Capacity, GroupCost, compute_schedule, fits, reco
 from engine.fusion.model import FusionModel
 from engine.graph import Graph
 
+RECUT_TRIES = 3  # cuts tried per pair of groups in `recut`: the narrowest below the pair's own boundary
+
 
 def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Capacity, *,
            most_ops: int) -> tuple[GroupCost, ...]:
@@ -55,6 +57,56 @@ def joined(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Ca
             out.extend(costs[i:end])
         i = end
     return tuple(out)
+
+
+def recut(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Capacity) -> tuple[GroupCost, ...]:
+    """`costs` (a plan's groups in execution order) with each pair of consecutive groups cut again, in the order
+    they run, where fewer bytes cross than between them (the `RECUT_TRIES` narrowest such cuts), both sides are
+    connected and fit, and they move less than the pair. Two consecutive groups of a valid plan form a convex set
+    (a path leaving and re-entering it would pass a group running between them), and a prefix of a topological
+    order of a convex set is convex, so both sides are valid groups that run in the pair's place (a run joined
+    from a conv and half the subtree it could not hold whole gives the conv up: the conv alone, the subtree
+    whole)."""
+    out = list(costs)
+    for i in range(len(out) - 1):
+        better = _recut_pair(graph, out[i], out[i + 1], acc, cap)
+        if better is not None:
+            out[i:i + 2] = better
+    return tuple(out)
+
+
+def _recut_pair(graph: Graph, a: GroupCost, b: GroupCost, acc: Accelerator,
+                cap: Capacity) -> tuple[GroupCost, GroupCost] | None:
+    """Groups `a` then `b` cut again where fewer bytes cross and they move less (`recut`), or None."""
+    names = a.ops + b.ops
+    sub = subgraph.part(graph, tuple(graph.op(n) for n in names), f"{graph.name}[{len(names)} ops]")
+    cross = subgraph.crossings(sub, acc.word_bits)
+    here = len(a.ops)
+    tries = sorted((p for p in range(1, len(names)) if cross[p] < cross[here]), key=lambda p: (cross[p], -p))
+    model = FusionModel(sub, dataflow.of(acc), acc.word_bits) if tries else None
+    for p in tries[:RECUT_TRIES]:
+        if model is None or not (_connected(graph, names[:p]) and _connected(graph, names[p:])):
+            continue
+        first, second = _priced(model, names[:p], cap), _priced(model, names[p:], cap)
+        if first and second and first.dram_bytes + second.dram_bytes < a.dram_bytes + b.dram_bytes:
+            return first, second
+    return None
+
+
+def _connected(graph: Graph, names: tuple[str, ...]) -> bool:
+    """Whether the ops are linked into one piece by the activations they read or make (one reads what another
+    makes, or both read it): a group's requirement."""
+    root: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while root.setdefault(x, x) != x:
+            x = root[x]
+        return x
+
+    for name in names:
+        for t in graph.op(name).inputs + graph.op(name).outputs:
+            root[find(name)] = find(t)
+    return len({find(name) for name in names}) == 1
 
 
 def _reloads(run: tuple[GroupCost, ...], nxt: GroupCost, buffer_bytes: int) -> bool:

@@ -216,7 +216,7 @@ def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan]
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
     if method == "optimus":
-        costs = join.joined(graph, costs, acc, cap, most_ops=most)
+        costs = join.recut(graph, join.joined(graph, costs, acc, cap, most_ops=most), acc, cap)
     floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
     seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
     return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
