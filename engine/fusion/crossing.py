@@ -57,6 +57,13 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
     return total
 
 
+def lone(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views, names) -> set[str]:
+    """The ops of `names` that run alone in every valid partition: their least footprint in a group of more
+    (`_least_footprint`) passes `fmap` elements (a Sum of 10,000 inputs)."""
+    row = rows_of(graph, word_bits, tp.t_c, views)
+    return {n for n in names if _least_footprint(graph.op(n), row, tp.t_h) > fmap}
+
+
 def rows_of(graph: Graph, word_bits: int, t_c: int, views) -> Callable[[str], tuple[int, int]]:
     """Tensor -> `_row`, each found once, on first ask (a bound looks at the rows of a few readers' tensors)."""
     rows: dict[str, tuple[int, int]] = {}

@@ -11,9 +11,9 @@ stop, not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits
 from __future__ import annotations
 
 from engine.accelerator import Accelerator
-from engine.fusion import dataflow, subgraph
+from engine.fusion import crossing, dataflow, subgraph
 from engine.fusion.cost import Capacity, GroupCost, compute_schedule, fits, record
-from engine.fusion.model import FusionModel
+from engine.fusion.model import FusionModel, tensor_views
 from engine.graph import Graph
 
 RECUT_TRIES = 3  # cuts tried per pair of groups in `recut`: the narrowest below the pair's own boundary
@@ -68,21 +68,26 @@ def recut(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Cap
     from a conv and half the subtree it could not hold whole gives the conv up: the conv alone, the subtree
     whole)."""
     out = list(costs)
+    alone = crossing.lone(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph),
+                          [n for c in costs for n in c.ops])
     for i in range(len(out) - 1):
-        better = _recut_pair(graph, out[i], out[i + 1], acc, cap)
+        better = _recut_pair(graph, out[i], out[i + 1], acc, cap, alone)
         if better is not None:
             out[i:i + 2] = better
     return tuple(out)
 
 
-def _recut_pair(graph: Graph, a: GroupCost, b: GroupCost, acc: Accelerator,
-                cap: Capacity) -> tuple[GroupCost, GroupCost] | None:
-    """Groups `a` then `b` cut again where fewer bytes cross and they move less (`recut`), or None."""
+def _recut_pair(graph: Graph, a: GroupCost, b: GroupCost, acc: Accelerator, cap: Capacity,
+                alone: set[str]) -> tuple[GroupCost, GroupCost] | None:
+    """Groups `a` then `b` cut again where fewer bytes cross and they move less (`recut`), or None; no side of more
+    than one op holds an op of `alone` (which runs alone in every valid partition)."""
     names = a.ops + b.ops
     sub = subgraph.part(graph, tuple(graph.op(n) for n in names), f"{graph.name}[{len(names)} ops]")
     cross = subgraph.crossings(sub, acc.word_bits)
-    here = len(a.ops)
-    tries = sorted((p for p in range(1, len(names)) if cross[p] < cross[here]), key=lambda p: (cross[p], -p))
+    here, lone = len(a.ops), [p for p, n in enumerate(names) if n in alone]
+    tries = sorted((p for p in range(1, len(names)) if cross[p] < cross[here]
+                    and all((q == 0 and p == 1) or (q == len(names) - 1 and p == q) for q in lone)),
+                   key=lambda p: (cross[p], -p))
     model = FusionModel(sub, dataflow.of(acc), acc.word_bits) if tries else None
     for p in tries[:RECUT_TRIES]:
         if model is None or not (_connected(graph, names[:p]) and _connected(graph, names[p:])):
