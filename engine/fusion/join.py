@@ -80,18 +80,21 @@ def recut(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Cap
 def _recut_pair(graph: Graph, a: GroupCost, b: GroupCost, acc: Accelerator, cap: Capacity,
                 alone: set[str]) -> tuple[GroupCost, GroupCost] | None:
     """Groups `a` then `b` cut again where fewer bytes cross and they move less (`recut`), or None; no side of more
-    than one op holds an op of `alone` (which runs alone in every valid partition)."""
+    than one op holds an op of `alone` (which runs alone in every valid partition). The pair's model is built only
+    for a cut worth pricing."""
     names = a.ops + b.ops
-    sub = subgraph.part(graph, tuple(graph.op(n) for n in names), f"{graph.name}[{len(names)} ops]")
-    cross = subgraph.crossings(sub, acc.word_bits)
+    ops = tuple(graph.op(n) for n in names)
+    cross = subgraph.crossings(graph, acc.word_bits, ops=ops)  # within the pair: what later groups read is written
     here, lone = len(a.ops), [p for p, n in enumerate(names) if n in alone]
     tries = sorted((p for p in range(1, len(names)) if cross[p] < cross[here]
                     and all((q == 0 and p == 1) or (q == len(names) - 1 and p == q) for q in lone)),
-                   key=lambda p: (cross[p], -p))
-    model = FusionModel(sub, dataflow.of(acc), acc.word_bits) if tries else None
-    for p in tries[:RECUT_TRIES]:
-        if model is None or not (_connected(graph, names[:p]) and _connected(graph, names[p:])):
-            continue
+                   key=lambda p: (cross[p], -p))[:RECUT_TRIES]
+    tries = [p for p in tries if _connected(graph, names[:p]) and _connected(graph, names[p:])]
+    if not tries:
+        return None
+    sub = subgraph.part(graph, ops, f"{graph.name}[{len(names)} ops]")
+    model = FusionModel(sub, dataflow.of(acc), acc.word_bits)
+    for p in tries:
         first, second = _priced(model, names[:p], cap), _priced(model, names[p:], cap)
         if first and second and first.dram_bytes + second.dram_bytes < a.dram_bytes + b.dram_bytes:
             return first, second

@@ -11,15 +11,18 @@ from itertools import accumulate
 from engine.graph import Graph, Op
 
 
-def crossings(graph: Graph, word_bits: int, steps: list[int] | None = None) -> list[int]:
-    """Bytes crossing each boundary 0..m between consecutive steps (`steps`: per op of the graph's order, the step
-    that runs it, 0..m-1, never before a step running what it reads; each op its own step by default): the
-    activations made before the boundary (or network inputs) and read after it, in one difference-array pass."""
-    at = list(range(len(graph.ops))) if steps is None else steps
+def crossings(graph: Graph, word_bits: int, steps: list[int] | None = None, *,
+              ops: tuple[Op, ...] | None = None) -> list[int]:
+    """Bytes crossing each boundary 0..m between consecutive steps (`steps`: per op of `ops`, the graph's by default,
+    the step that runs it, 0..m-1, never before a step running what it reads; each op its own step by default): the
+    activations made before the boundary by these ops (or by others, or network inputs) and read after it by these
+    ops, in one difference-array pass."""
+    listed = graph.ops if ops is None else ops
+    at = list(range(len(listed))) if steps is None else steps
     m = max(at, default=-1) + 1
     made: dict[str, int] = {}
     last: dict[str, int] = {}
-    for op, s in zip(graph.ops, at):
+    for op, s in zip(listed, at):
         for t in op.outputs:
             made[t] = s
         for t in op.inputs:
