@@ -10,6 +10,8 @@ stop, not where the optimum cuts: a subtree of Adds over thousands of ReLUs fits
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine.accelerator import Accelerator
 from engine.fusion import crossing, dataflow, subgraph
 from engine.fusion.cost import Capacity, GroupCost, compute_schedule, fits, record
@@ -68,8 +70,7 @@ def recut(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Cap
     from a conv and half the subtree it could not hold whole gives the conv up: the conv alone, the subtree
     whole)."""
     out = list(costs)
-    alone = crossing.lone(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph),
-                          [n for c in costs for n in c.ops])
+    alone = crossing.lone(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
     for i in range(len(out) - 1):
         better = _recut_pair(graph, out[i], out[i + 1], acc, cap, alone)
         if better is not None:
@@ -78,17 +79,18 @@ def recut(graph: Graph, costs: tuple[GroupCost, ...], acc: Accelerator, cap: Cap
 
 
 def _recut_pair(graph: Graph, a: GroupCost, b: GroupCost, acc: Accelerator, cap: Capacity,
-                alone: set[str]) -> tuple[GroupCost, GroupCost] | None:
+                alone: Callable[[str], bool]) -> tuple[GroupCost, GroupCost] | None:
     """Groups `a` then `b` cut again where fewer bytes cross and they move less (`recut`), or None; no side of more
     than one op holds an op of `alone` (which runs alone in every valid partition). The pair's model is built only
     for a cut worth pricing."""
     names = a.ops + b.ops
     ops = tuple(graph.op(n) for n in names)
     cross = subgraph.crossings(graph, acc.word_bits, ops=ops)  # within the pair: what later groups read is written
-    here, lone = len(a.ops), [p for p, n in enumerate(names) if n in alone]
-    tries = sorted((p for p in range(1, len(names)) if cross[p] < cross[here]
-                    and all((q == 0 and p == 1) or (q == len(names) - 1 and p == q) for q in lone)),
-                   key=lambda p: (cross[p], -p))[:RECUT_TRIES]
+    here = len(a.ops)
+    narrower = [p for p in range(1, len(names)) if cross[p] < cross[here]]
+    lone = [q for q, n in enumerate(names) if narrower and alone(n)]
+    tries = sorted((p for p in narrower if all((q == 0 and p == 1) or (q == len(names) - 1 and p == q)
+                                               for q in lone)), key=lambda p: (cross[p], -p))[:RECUT_TRIES]
     tries = [p for p in tries if _connected(graph, names[:p]) and _connected(graph, names[p:])]
     if not tries:
         return None
