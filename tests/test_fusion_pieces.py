@@ -136,3 +136,13 @@ def test_the_bound_of_a_random_dag_never_passes_the_brute_force_optimum(seed, n_
     assert got <= expect
     if any(op.kind not in crossing.PLAIN for op in graph.ops):
         assert got == 0
+
+
+def test_a_network_input_no_op_reads_is_not_counted():
+    """A graph may declare an input no op reads (`z`); the bound counts what is read (x, 128 B) and written (y)."""
+    from engine.graph import Graph, Op, Tensor
+
+    graph = Graph.build("unread", [Op("r", OpKind.ELTWISE, ("x",), ("y",))],
+                        [Tensor(t, (1, 4, 4, 4)) for t in ("x", "z", "y")], ("x", "z"), ("y",))
+    acc = ACC.with_buffer(1024).with_pe_array(4, 4)
+    assert _bound(graph, acc) == brute_force(graph, acc) == 128 + 128

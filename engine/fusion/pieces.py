@@ -57,7 +57,8 @@ def pieces_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views,
     roots, fan = len(shared), {t: fewest._fan_reads(len(graph.consumers(t)), most) for t in shared}
     total = -(-sum(graph.tensors[w].elements for w in {w for op in graph.ops for w in op.weights}) * word_bits // 8)
     total += sum(size[t] for t in shared if t in graph.returned or len(graph.consumers(t)) > most - 1)  # written
-    each = sum(size[t] for t in dict.fromkeys(graph.inputs)) + sum(size[t] * k for t, k in fan.items())
+    each = (sum(size[t] for t in dict.fromkeys(graph.inputs) if t in size)  # each input an op reads, once
+            + sum(size[t] * k for t, k in fan.items()))
 
     leaves = [op for op in graph.ops if not links[op.name]]
     read = dict.fromkeys(t for op in leaves for t in op.inputs)  # what leaves read: no link
