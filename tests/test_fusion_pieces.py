@@ -146,3 +146,5 @@ def test_a_network_input_no_op_reads_is_not_counted():
                         [Tensor(t, (1, 4, 4, 4)) for t in ("x", "z", "y")], ("x", "z"), ("y",))
     acc = ACC.with_buffer(1024).with_pe_array(4, 4)
     assert _bound(graph, acc) == brute_force(graph, acc) == 128 + 128
+    cap = Capacity.of(acc)  # the fewest groups' bound too (it counted z as read: 384 B, above the optimum)
+    assert fewest.fewest_groups_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph)) == 256

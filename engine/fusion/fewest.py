@@ -49,7 +49,7 @@ def fewest_groups_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int,
     groups = -(-len(graph.ops) // most)
     size = {t: graph.tensors[t].nbytes(word_bits) for t in made}
     weights = {w for op in graph.ops for w in op.weights}
-    total = sum(graph.tensors[t].nbytes(word_bits) for t in dict.fromkeys(graph.inputs))
+    total = sum(graph.tensors[t].nbytes(word_bits) for t in dict.fromkeys(graph.inputs) if graph.consumers(t))
     total += -(-sum(graph.tensors[w].elements for w in weights) * word_bits // 8)
     total += groups * min(size.values())
     fans = {t: _fan_reads(len(graph.consumers(t)), most) for t in made}
