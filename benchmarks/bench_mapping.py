@@ -35,6 +35,19 @@ print(json.dumps({"load": loaded - start, "evaluate": time.perf_counter() - load
 """
 
 
+def table(intro: str, columns: tuple[str, ...]) -> None:
+    """Print a table's introduction, its header and its separator (a column named with a trailing ':' right-aligned),
+    as BENCHMARKS.md holds each of this benchmark's tables."""
+    print(f"\n{intro}\n")
+    print("| " + " | ".join(c.removesuffix(":") for c in columns) + " |")
+    print("|" + "|".join("---:" if c.endswith(":") else "---" for c in columns) + "|")
+
+
+def row(*cells) -> None:
+    """Print a table's row."""
+    print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
 def cold(network: str, preset: str, buffer: int | None) -> dict:
     """Seconds (wall, and the evaluation's CPU) to load and to evaluate with mapped groups, as the first calls of a
     fresh process."""
@@ -52,14 +65,14 @@ def timed(work, *args, **kwargs):
 
 def speed() -> list[tuple[str, engine.Accelerator, engine.Graph]]:
     """The speed table (wall seconds, CPU seconds in brackets, and the load average around it); the cases run."""
-    print("## One mapping from DRAM to the MACs (engine.mapping)\n")
-    print("`engine.evaluate(g, acc, methods=('none', 'optimus'), access_model='mapping')`: both searches and every "
+    print("## One mapping from DRAM to the MACs (engine.mapping)")
+    table("`engine.evaluate(g, acc, methods=('none', 'optimus'), access_model='mapping')`: both searches and every "
           "group mapped (lone ops blocked on the whole hierarchy, fused ops' bands below the buffer). *cold*: the "
           "first call of a fresh process (the compiled fusion search already cached on disk, as after `make test`); "
           "*slider move*: fuse and map at the next buffer step (twice the buffer) once the process is warm. Wall "
-          "seconds, the process's CPU seconds in brackets (the machine is shared: CPU is what the code costs).\n")
-    print("| network | accelerator | ops | load (s) | evaluate, cold (s) | slider move: fuse + map (s) | map only (s) |")
-    print("|---|---|---|---|---|---|---|")
+          "seconds, the process's CPU seconds in brackets (the machine is shared: CPU is what the code costs).",
+          ("network", "accelerator", "ops", "load (s)", "evaluate, cold (s)", "slider move: fuse + map (s)",
+           "map only (s)"))
     rows = []
     before = os.getloadavg()[0]
     for network, preset, buffer in CASES:
@@ -73,9 +86,9 @@ def speed() -> list[tuple[str, engine.Accelerator, engine.Graph]]:
         moved = acc.with_buffer(acc.buffer_bytes * 2)
         fuse_s, fuse_cpu, plan = timed(engine.fuse, g, moved, method="optimus")
         map_s, map_cpu, _ = timed(map_plan, g, plan, moved)
-        print(f"| {network} | {preset} {acc.buffer_bytes // KB:,} KB | {len(g.ops)} | {times['load']:.2f} | "
-              f"{times['evaluate']:.2f} ({times['evaluate_cpu']:.2f}) | {fuse_s + map_s:.2f} ({fuse_cpu + map_cpu:.2f}) "
-              f"| {map_s:.2f} ({map_cpu:.2f}) |")
+        row(network, f"{preset} {acc.buffer_bytes // KB:,} KB", len(g.ops), f"{times['load']:.2f}",
+            f"{times['evaluate']:.2f} ({times['evaluate_cpu']:.2f})", f"{fuse_s + map_s:.2f} ({fuse_cpu + map_cpu:.2f})",
+            f"{map_s:.2f} ({map_cpu:.2f})")
         rows.append((network, acc, g))
     print(f"\nLoad average (1 min) {before:.1f} before and {os.getloadavg()[0]:.1f} after the table, on "
           f"{os.cpu_count()} cores.")
@@ -84,10 +97,10 @@ def speed() -> list[tuple[str, engine.Accelerator, engine.Graph]]:
 
 def main() -> None:
     rows = speed()
-    print("\nWhat the mapping says of each plan (energy in mJ per component, latency in ms, DRAM MB); *refined*: "
-          "`engine.mapping.refine` from optimus's plan toward the named objective.\n")
-    print("| network | accelerator | plan | DRAM MB | DRAM | buffer | array | RF | MAC | total mJ | latency ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    table("What the mapping says of each plan (energy in mJ per component, latency in ms, DRAM MB); *refined*: "
+          "`engine.mapping.refine` from optimus's plan toward the named objective.",
+          ("network", "accelerator", "plan", "DRAM MB", "DRAM", "buffer", "array", "RF", "MAC", "total mJ",
+           "latency ms"))
     for network, acc, g in rows:
         optimus = engine.fuse(g, acc, method="optimus")
         plans = {"none": engine.fuse(g, acc, method="none"), "optimus": optimus}
@@ -96,9 +109,9 @@ def main() -> None:
         for name, plan in plans.items():
             m = map_plan(g, plan, acc)
             e = m.energy.as_dict()
-            print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {name} | {m.dram_bytes / 1e6:,.1f} | "
-                  + " | ".join(f"{e[c] / 1e9:,.2f}" for c in ("dram", "buffer", "array", "rf", "mac"))
-                  + f" | {m.energy.total_pj / 1e9:,.2f} | {m.energy.latency_s * 1e3:,.3f} |")
+            row(network, f"{acc.name} {acc.buffer_bytes // KB:,} KB", name, f"{m.dram_bytes / 1e6:,.1f}",
+                *(f"{e[c] / 1e9:,.2f}" for c in ("dram", "buffer", "array", "rf", "mac")),
+                f"{m.energy.total_pj / 1e9:,.2f}", f"{m.energy.latency_s * 1e3:,.3f}")
     consistency()
 
 
@@ -109,12 +122,12 @@ def consistency() -> None:
     """Every plan of every zoo network on the optimus preset at four buffer sizes, mapped: its groups' DRAM bytes
     against fusion's count (equal for every group but lone ops blocked alone, which may move fewer, and ops fusion
     does not model, which it counts at their compulsory traffic)."""
-    print("\nThe mapping's DRAM bytes against the plan's: every method's plan of every zoo network on the optimus "
+    table("The mapping's DRAM bytes against the plan's: every method's plan of every zoo network on the optimus "
           "preset, mapped. *equal*: groups moving exactly fusion's bytes; *fewer*: lone ops whose own blocking "
           "moves fewer (the mapping takes it only then); *more*: groups moving more, and of them *unmodelled*: ops "
-          "fusion leaves out of its tile model and counts at their compulsory traffic, a floor (docs/mapping.md).\n")
-    print("| buffer | plans | groups | equal | fewer | more | unmodelled | plans' DRAM GB | mapped DRAM GB | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "fusion leaves out of its tile model and counts at their compulsory traffic, a floor (docs/mapping.md).",
+          ("buffer", "plans", "groups", "equal", "fewer", "more", "unmodelled", "plans' DRAM GB", "mapped DRAM GB",
+           "seconds"))
     for size in SIZES:
         start = time.perf_counter()
         plans = groups = equal = fewer = more = unmodelled = 0
@@ -134,9 +147,8 @@ def consistency() -> None:
                     fewer += group.dram_bytes < cost.dram_bytes
                     more += group.dram_bytes > cost.dram_bytes
                     unmodelled += group.dram_bytes > cost.dram_bytes and cost.schedule == "unmodelled"
-        print(f"| {size // KB:,} KB | {plans} | {groups:,} | {equal:,} | {fewer:,} | {more} | {unmodelled} | "
-              f"{planned / 1e9:,.2f} | "
-              f"{mapped_bytes / 1e9:,.2f} | {time.perf_counter() - start:.0f} |")
+        row(f"{size // KB:,} KB", plans, f"{groups:,}", f"{equal:,}", f"{fewer:,}", more, unmodelled,
+            f"{planned / 1e9:,.2f}", f"{mapped_bytes / 1e9:,.2f}", f"{time.perf_counter() - start:.0f}")
 
 
 def optimus_case(network: str, preset: str, size: int | None) -> tuple[engine.Graph, engine.Accelerator, engine.FusionPlan]:
@@ -155,12 +167,11 @@ BOUND_CASES = (*((network, preset, size) for network in ("resnet50", "mobilenet_
 def bounds() -> None:
     """Optimus's plan mapped, against the bound on each fused group's energy over every band count that fits
     (`engine.mapping.plan_bound`): the plan's energy, the bound, the gap, the group with the largest gap."""
-    print("\nThe mapping against its bound over every band count that fits (optimus's plan; `plan_bound`: each fused "
+    table("The mapping against its bound over every band count that fits (optimus's plan; `plan_bound`: each fused "
           "op's least energy over every band height from fusion's count to a row per band; lone ops count as mapped). "
-          "CPU seconds of the bound alone.\n")
-    print("| network | accelerator | fused groups | mapped mJ | bound mJ | gap | largest gap: group, uJ, band counts "
-          "(fusion's; the ops' best) | bound CPU s |")
-    print("|---|---|---|---:|---:|---:|---|---:|")
+          "CPU seconds of the bound alone.",
+          ("network", "accelerator", "fused groups", "mapped mJ:", "bound mJ:", "gap:",
+           "largest gap: group, uJ, band counts (fusion's; the ops' best)", "bound CPU s:"))
     for network, preset, size in BOUND_CASES:
         g, acc, plan = optimus_case(network, preset, size)
         mapped = map_plan(g, plan, acc)
@@ -168,10 +179,10 @@ def bounds() -> None:
         bound = plan_bound(g, plan, mapped, acc)
         seconds = time.process_time() - start
         worst, cost = max(zip(bound.groups, plan.costs), key=lambda pair: pair[0].gap_pj)
-        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {sum(len(c.ops) > 1 for c in plan.costs)} "
-              f"| {bound.mapped_pj / 1e9:,.3f} | {bound.bound_pj / 1e9:,.3f} | {bound.gap:.2%} "
-              f"| {worst.ops[0]} +{len(worst.ops) - 1}, {worst.gap_pj / 1e6:,.1f}, {cost.row_steps}; "
-              f"{'/'.join(str(r) for r in sorted({r for _, r in worst.best_steps})) or '-'} | {seconds:.2f} |")
+        row(network, f"{acc.name} {acc.buffer_bytes // KB:,} KB", sum(len(c.ops) > 1 for c in plan.costs),
+            f"{bound.mapped_pj / 1e9:,.3f}", f"{bound.bound_pj / 1e9:,.3f}", f"{bound.gap:.2%}",
+            f"{worst.ops[0]} +{len(worst.ops) - 1}, {worst.gap_pj / 1e6:,.1f}, {cost.row_steps}; "
+            f"{'/'.join(str(r) for r in sorted({r for _, r in worst.best_steps})) or '-'}", f"{seconds:.2f}")
 
 
 _CNN_SIZES = (("optimus", 128 * KB), ("optimus", 512 * KB), ("optimus", MB), ("tpu-v4i", 2 * MB), ("tpu-v4i", None))
@@ -188,12 +199,12 @@ def choices() -> None:
     the energy objective (`map_plan(..., objective="energy")`: its halos kept in more bands, or recomputed): groups
     that change, MACs again, energy, latency and DRAM bytes before and after, and the CPU seconds of the choice (every
     option of each fused group mapped; the default mappings shared)."""
-    print("\nKeep the halos in more bands or recompute them (optimus's plan; `map_plan(..., objective='energy')` "
+    table("Keep the halos in more bands or recompute them (optimus's plan; `map_plan(..., objective='energy')` "
           "against the default, which keeps them in fusion's bands). CPU seconds: the choice alone (every option of "
-          "each fused group mapped).\n")
-    print("| network | accelerator | fused groups (in several bands) | kept in more bands | recompute (with MACs again) "
-          "| MACs again | energy mJ kept -> chosen | latency ms | DRAM MB | choice CPU s |")
-    print("|---|---|---|---|---|---:|---|---|---|---:|")
+          "each fused group mapped).",
+          ("network", "accelerator", "fused groups (in several bands)", "kept in more bands",
+           "recompute (with MACs again)", "MACs again:", "energy mJ kept -> chosen", "latency ms", "DRAM MB",
+           "choice CPU s:"))
     from engine.fusion.memo import Memo
     from engine.mapping.plan import ALIKE
 
@@ -206,17 +217,16 @@ def choices() -> None:
         more = [grp for grp, c in zip(chosen.groups, plan.costs)
                 if grp.schedule == "fused" and grp.halos == "kept" and grp.row_steps > c.row_steps]
         fused = [c for c in plan.costs if len(c.ops) > 1]
-        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {len(fused)} "
-              f"({sum(c.row_steps > 1 for c in fused)}) | {len(more)} "
-              f"| {len(again)} ({sum(grp.recomputed_macs > 0 for grp in again)}) "
-              f"| {chosen.recomputed_macs:,} | {kept.energy.total_pj / 1e9:,.3f} -> {chosen.energy.total_pj / 1e9:,.3f} "
-              f"| {kept.energy.latency_s * 1e3:,.3f} -> {chosen.energy.latency_s * 1e3:,.3f} "
-              f"| {kept.dram_bytes / 1e6:,.1f} -> {chosen.dram_bytes / 1e6:,.1f} | {seconds:.2f} |")
-    print("\nThe bound before and after (`plan_bound` of the default mapping, over every band count with the halos "
-          "kept; of the energy objective's, over every option it may take). CPU seconds of each bound.\n")
-    print("| network | accelerator | default: mapped mJ, bound mJ, gap | energy objective: mapped mJ, bound mJ, gap "
-          "| bound CPU s |")
-    print("|---|---|---|---|---:|")
+        row(network, f"{acc.name} {acc.buffer_bytes // KB:,} KB",
+            f"{len(fused)} ({sum(c.row_steps > 1 for c in fused)})", len(more),
+            f"{len(again)} ({sum(grp.recomputed_macs > 0 for grp in again)})", f"{chosen.recomputed_macs:,}",
+            f"{kept.energy.total_pj / 1e9:,.3f} -> {chosen.energy.total_pj / 1e9:,.3f}",
+            f"{kept.energy.latency_s * 1e3:,.3f} -> {chosen.energy.latency_s * 1e3:,.3f}",
+            f"{kept.dram_bytes / 1e6:,.1f} -> {chosen.dram_bytes / 1e6:,.1f}", f"{seconds:.2f}")
+    table("The bound before and after (`plan_bound` of the default mapping, over every band count with the halos "
+          "kept; of the energy objective's, over every option it may take). CPU seconds of each bound.",
+          ("network", "accelerator", "default: mapped mJ, bound mJ, gap", "energy objective: mapped mJ, bound mJ, gap",
+           "bound CPU s:"))
     for network, preset, size in GAP_CASES:
         g, acc, plan = optimus_case(network, preset, size)
         cells, cpu = [], []
@@ -225,7 +235,7 @@ def choices() -> None:
             _, seconds, bound = timed(plan_bound, g, plan, mapped, acc)
             cells.append(f"{bound.mapped_pj / 1e9:,.3f}, {bound.bound_pj / 1e9:,.3f}, {bound.gap:.2%}")
             cpu.append(f"{seconds:.2f}")
-        print(f"| {network} | {acc.name} {acc.buffer_bytes // KB:,} KB | {' | '.join(cells)} | {' / '.join(cpu)} |")
+        row(network, f"{acc.name} {acc.buffer_bytes // KB:,} KB", *cells, " / ".join(cpu))
 
 
 if __name__ == "__main__":

@@ -10,25 +10,31 @@ from __future__ import annotations
 import copyreg
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from engine.accelerator import Accelerator
+from engine.blocking import layer_access_counts
+from engine.energy import EnergyBreakdown, energy_breakdown, op_accesses
 from engine.errors import EngineError, UnknownNameError
+from engine.fusion.memo import Memo
 from engine.graph import Graph, OpKind
+from engine.limit import NetworkLimit, network
+from engine.mapping import MappedPlan
+from engine.mapping.objective import check_objective, refine
+from engine.mapping.plan import ALIKE, map_plan
+from engine.partition import Partition, partition
 
-if TYPE_CHECKING:  # the parts (and pandas, for the frames) are imported where they run, so importing this module
-    # and evaluating stay light (pandas alone takes 0.3-0.4 s to import)
+if TYPE_CHECKING:  # imported where they run, for their cost (measured in a fresh interpreter after this module):
+    # the fusion searches load the compiled kernel (Numba, llvmlite, networkx: 1.1 CPU s), allocation pandas, PuLP
+    # and HiGHS (0.5 s), module reuse networkx (0.13 s), the frames pandas (0.3-0.4 s); a limit curve or a dashboard
+    # page that never evaluates does not pay them. The parts above load numpy and nothing heavier.
     import pandas as pd
 
     from engine.allocation import Allocation
-    from engine.energy import EnergyBreakdown
     from engine.fusion import FusionPlan
-    from engine.limit import NetworkLimit
-    from engine.mapping import MappedPlan
     from engine.module_reuse import ModulePlan
-    from engine.partition import Partition
 
 KB = 1024
 CURVE_BUFFERS_KB = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -140,9 +146,7 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     `should_stop` is asked before each part (each method's search, the energy, the limit); once it
     says True the call raises `EvaluationStopped` (a closed dashboard page's work ends there).
     """
-    from engine.energy import energy_breakdown
     from engine.fusion import fuse_each, oracle_bytes
-    from engine.mapping.objective import check_objective, refine
 
     if access_model not in ACCESS_MODELS:
         raise EngineError(f"access_model must be one of {', '.join(ACCESS_MODELS)}, got '{access_model}'")
@@ -158,9 +162,6 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             raise EvaluationStopped(f"evaluation of '{graph.name}' on '{acc.name}' stopped before {part}")
 
     found = fuse_each(graph, acc, methods, before=lambda m: check(f"the '{m}' search"))  # one model for all methods
-    from engine.fusion.memo import Memo
-    from engine.mapping.plan import ALIKE, map_plan
-
     alike = Memo(ALIKE)  # the methods' plans share most groups' mappings and band nests (refine's too)
     plans = {m: refine(graph, found[m], acc, objective, mapped=alike) for m in methods}
     check("the energy")
@@ -180,8 +181,6 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
             errors["allocation"] = str(err)
     if cpu_kinds:
         try:
-            from engine.partition import partition
-
             part = partition(graph, lambda op: op.kind.value not in cpu_kinds)
         except EngineError as err:
             errors["partition"] = str(err)
@@ -195,8 +194,6 @@ def evaluate(graph: Graph, acc: Accelerator, *, methods=("dnnvm", "efficient_s",
     limit = None
     check("the attainable limit")
     try:
-        from engine.limit import network
-
         limit = network(graph, acc)
     except EngineError as err:
         errors["limit"] = str(err)
@@ -228,11 +225,6 @@ def blocked_energy(graph: Graph, plan, acc: Accelerator):
     (`engine.blocking.layer_access_counts`); ops without one (element-wise, concat, ...) keep
     the dataflow model's counts.
     """
-    from dataclasses import replace
-
-    from engine.blocking import layer_access_counts
-    from engine.energy import energy_breakdown, op_accesses
-
     base = energy_breakdown(graph, plan, acc)
     buffer = plan.dram_bytes / (acc.word_bits / 8)  # each DRAM word passes through the buffer once
     words = {"buffer": buffer, "rf": 0.0, "array": 0.0}
@@ -297,7 +289,6 @@ def curve_rows(graph: Graph, acc: Accelerator, methods: tuple[str, ...], buffer_
     fused one as `NetworkLimit.fused_bytes`, and its per-op bound `valid_bytes` too where that is lower.
     """
     from engine.fusion import fuse, oracle_bytes
-    from engine.limit import network
 
     sized = acc.with_buffer(buffer_kb * KB)
     # the curve shows traffic only: no lower bound for a beam (seconds on NAS cells)

@@ -58,3 +58,23 @@ def test_a_short_allocation_runs_at_most_a_young_pass_and_gives_a_valid_plan():
     assert passes in ([], [0]) and gc.isenabled()
     assert a.has_plan and a.status in ("time_limit", "optimal")
     a.validate()
+
+
+def test_a_time_limited_allocation_imports_no_networkx():
+    """NASNet-A Mobile at M_R within 0.1 s spent 0.12-0.33 CPU s importing networkx inside the call (the schedule's
+    check and the lossless cuts asked the graph's networkx DAG for neighbours); a fresh interpreter says none now."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import sys, engine\n"
+              "from engine.allocation.problem import requirement\n"
+              "g = engine.load_network('nasnet_a_mobile')\n"
+              "m_r = max(requirement(g, op.name, include_params=False, word_bits=16) for op in g.ops)\n"
+              "order = [op.name for op in g.ops]\n"
+              "engine.allocate(g, m_r, time_limit_s=0.1)\n"
+              "engine.allocate(g, m_r, time_limit_s=0.1, schedule=order)\n"
+              "print('networkx' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.split("\n")[0] == "False"

@@ -7,7 +7,7 @@ bound; the depth-first order lists every subtree whole; joining never costs more
 import pytest
 
 import engine
-from benchmarks.bench_size import chain, fan_out_tree
+from benchmarks.bench_size import chain, fan_out, fan_out_tree
 from engine.fusion import crossing, dataflow, fewest, join, windowed
 from engine.fusion.cost import Capacity
 from engine.fusion.model import tensor_views
@@ -62,21 +62,36 @@ def test_the_depth_first_order_lists_the_ops_above_subtrees_too_large_for_a_grou
 
 
 def test_a_tree_of_3000_relus_is_planned_as_whole_subtrees_and_the_adds_above_them_together():
-    """At 128 KB a group holds a subtree of 1,024 ReLUs (2,047 ops) but not with the conv. The plan: the conv with
-    512 ReLUs' subtree (input 512 B + weights 288 B read, the conv's output and the sum written: 1,824 B); the
-    other 512 with the Add over both (the conv's output and a sum read, one written: 1,536 B); a whole subtree of
-    1,024 (1,024 B); the last 952 ReLUs' subtree with the two Adds above all (the conv's output and two sums read,
-    the network's output written: 2,048 B). Before the Adds came last, 5 groups moved 7,968 B."""
+    """At 128 KB a group holds a subtree of 1,024 ReLUs (2,047 ops) but not with the conv. The plan: the conv alone
+    (input 512 B and weights 288 B read, its output written: 1,312 B); two whole subtrees of 1,024 (the conv's
+    output read, the sum written: 1,024 B each); the last 952 ReLUs' subtree with the two Adds above all (the conv's
+    output and two sums read, the network's output written: 2,048 B). The join made the conv's group the conv with
+    512 ReLUs' subtree and the other 512 with the Add over both (1,824 + 1,536 B); `join.recut` cuts that pair again
+    after the conv, where only the conv's output crosses. Before the Adds came last, 5 groups moved 7,968 B."""
     graph = fan_out_tree(3000)
     plan = engine.fuse(graph, ACC)
     size = windowed.subtree_sizes(graph)
-    assert plan.status == "windowed" and plan.dram_bytes == 1824 + 1536 + 1024 + 2048 == 6432
+    assert plan.status == "windowed" and plan.dram_bytes == 1312 + 1024 + 1024 + 2048 == 5408
     assert plan.dram_bytes == sum(engine.fusion.group_cost(graph, g, ACC).dram_bytes for g in plan.groups)
     tops = [[n for n in g if not any(r in g for t in graph.op(n).outputs for r in graph.consumers(t))]
             for g in plan.groups]
     assert all(len(t) == 1 for t in tops)
     assert [(len(g), size[t[0]]) for g, t in zip(plan.groups, tops)] == [
-        (1024, 1023), (1024, 2047), (2047, 2047), (1905, len(graph.ops) - 1)]
+        (1, 1), (2047, 2047), (2047, 2047), (1905, len(graph.ops) - 1)]
+
+
+def test_recutting_a_pair_of_groups_moves_the_conv_out_of_a_half_subtree_and_never_costs_more():
+    graph = fan_out_tree(3000)
+    plan = engine.fuse(graph, ACC)
+    cap = Capacity.of(ACC)
+    conv_half = engine.fusion.group_cost(graph, ["conv", *plan.groups[1][:1023]], ACC)  # the join's groups
+    rest = engine.fusion.group_cost(graph, plan.groups[1][1023:], ACC)
+    assert (conv_half.dram_bytes, rest.dram_bytes) == (1824, 1536)
+    again = join.recut(graph, (conv_half, rest), ACC, cap)
+    assert [c.ops for c in again] == [("conv",), plan.groups[1]] and sum(c.dram_bytes for c in again) == 2336
+    assert join.recut(graph, again, ACC, cap) == again  # nothing narrower to cut: as it was
+    whole = engine.fusion.group_cost(graph, plan.groups[1], ACC)
+    assert join.recut(graph, (whole, plan.costs[2]), ACC, cap) == (whole, plan.costs[2])
 
 
 def test_windows_follow_the_depth_first_order_where_fewer_bytes_cross_and_the_graphs_own_on_a_chain():
@@ -149,3 +164,16 @@ def test_the_fewest_groups_bound_never_passes_the_brute_force_optimum(seed, n_op
                                                 (4096, 2048, 2), (5, 1, 5)])
 def test_a_wide_tensor_is_read_by_every_group_holding_a_reader_but_its_maker(readers, most, reads):
     assert fewest._fan_reads(readers, most) == reads
+
+
+def test_recut_tries_no_cut_that_puts_an_op_running_alone_beside_others():
+    """The Sum of 3,000 ReLUs holds a row of each input (3,000 x 32 elements, past the 65,536 of 128 KB): it runs
+    alone in every partition, so a pair of groups ending with it is left as it is (pricing the ReLUs with it cost
+    `fuse` 8 CPU s of 13 on a fan of 10,000)."""
+    graph, cap = fan_out(3000), Capacity.of(ACC)
+    names = [op.name for op in graph.ops]
+    alone = crossing.lone(graph, ACC.word_bits, dataflow.of(ACC), cap.fmap, tensor_views(graph))
+    assert [n for n in names if alone(n)] == ["sum"]
+    relus = engine.fusion.group_cost(graph, [f"relu{k}" for k in range(2000, 3000)], ACC)
+    total = engine.fusion.group_cost(graph, ["sum"], ACC)
+    assert join.recut(graph, (relus, total), ACC, cap) == (relus, total)

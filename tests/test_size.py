@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from benchmarks.bench_size import chain, concat, fan_out, fan_out_tree, wide_depthwise
-from engine.fusion import bound, optimus, windowed
+from engine.fusion import bound, optimus, subgraph, windowed
 from engine.fusion.cost import least_bytes, model_of
 
 ACC = engine.Accelerator.preset("optimus")
@@ -63,11 +63,18 @@ def test_windows_cut_where_least_crosses_and_every_window_is_a_range(small_windo
     found = windowed.cuts(graph, ACC.word_bits, max_ops=40)
     assert found[0][0] == 0 and found[-1][1] == len(graph.ops) and all(a[1] == b[0] for a, b in zip(found, found[1:]))
     assert all(20 <= hi - lo <= 40 for lo, hi in found[:-1]) and found[-1][1] - found[-1][0] <= 40
-    cross = windowed.crossings(graph, ACC.word_bits)
+    cross = subgraph.crossings(graph, ACC.word_bits)
     x = graph.tensors[graph.ops[0].outputs[0]].nbytes(ACC.word_bits)
     assert cross[1] == x and cross[41] == x + 40 * x  # the conv's output, then 40 Relu outputs besides it
     for lo, hi in found[:-1]:
         assert cross[hi] == min(cross[c] for c in range(lo + 20, lo + 41))
+    # by steps of several ops (a plan's groups): the conv with 9 Relus, groups of 10 Relus, the Sum with the last 11
+    steps = [min(i // 10, 15) for i in range(len(graph.ops))]
+    assert subgraph.crossings(graph, ACC.word_bits, steps) == [
+        sum(t.nbytes(ACC.word_bits) for t in graph.tensors.values() if not t.is_weight and any(
+            steps[graph.position[r]] >= b for r in graph.consumers(t.name))
+            and (graph.producer(t.name) is None or steps[graph.position[graph.producer(t.name)]] < b))
+        for b in range(17)]
 
 
 def test_a_windowed_transformer_costs_as_the_whole_graph_says(small_windows):

@@ -219,7 +219,8 @@ def _check_order(graph: Graph, order) -> None:
                           + (f"; missing '{sorted(missing)[0]}'" if missing else ""))
     seen = set()
     for op in order:
-        for p in graph.predecessors(op):
-            if p not in seen:
+        for t in graph.op(op).inputs:
+            p = graph.producer(t)
+            if p is not None and p not in seen:
                 raise EngineError(f"schedule runs '{op}' before its producer '{p}'")
         seen.add(op)

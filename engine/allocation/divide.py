@@ -24,7 +24,7 @@ def lossless_cuts(graph: Graph, order) -> list[bool]:
     desc = [0] * n  # bitset of descendants per position
     for i in range(n - 1, -1, -1):
         bits = 0
-        for s in graph.successors(order[i]):
+        for s in {r for t in graph.op(order[i]).outputs for r in graph.consumers(t)}:  # its successors (no networkx)
             bits |= desc[pos[s]] | (1 << pos[s])
         desc[i] = bits
     flags, common = [], -1

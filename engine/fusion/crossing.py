@@ -57,6 +57,19 @@ def crossing_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, wind
     return total
 
 
+def lone(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views) -> Callable[[str], bool]:
+    """Op name -> whether it runs alone in every valid partition: its least footprint in a group of more
+    (`_least_footprint`) passes `fmap` elements (a Sum of 10,000 inputs); each found on first ask."""
+    row, found = rows_of(graph, word_bits, tp.t_c, views), {}
+
+    def alone(name: str) -> bool:
+        if name not in found:
+            found[name] = _least_footprint(graph.op(name), row, tp.t_h) > fmap
+        return found[name]
+
+    return alone
+
+
 def rows_of(graph: Graph, word_bits: int, t_c: int, views) -> Callable[[str], tuple[int, int]]:
     """Tensor -> `_row`, each found once, on first ask (a bound looks at the rows of a few readers' tensors)."""
     rows: dict[str, tuple[int, int]] = {}

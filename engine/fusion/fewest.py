@@ -37,18 +37,19 @@ def most_ops(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views) -> 
     return max(1, held)
 
 
-def fewest_groups_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views) -> int:
+def fewest_groups_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views, *,
+                        most: int | None = None) -> int:
     """A lower bound on every valid partition's traffic from its fewest groups (module docstring); 0 where an op is not
-    plain or makes a tensor nothing reads and the network does not return."""
+    plain or makes a tensor nothing reads and the network does not return. `most`: `most_ops`, if known."""
     made = [t for op in graph.ops for t in op.outputs]
     if (not graph.ops or any(op.kind not in crossing.PLAIN for op in graph.ops)
             or any(not graph.consumers(t) and t not in graph.returned for t in made)):
         return 0
-    most = most_ops(graph, word_bits, tp, fmap, views)
+    most = most_ops(graph, word_bits, tp, fmap, views) if most is None else most
     groups = -(-len(graph.ops) // most)
     size = {t: graph.tensors[t].nbytes(word_bits) for t in made}
     weights = {w for op in graph.ops for w in op.weights}
-    total = sum(graph.tensors[t].nbytes(word_bits) for t in dict.fromkeys(graph.inputs))
+    total = sum(graph.tensors[t].nbytes(word_bits) for t in dict.fromkeys(graph.inputs) if graph.consumers(t))
     total += -(-sum(graph.tensors[w].elements for w in weights) * word_bits // 8)
     total += groups * min(size.values())
     fans = {t: _fan_reads(len(graph.consumers(t)), most) for t in made}

@@ -17,7 +17,8 @@ The optimum may group across a cut. `engine.fusion.bound`'s windows bound it fro
 with the tensors made in earlier windows free; run inside each plan window, with the
 tensors from earlier plan windows free as well (`bound_model`), their sums plus the weights
 several ops share are a proven lower bound on every valid partition of the whole graph (or, where
-more, what the fewest groups any partition has must move: `engine.fusion.fewest`). So
+more, what the fewest groups any partition has must move, `engine.fusion.fewest`, or the pieces it cuts the
+single-reader trees into, `engine.fusion.pieces`). So
 an optimus plan found this way says "windowed" with that bound, and its gap is what the cuts
 may cost. Every count here is of ops and down-sets, never of seconds: the plan does not
 depend on the machine's speed.
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.accelerator import Accelerator
-from engine.fusion import crossing, dataflow, fewest, join
+from engine.fusion import crossing, dataflow, fewest, join, pieces, subgraph
 from engine.fusion.cost import Capacity
 from engine.fusion.model import FusionModel, tensor_geo, tensor_views
 from engine.fusion.plan import FusionPlan
@@ -57,28 +58,11 @@ def spans(graph: Graph) -> tuple[dict[str, int], dict[str, int], dict[str, int]]
     return made, first, last
 
 
-def crossings(graph: Graph, word_bits: int) -> list[int]:
-    """Bytes crossing each cut 0..n: the activations made before op `cut` (or network inputs) and read from it on."""
-    n = len(graph.ops)
-    made, _, last = spans(graph)
-    diff = [0] * (n + 2)
-    for t, reader in last.items():
-        first = made.get(t, -1) + 1
-        if reader >= first:
-            diff[first] += graph.tensors[t].nbytes(word_bits)
-            diff[reader + 1] -= graph.tensors[t].nbytes(word_bits)
-    cross, running = [], 0
-    for c in range(n + 1):
-        running += diff[c]
-        cross.append(running)
-    return cross
-
-
 def cuts(graph: Graph, word_bits: int, *, max_ops: int) -> tuple[tuple[int, int], ...]:
     """Consecutive op ranges [lo, hi) of at most `max_ops` ops, each ending where the fewest bytes cross among the
     last half of its possible ends (the latest such end; an op of `_CUT_AVOID` starts or ends a window only if
     every end there has one on either side)."""
-    n, cross = len(graph.ops), crossings(graph, word_bits)
+    n, cross = len(graph.ops), subgraph.crossings(graph, word_bits)
     found, lo = [], 0
     while lo < n:
         if n - lo <= max_ops:
@@ -140,26 +124,17 @@ def plan_order(graph: Graph, word_bits: int, *, whole: int) -> Graph:
     subtrees of at most `whole` ops listed whole (its own on ties). The cuts are where a windowed plan pays what the
     optimum may not."""
     def crossed(g: Graph) -> int:
-        cross = crossings(g, word_bits)
+        cross = subgraph.crossings(g, word_bits)
         return sum(cross[hi] for _, hi in cuts(g, word_bits, max_ops=WINDOW_OPS))
 
     other = depth_first(graph, whole=whole)
     return other if crossed(other) < crossed(graph) else graph
 
 
-def window_graph(graph: Graph, lo: int, hi: int, lives, *, lower: bool = False) -> Graph:
-    """Ops lo..hi-1 as a graph (`lives`: the graph's `spans`): what earlier ops made (and network inputs) are its
-    inputs; its outputs are what the network returns and, unless `lower` (a bound's window: writes to later windows
-    are not counted), what later ops read."""
-    _, _, last = lives
-    ops = graph.ops[lo:hi]
-    own = {t for op in ops for t in op.outputs}
-    ins = tuple(dict.fromkeys(t for op in ops for t in op.inputs if t not in own))
-    returned = graph.returned
-    outs = tuple(t for op in ops for t in op.outputs if t in returned or (not lower and last.get(t, -1) >= hi))
-    names = {t for op in ops for t in op.inputs + op.outputs + op.weights}
-    return Graph(f"{graph.name}[{lo}:{hi}]", ops, tuple(graph.tensors[t] for t in sorted(names)), ins, outs,
-                 graph.batch)
+def window_graph(graph: Graph, lo: int, hi: int, *, lower: bool = False) -> Graph:
+    """Ops lo..hi-1 as a graph (`subgraph.part` of a range): what earlier ops made (and network inputs) are its
+    inputs; its outputs are what the network returns and, unless `lower`, what later ops read."""
+    return subgraph.part(graph, graph.ops[lo:hi], f"{graph.name}[{lo}:{hi}]", lower=lower)
 
 
 def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, shared: set[str]) -> FusionModel:
@@ -167,7 +142,7 @@ def bound_model(graph: Graph, lo: int, hi: int, lives, acc: Accelerator, views, 
     other windows too) free and held at min(T_c, C) channels (none where a layout op made them, which shares
     its input's buffer), and the weights several ops of the network share free (the caller counts them once)."""
     made, first, last = lives
-    sub = window_graph(graph, lo, hi, lives, lower=True)
+    sub = window_graph(graph, lo, hi, lower=True)
     tp = dataflow.of(acc)
     free = {w: 0 for op in sub.ops for w in op.weights if w in shared}
     for t in sub.inputs:
@@ -189,19 +164,22 @@ def shared_weights(graph: Graph) -> set[str]:
     return {w for w, k in users.items() if k > 1}
 
 
-def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows) -> int:
+def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows, *, most: int | None = None) -> int:
     """A proven lower bound on every valid partition's traffic: each window's `bound` windows, with what earlier
     windows made free, plus the shared weights once, plus what the tensors crossing windows must cost (`crossing`:
     the windows charge them nowhere); or, where more, what the fewest groups any partition has must move
-    (`fewest`). `windows` are any ranges of the graph's order."""
-    from engine.fusion import bound  # the compiled search, loaded on first use: the limits read `spans` without it
+    (`fewest`) or the pieces it cuts its single-reader trees into (`pieces`). `windows` are any ranges of the graph's
+    order. `most`: `fewest.most_ops`, if known."""
+    from engine.fusion import bound  # the compiled search, loaded on first use (the limits' tables need none)
 
     lives, views, shared, tp = spans(graph), tensor_views(graph), shared_weights(graph), dataflow.of(acc)
     total = -(-sum(graph.weight_reads[w] for w in shared) * acc.word_bits // 8)
     total += crossing.crossing_bytes(graph, acc.word_bits, tp, cap.fmap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
-    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views))
+    most = fewest.most_ops(graph, acc.word_bits, tp, cap.fmap, views) if most is None else most
+    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views, most=most),
+               pieces.pieces_bytes(graph, acc.word_bits, tp, cap.fmap, views, most=most))
 
 
 def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
@@ -219,10 +197,9 @@ def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
     most = fewest.most_ops(graph, acc.word_bits, tp, cap.fmap, tensor_views(graph))
     ordered = plan_order(graph, acc.word_bits, whole=most)
     windows = cuts(ordered, acc.word_bits, max_ops=WINDOW_OPS)
-    lives = spans(ordered)
     plans: dict[str, list[FusionPlan]] = {m: [] for m in methods}
     for lo, hi in windows:
-        part = window_graph(ordered, lo, hi, lives)
+        part = window_graph(ordered, lo, hi)
         model = FusionModel(part, tp, acc.word_bits)
         for m in methods:
             plans[m].append(solve(part, model, m))
@@ -240,8 +217,8 @@ def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan]
     statuses = {p.status for p in plans}
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
     if method == "optimus":
-        costs = join.joined(graph, costs, acc, cap, most_ops=most)
-    floor = lower_bound_bytes(graph, acc, cap, windows) if with_bound and method == "optimus" else None
+        costs = join.recut(graph, join.joined(graph, costs, acc, cap, most_ops=most), acc, cap)
+    floor = lower_bound_bytes(graph, acc, cap, windows, most=most) if with_bound and method == "optimus" else None
     seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
     return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
                    dram_bytes=sum(c.dram_bytes for c in costs), fmap_in_bytes=sum(c.fmap_in_bytes for c in costs),

@@ -53,10 +53,10 @@ def tables(graph: Graph, word_bits: int, tp: Throughput | None = None) -> tuple[
     if len(graph.ops) <= windowed.WINDOW_ABOVE:
         model = model_for(graph, tp, word_bits)
         return tuple(_table(model, i) for i in range(model.n))
-    lives, views, shared = windowed.spans(graph), tensor_views(graph), windowed.shared_weights(graph)
+    views, shared = tensor_views(graph), windowed.shared_weights(graph)
     found = []
     for lo, hi in windowed.cuts(graph, word_bits, max_ops=windowed.WINDOW_OPS):
-        model = FusionModel(windowed.window_graph(graph, lo, hi, lives), tp, word_bits, views=views)
+        model = FusionModel(windowed.window_graph(graph, lo, hi), tp, word_bits, views=views)
         for i, op in enumerate(model.graph.ops):
             table = _table(model, i)
             found.append(replace(table, params=0, whole=0) if shared.intersection(op.weights) else table)
