@@ -158,3 +158,20 @@ def test_walking_only_new_models_without_bokehs_private_names_changes_nothing_an
             changed.append(True)
     assert changed == [True] and vars(elsewhere.models) == {"freeze": contextlib.nullcontext}
     assert [r.message.split(" not applied")[0] for r in caplog.records] == ["walking_only_new_models"]
+
+
+def test_the_ready_guard_runs_on_the_page_and_the_installed_bokehjs_has_what_it_wraps():
+    """READY_GUARD_JS wraps BokehJS's `View._await_ready` and Panel's Tabulator is the loop it stops: both must be in
+    the installed releases' scripts (an upgrade that renames them turns the guard off; the console would say so)."""
+    from pathlib import Path
+
+    import bokeh
+
+    doc = Document()
+    panel_hooks.keep_views_ready_after_a_failed_update(doc)
+    codes = [callback.code for callbacks in doc.callbacks._js_event_callbacks.values() for callback in callbacks]
+    assert codes == [panel_hooks.READY_GUARD_JS] and list(doc.callbacks._js_event_callbacks) == ["document_ready"]
+    bokehjs = (Path(bokeh.__file__).parent / "server/static/js/bokeh.js").read_text()
+    assert "_await_ready(promise) {" in bokehjs and 'require(' in bokehjs and "class View {" in bokehjs
+    tabulator = (Path(pn.__file__).parent / "dist/panel.js").read_text()
+    assert "await this.root.ready;" in tabulator  # the wait a rejected `ready` turned into a loop
