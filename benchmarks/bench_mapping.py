@@ -87,7 +87,8 @@ def speed() -> list[tuple[str, engine.Accelerator, engine.Graph]]:
         fuse_s, fuse_cpu, plan = timed(engine.fuse, g, moved, method="optimus")
         map_s, map_cpu, _ = timed(map_plan, g, plan, moved)
         row(network, f"{preset} {acc.buffer_bytes // KB:,} KB", len(g.ops), f"{times['load']:.2f}",
-            f"{times['evaluate']:.2f} ({times['evaluate_cpu']:.2f})", f"{fuse_s + map_s:.2f} ({fuse_cpu + map_cpu:.2f})",
+            f"{times['evaluate']:.2f} ({times['evaluate_cpu']:.2f})",
+            f"{fuse_s + map_s:.2f} ({fuse_cpu + map_cpu:.2f})",
             f"{map_s:.2f} ({map_cpu:.2f})")
         rows.append((network, acc, g))
     print(f"\nLoad average (1 min) {before:.1f} before and {os.getloadavg()[0]:.1f} after the table, on "

@@ -2,15 +2,14 @@
 `test_cold_loads_of_a_slow_network_end_with_the_dag_drawn`): many pages at once on one server.
 
 `panel serve dashboard` with the browser tests' session options (tests/conftest.py's `served`), its log kept; headless
-Chromium (Playwright) opens, round after round and in quick succession: googlenet cold loads (a new batch each round,
-so no report is cached, and the one-pass methods' report comes first), pages closed mid-load, and other pages (SqueezeNet
+Chromium (Playwright) opens, round after round and in quick succession: googlenet cold loads (a new batch each round, so
+no report is cached, and the one-pass methods' report comes first), pages closed mid-load, and other pages (SqueezeNet
 with the slow tabs, googlenet's slider dragged), as the browser file's earlier tests do. A watched page whose headline
-still says "still searching" HANG_S after it showed is a hang: `perf` samples its busiest renderer (call chains by
-frame pointer, V8's code named by the map `--perf-basic-prof` writes; a page stuck outside a script's interrupt checks
-answers no debugger), its console is kept, and the server and its workers write their stacks to the log
-(`dashboard/stacks.py`). A page whose console says a view's update failed (what `panel_hooks.READY_GUARD_JS` catches)
-is counted and its console kept. A new server every ROUNDS rounds. docs/dashboard.md, "The frozen tab", has what it
-found.
+still says "still searching" HANG_S after it showed is a hang: `perf` samples its busiest renderer (call chains by frame
+pointer, V8's code named by the map `--perf-basic-prof` writes; a page stuck outside a script's interrupt checks answers
+no debugger), its console is kept, and the server and its workers write their stacks to the log (`dashboard/stacks.py`).
+A page whose console says a view's update failed (what `panel_hooks.READY_GUARD_JS` catches) is counted and its console
+kept. A new server every ROUNDS rounds. docs/dashboard.md, "The frozen tab", has what it found.
 Run: `python -m benchmarks.stress_dashboard_hang [minutes] [folder]` (default 20 minutes, /tmp/dashboard-hang).
 """
 
@@ -94,7 +93,8 @@ class Hunt:
         page.set_default_timeout(HANG_S * 1000)
         console: list[str] = []
         page.on("console", lambda m: console.append(f"{time.time():.1f} {m.type}: {m.text[:4000]}"))
-        page.on("pageerror", lambda e: console.append(f"{time.time():.1f} pageerror: {e!r} {getattr(e, 'stack', '')}"[:3000]))
+        page.on("pageerror",
+                lambda e: console.append(f"{time.time():.1f} pageerror: {e!r} {getattr(e, 'stack', '')}"[:3000]))
         try:
             await page.goto(url + f"?network=googlenet&batch={batch}&buffer_kb={kb}")
             await page.get_by_text(re.compile(f"googlenet \\(batch {batch}\\) on optimus, {kb:,} KB")).first.wait_for()

@@ -224,20 +224,21 @@ def walking_only_new_models(doc) -> Iterator[None]:
         yield
         return
     added: list = []  # the new values of changes that only added references
-    dropped = [False]
+    dropped = False  # whether a change dropped a model
     roots = list(doc.roots)
 
     def recording(model, attr, old, new, hint=None, setter=None, callback_invoker=None):
+        nonlocal dropped
         if hint is None:  # a hinted change (columns streamed or patched) carries data, never models
             before, after = _immediate_models(old), _immediate_models(new)
             if before:
-                dropped[0] = dropped[0] or not before <= after
+                dropped = dropped or not before <= after
             if after:
                 added.append(new)
         notify(model, attr, old, new, hint, setter, callback_invoker)
 
     def recompute():
-        if dropped[0] or list(doc.roots) != roots:
+        if dropped or list(doc.roots) != roots:
             walk_all()
         else:
             _attach_new(models, added)

@@ -113,9 +113,9 @@ class Piece:
     frame: object  # a Panel ListLike (pn.Column)
     parts: Callable[[], list]
     # Bokeh walks only the piece's new models as the loop attaches it (`walking_only_new_models`), not the whole
-    # document: 0.021-0.023 CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md). Not for the Fusion tab's pieces: attached so, the
-    # DAG's first paint left its title's earlier drawing, a line higher, above it in 5 of 5 screenshots (traces of it
-    # in 2 of 5 without; docs/dashboard.md, "A room of users")
+    # document: 0.021-0.023 CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md). Not for the Fusion tab's pieces:
+    # attached so, the DAG's first paint left its title's earlier drawing, a line higher, above it in 5 of 5
+    # screenshots (traces of it in 2 of 5 without; docs/dashboard.md, "A room of users")
     new_models_only: bool = True
 
     def make(self, doc) -> list:

@@ -46,7 +46,7 @@ def test_every_layer_reused_equals_fresh(preset, network, sizes_kb, monkeypatch)
     searches, fresh = [], []
     monkeypatch.setattr(reuse, "block", lambda layer, h, **kw: searches.append(1) or block(layer, h, **kw))
     for i, kb in enumerate(sizes_kb):
-        if i == 1:  # the first size searched each layer twice: at its size and with the buffer large enough for anything
+        if i == 1:  # the first size searched each layer twice: at its size and with a buffer large enough for all
             assert len(searches) <= 2 * len(fresh)
             searches.clear()
             fresh.clear()

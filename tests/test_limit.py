@@ -122,7 +122,8 @@ METHODS = ("none", "dnnvm", "efficient_s", "optimus")
 # networks whose four plans take seconds per buffer size: a few sizes of the curve (the NAS cells' beams, ResNet-1202's
 # 1,807 ops, the beams of the 6+6-layer Transformer and of Llama decode: one to three; ResNet-152 one, 2.6 CPU s a size:
 # its bottleneck blocks are ResNet-50's, which runs at every size, so what it adds is depth)
-FEW_SIZES = {"transformer": (16, 256, 4096), "resnet152": (256,), "llama3_8b_decode": (16, 4096), "llama3_8b_decode_kv8191": (256,),
+FEW_SIZES = {"transformer": (16, 256, 4096), "resnet152": (256,), "llama3_8b_decode": (16, 4096),
+             "llama3_8b_decode_kv8191": (256,),
              "amoebanet_d": (256,), "darts": (256,), "nasnet_a_mobile": (256,), "pnasnet5_large": (256,),
              "resnet1202": (256,), "densenet121": (16, 256, 4096), "deeplabv3_resnet50": (16, 256, 4096),
              "inception_v3": (16, 256, 4096), "googlenet": (16, 256, 4096)}

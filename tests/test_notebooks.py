@@ -85,4 +85,5 @@ def test_notebook_runs(path, tmp_path, kernel):
     plots = [o for o in outputs if HOLOVIEWS_MIME in o.get("data", {})]
     assert plots, f"{path.name} drew no HoloViews plot"
     # its own kernel would draw nothing without it: in the shared one, a notebook before may have loaded it
-    assert any("hv.extension(" in c.source for c in nb.cells[1:] if c.cell_type == "code"), f"{path.name}: no hv.extension"
+    assert any("hv.extension(" in c.source for c in nb.cells[1:] if c.cell_type == "code"), \
+        f"{path.name}: no hv.extension"

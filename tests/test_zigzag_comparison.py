@@ -60,7 +60,8 @@ def test_tpu_like_priced_alike_moves_zigzags_dram_words_and_energy_on_every_laye
     unrolling is 0.996-1.000 of ZigZag's LOMA energy, but for conv1 (0.922: ZigZag pays a 64-bit SRAM port granule for
     every 24 bits of its 3 input channels)."""
     hierarchy = like_for_like("tpu_like", "all")
-    ratios, found = {}, {}  # searched once a shape (14 of the 21 layers'): a blocking's cost does not depend on the name
+    # searched once a shape (14 of the 21 layers'): a blocking's cost does not depend on the name
+    ratios, found = {}, {}
     for row in zigzag_layers("tpu_like", "loma"):
         layer = layer_of(row)
         if shape(layer) not in found:
