@@ -225,6 +225,11 @@ class Graph:
         """Ops that read activation `tensor`, in topological order."""
         return self._consumers.get(tensor, ())
 
+    def read_once(self, tensor: str) -> bool:
+        """Whether one op alone reads `tensor` and the network does not return it: a link its maker and reader can
+        keep on chip between them (the fusion's subtrees and pieces)."""
+        return len(self.consumers(tensor)) == 1 and tensor not in self.returned
+
     def predecessors(self, op: str) -> tuple[str, ...]:
         return tuple(self.dag.predecessors(op))
 

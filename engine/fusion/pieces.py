@@ -49,7 +49,7 @@ def pieces_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views,
     link_bytes, shared = [], []  # 2 x the bytes of each link; the other tensors ops make
     for op in graph.ops:
         t = op.outputs[0]
-        if len(graph.consumers(t)) == 1 and t not in graph.returned:
+        if graph.read_once(t):
             links[graph.consumers(t)[0]].append(op.name)
             link_bytes.append(2 * size[t])
         else:

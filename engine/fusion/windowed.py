@@ -81,8 +81,8 @@ def subtree_sizes(graph: Graph) -> dict[str, int]:
     returned). A chain's op holds every op before it; a residual block's Add only its block."""
     size: dict[str, int] = {}
     for op in graph.ops:
-        size[op.name] = 1 + sum(size[p] for t in op.inputs if (p := graph.producer(t)) is not None
-                                and t not in graph.returned and len(graph.consumers(t)) == 1)
+        size[op.name] = 1 + sum(size[p] for t in op.inputs
+                                if (p := graph.producer(t)) is not None and graph.read_once(t))
     return size
 
 
