@@ -21,9 +21,12 @@ from tests.test_fusion_search import CASES, brute_force, solved_case
 ACC = engine.Accelerator.preset("optimus")
 
 
+def _most(graph, acc) -> int:
+    return fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), Capacity.of(acc).fmap, tensor_views(graph))
+
+
 def _bound(graph, acc) -> int:
-    cap = Capacity.of(acc)
-    return pieces.pieces_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
+    return pieces.pieces_bytes(graph, acc.word_bits, _most(graph, acc))
 
 
 def random_tree(seed: int, leaves: int):
@@ -51,8 +54,8 @@ def test_a_tree_of_10000_relus_cuts_ten_pieces_and_ten_groups_read_the_convs_out
     graph, tp, cap = fan_out_tree(10_000), dataflow.of(ACC), Capacity.of(ACC)
     views = tensor_views(graph)
     assert fewest.most_ops(graph, ACC.word_bits, tp, cap.fmap, views) == 2048
-    assert pieces.pieces_bytes(graph, ACC.word_bits, tp, cap.fmap, views) == 288 + 2 * 512 + 9 * 1024 + 10 * 512
-    assert _bound(graph, ACC) == 15_648 > fewest.fewest_groups_bytes(graph, ACC.word_bits, tp, cap.fmap, views)
+    assert pieces.pieces_bytes(graph, ACC.word_bits, 2048) == 288 + 2 * 512 + 9 * 1024 + 10 * 512
+    assert _bound(graph, ACC) == 15_648 > fewest.fewest_groups_bytes(graph, ACC.word_bits, 2048)
 
 
 def _piece_sizes(graph, kept) -> list[int]:
@@ -118,9 +121,7 @@ def test_the_bound_is_above_the_fewest_groups_on_some_random_trees_and_the_optim
     for seed, leaves, buffer in TREES:
         graph = random_tree(seed, leaves)
         acc = ACC.with_buffer(buffer).with_pe_array(4, 4)
-        cap = Capacity.of(acc)
-        above += _bound(graph, acc) > fewest.fewest_groups_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap,
-                                                                 tensor_views(graph))
+        above += _bound(graph, acc) > fewest.fewest_groups_bytes(graph, acc.word_bits, _most(graph, acc))
     assert above >= 5
     for seed in range(3):
         graph, acc = random_tree(seed, 4), ACC.with_buffer(1024).with_pe_array(4, 4)
@@ -146,5 +147,5 @@ def test_a_network_input_no_op_reads_is_not_counted():
                         [Tensor(t, (1, 4, 4, 4)) for t in ("x", "z", "y")], ("x", "z"), ("y",))
     acc = ACC.with_buffer(1024).with_pe_array(4, 4)
     assert _bound(graph, acc) == brute_force(graph, acc) == 128 + 128
-    cap = Capacity.of(acc)  # the fewest groups' bound too (it counted z as read: 384 B, above the optimum)
-    assert fewest.fewest_groups_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph)) == 256
+    # the fewest groups' bound too (it counted z as read: 384 B, above the optimum)
+    assert fewest.fewest_groups_bytes(graph, acc.word_bits, _most(graph, acc)) == 256

@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from benchmarks.bench_size import chain, concat, fan_out, fan_out_tree, wide_depthwise
-from engine.fusion import bound, optimus, subgraph, windowed
+from engine.fusion import bound, fewest, optimus, subgraph, windowed
 from engine.fusion.cost import least_bytes, model_of
 
 ACC = engine.Accelerator.preset("optimus")
@@ -196,10 +196,11 @@ def test_the_windowed_bound_with_crossing_tensors_charged_stays_below_the_brute_
     graph = fan_out(readers)
     acc = ACC.with_buffer(buffer).with_pe_array(4, 4)
     best, cap = brute_force(graph, acc), Capacity.of(acc)
+    most = fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
     charged = []
     for width in (1, 2, 3):
         windows = tuple((lo, min(lo + width, len(graph.ops))) for lo in range(0, len(graph.ops), width))
-        assert windowed.lower_bound_bytes(graph, acc, cap, windows) <= best
+        assert windowed.lower_bound_bytes(graph, acc, cap, windows, most) <= best
         charged.append(crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, windows, tensor_views(graph)))
     # a row of 4 channels x 8 columns per input and for the Sum's output: (readers + 1) x 32 elements, past the
     # 64 and 128 of 128 B and 256 B (each output written and read back), within the 512 of 1 KB (nothing charged)
@@ -224,10 +225,11 @@ def test_the_windowed_bound_of_joins_and_add_trees_stays_below_the_brute_force_o
     graph = build(ops)
     acc = ACC.with_buffer(buffer).with_pe_array(4, 4)
     cap = Capacity.of(acc)
+    most = fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph))
     assert brute_force(graph, acc) == optimum
     for width in (1, 2, 3):
         windows = tuple((lo, min(lo + width, len(graph.ops))) for lo in range(0, len(graph.ops), width))
-        found = windowed.lower_bound_bytes(graph, acc, cap, windows)
+        found = windowed.lower_bound_bytes(graph, acc, cap, windows, most)
         assert found <= optimum
         charged = crossing.crossing_bytes(graph, acc.word_bits, dataflow.of(acc), cap.fmap, windows,
                                           tensor_views(graph))

@@ -37,15 +37,14 @@ def most_ops(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views) -> 
     return max(1, held)
 
 
-def fewest_groups_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views, *,
-                        most: int | None = None) -> int:
-    """A lower bound on every valid partition's traffic from its fewest groups (module docstring); 0 where an op is not
-    plain or makes a tensor nothing reads and the network does not return. `most`: `most_ops`, if known."""
+def fewest_groups_bytes(graph: Graph, word_bits: int, most: int) -> int:
+    """A lower bound on every valid partition's traffic from its fewest groups (module docstring), when no group holds
+    more than `most` ops (`most_ops`); 0 where an op is not plain or makes a tensor nothing reads and the network does
+    not return."""
     made = [t for op in graph.ops for t in op.outputs]
     if (not graph.ops or any(op.kind not in crossing.PLAIN for op in graph.ops)
             or any(not graph.consumers(t) and t not in graph.returned for t in made)):
         return 0
-    most = most_ops(graph, word_bits, tp, fmap, views) if most is None else most
     groups = -(-len(graph.ops) // most)
     size = {t: graph.tensors[t].nbytes(word_bits) for t in made}
     weights = {w for op in graph.ops for w in op.weights}

@@ -31,19 +31,17 @@ from __future__ import annotations
 from itertools import accumulate
 
 from engine.fusion import crossing, fewest
-from engine.fusion.dataflow import Throughput
 from engine.graph import Graph
 
 
-def pieces_bytes(graph: Graph, word_bits: int, tp: Throughput, fmap: int, views, *, most: int | None = None) -> int:
-    """A lower bound on every valid partition's traffic from the pieces it cuts F into (module docstring); 0 where an
-    op is not plain, has other than one output or no input, or makes a tensor nothing reads and no one returns.
-    `most`: `fewest.most_ops`, if known."""
+def pieces_bytes(graph: Graph, word_bits: int, most: int) -> int:
+    """A lower bound on every valid partition's traffic from the pieces it cuts F into (module docstring), when no
+    group holds more than `most` ops (`fewest.most_ops`); 0 where an op is not plain, has other than one output or no
+    input, or makes a tensor nothing reads and no one returns."""
     if (not graph.ops or any(op.kind not in crossing.PLAIN or len(op.outputs) != 1 or not op.inputs
                              for op in graph.ops)
             or any(not graph.consumers(op.outputs[0]) and op.outputs[0] not in graph.returned for op in graph.ops)):
         return 0
-    most = fewest.most_ops(graph, word_bits, tp, fmap, views) if most is None else most
     size = {t: graph.tensors[t].nbytes(word_bits) for op in graph.ops for t in op.inputs + op.outputs}
     links: dict[str, list[str]] = {op.name: [] for op in graph.ops}  # op -> the ops linked into it (its F children)
     link_bytes, shared = [], []  # 2 x the bytes of each link; the other tensors ops make

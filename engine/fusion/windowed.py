@@ -164,12 +164,12 @@ def shared_weights(graph: Graph) -> set[str]:
     return {w for w, k in users.items() if k > 1}
 
 
-def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows, *, most: int | None = None) -> int:
+def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows, most: int) -> int:
     """A proven lower bound on every valid partition's traffic: each window's `bound` windows, with what earlier
     windows made free, plus the shared weights once, plus what the tensors crossing windows must cost (`crossing`:
     the windows charge them nowhere); or, where more, what the fewest groups any partition has must move
     (`fewest`) or the pieces it cuts its single-reader trees into (`pieces`). `windows` are any ranges of the graph's
-    order. `most`: `fewest.most_ops`, if known."""
+    order; `most`: `fewest.most_ops`, the most ops a group holds."""
     from engine.fusion import bound  # the compiled search, loaded on first use (the limits' tables need none)
 
     lives, views, shared, tp = spans(graph), tensor_views(graph), shared_weights(graph), dataflow.of(acc)
@@ -177,9 +177,8 @@ def lower_bound_bytes(graph: Graph, acc: Accelerator, cap: Capacity, windows, *,
     total += crossing.crossing_bytes(graph, acc.word_bits, tp, cap.fmap, windows, views)
     for lo, hi in windows:
         total += bound.lower_bound_of(bound_model(graph, lo, hi, lives, acc, views, shared), cap).bytes
-    most = fewest.most_ops(graph, acc.word_bits, tp, cap.fmap, views) if most is None else most
-    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, tp, cap.fmap, views, most=most),
-               pieces.pieces_bytes(graph, acc.word_bits, tp, cap.fmap, views, most=most))
+    return max(total, fewest.fewest_groups_bytes(graph, acc.word_bits, most),
+               pieces.pieces_bytes(graph, acc.word_bits, most))
 
 
 def fuse_windows(graph: Graph, acc: Accelerator, methods: tuple[str, ...],
@@ -218,7 +217,7 @@ def _joined(graph: Graph, acc: Accelerator, method: str, plans: list[FusionPlan]
     status = "windowed" if method == "optimus" else "beam" if "beam" in statuses else plans[0].status
     if method == "optimus":
         costs = join.recut(graph, join.joined(graph, costs, acc, cap, most_ops=most), acc, cap)
-    floor = lower_bound_bytes(graph, acc, cap, windows, most=most) if with_bound and method == "optimus" else None
+    floor = lower_bound_bytes(graph, acc, cap, windows, most) if with_bound and method == "optimus" else None
     seconds = sum(p.search_seconds for p in plans) + time.perf_counter() - start
     return replace(plans[0], groups=tuple(c.ops for c in costs), costs=costs,
                    dram_bytes=sum(c.dram_bytes for c in costs), fmap_in_bytes=sum(c.fmap_in_bytes for c in costs),
