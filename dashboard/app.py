@@ -19,6 +19,7 @@ from dashboard.panel_hooks import (
     LiveDiscreteSlider,
     ModelDropper,
     keep_views_ready_after_a_failed_update,
+    paint_filepond_only_when_busy,
     serve_stylesheets_locally,
 )
 from dashboard.pieces import Piece, build
@@ -309,6 +310,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
                                             busy_indicator=None, design=Fast, font="system-ui, sans-serif")
+    paint_filepond_only_when_busy(template)  # FilePond's endless animation-frame loop, only while it has work
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
     network, upload, *rest = SIDEBAR

@@ -38,3 +38,37 @@ def test_the_llama_prefills_headline_names_the_tie_as_the_dag_does_with_separate
     assert page.get_by_text("32,772.0 KB", exact=True).count() >= 1
     assert not page.get_by_text(re.compile(r"\b1 ops\b")).count()
     page.close()
+
+
+# Every requestAnimationFrame call of the page, counted from its first script on.
+COUNT_FRAMES = """(() => {
+  const native = window.requestAnimationFrame.bind(window);
+  window.__frames = 0;
+  window.requestAnimationFrame = (callback) => { window.__frames += 1; return native(callback); };
+})();"""
+
+
+def test_a_settled_page_requests_no_animation_frames_and_its_upload_box_still_answers(server, browser, tmp_path):
+    """Issue 29: FilePond (the upload box) requested an animation frame 60 times a second for as long as the page was
+    open (600 style recalculations in 10 s of a settled page). Its painter now ticks every frame only while there is
+    work: FilePond joined it, a settled page requests no frames, and a file dropped in the box is still taken in (an
+    empty one refused in the box) with frames while it is."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.add_init_script(COUNT_FRAMES)
+    page.goto(server + "?network=squeezenet1_0")
+    page.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus")).first.wait_for()
+    page.get_by_text(re.compile("still searching")).wait_for(state="detached")
+    assert page.evaluate("() => window.__framePainter.readers.length") == 1  # FilePond's, in the dashboard's painter
+    page.wait_for_timeout(3000)  # the last report's drawing done
+    frames, ticks = page.evaluate("() => [window.__frames, window.__framePainter.ticks]")
+    page.wait_for_timeout(4000)
+    idle_frames, idle_ticks = page.evaluate("() => [window.__frames, window.__framePainter.ticks]")
+    assert idle_frames - frames <= 4, idle_frames - frames  # FilePond's own loop: ~240 in 4 s
+    assert idle_ticks - ticks >= 4  # FilePond still ticked, slowly (every 0.5 s)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    page.locator("input[type=file]").first.set_input_files(str(empty))
+    pond = page.locator(".filepond--root").first
+    pond.get_by_text("The file is empty", exact=True).first.wait_for()
+    assert page.evaluate("() => window.__frames") - idle_frames > 10  # painted every frame while it had work
+    page.close()
