@@ -19,6 +19,7 @@ from dashboard.panel_hooks import (
     LiveDiscreteSlider,
     ModelDropper,
     keep_views_ready_after_a_failed_update,
+    lay_text_out_with_its_own_labels,
     paint_filepond_only_when_busy,
     serve_stylesheets_locally,
 )
@@ -290,6 +291,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
         keep_views_ready_after_a_failed_update(pn.state.curdoc)
+        lay_text_out_with_its_own_labels(pn.state.curdoc)
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
     location = pn.state.location

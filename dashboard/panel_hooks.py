@@ -376,3 +376,35 @@ def keep_views_ready_after_a_failed_update(doc) -> None:
     from bokeh.models import CustomJS
 
     doc.js_on_event("document_ready", CustomJS(code=READY_GUARD_JS))
+
+
+# BokehJS's text glyph lays its labels out (`Text.after_visuals`) with the colours and fonts of the rows its renderer
+# shows. Its labels are made asynchronously (`_set_lazy_data`, awaited in `set_data`), so when the renderer's rows change
+# twice in one message (the DAG's outline source set or patched, and its view filter's rows recomputed for a moved
+# view), a layout can run with the rows and colours of the second change and the labels of the first: more labels
+# than colours, and `RangeError: Offset is outside the bounds of the DataView` (22 of 99 stress pages; docs/dashboard.md,
+# "The frozen tab"). Such a layout is skipped: the latest change lays its own labels out once they are made.
+TEXT_GUARD_JS = """
+let TextView = null;
+try { TextView = Bokeh.require("models/glyphs/text").TextView; } catch (error) { }
+if (TextView == null || typeof TextView.prototype.after_visuals !== "function") {
+  console.warn("dashboard: the text labels' guard is not applied (BokehJS has no Text.after_visuals)");
+} else if (!TextView.prototype.after_visuals.guarded) {
+  const layout = TextView.prototype.after_visuals;
+  const guarded = function () {
+    const labels = this.labels;
+    if (labels != null && labels.length !== this.data_size) return;  // an earlier change's labels: laid out later
+    return layout.call(this);
+  };
+  guarded.guarded = true;
+  TextView.prototype.after_visuals = guarded;
+}
+"""
+
+
+def lay_text_out_with_its_own_labels(doc) -> None:
+    """Have the page of `doc` skip a text glyph's layout whose labels are an earlier change's (TEXT_GUARD_JS), from
+    the document's first render on. The browser's console says when BokehJS has no such method (another release)."""
+    from bokeh.models import CustomJS
+
+    doc.js_on_event("document_ready", CustomJS(code=TEXT_GUARD_JS))

@@ -72,3 +72,45 @@ def test_a_settled_page_requests_no_animation_frames_and_its_upload_box_still_an
     pond.get_by_text("The file is empty", exact=True).first.wait_for()
     assert page.evaluate("() => window.__frames") - idle_frames > 10  # painted every frame while it had work
     page.close()
+
+
+# The state a message that changes the DAG's outline rows twice leaves the region tags' glyph in: a second `set_data`
+# under way (its rows set, its labels not made yet: `Text._set_lazy_data` is awaited) when a `masked` change lays the
+# text out (`set_visuals`). Played on the page's own tags renderer: one row now, the labels still the earlier rows'.
+STALE_LABELS = """async () => {
+  const fig = [...Bokeh.documents[0].all_models].find(
+    m => m.type === "Figure" && m.renderers.some(r => r.data_source?.name === "dag-regions"));
+  const tags = fig.renderers.find(r => r.data_source?.name === "dag-regions" && r.glyph.type === "Text");
+  const view = [...Bokeh.index.query(v => v.model === tags)][0];
+  const {Indices} = Bokeh.require("core/types");
+  const before = view.glyph.labels.length;
+  const one = new Indices(tags.data_source.get_length());
+  one.set(view.all_indices.ones()[0]);
+  view.all_indices = one;
+  const labelled = view.glyph.set_data(tags.data_source, one);  // its rows now, its labels a microtask later
+  let error = null;
+  try { await view.set_visuals(); } catch (e) { error = String(e); }
+  await labelled;
+  await view.update_data();  // the renderer's own rows again
+  return {before, error, after: view.glyph.labels.length};
+}"""
+
+
+def test_a_text_layout_with_an_earlier_changes_labels_is_skipped_not_failed(server, browser):
+    """Issue 29: while new data was set on the DAG, BokehJS's text glyph threw `RangeError: Offset is outside the
+    bounds of the DataView` (22 of 99 stress pages logged "a view's update failed"): the region tags' rows changed twice
+    in one message and a layout ran with the second change's colours and the first one's labels. That state, made on
+    the page's tags renderer, is laid out without an error once the second change's labels are made; nothing in the
+    page logged a failed update."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    failed = []
+    page.on("console", lambda m: failed.append(m.text) if "update failed" in m.text or "RangeError" in m.text else None)
+    page.on("pageerror", lambda e: failed.append(str(e)))
+    page.goto(server + "?network=resnet18")
+    page.get_by_text(re.compile(r"resnet18 \(batch 1\) on optimus")).first.wait_for()
+    page.get_by_text(re.compile("still searching")).wait_for(state="detached")
+    result = page.evaluate(STALE_LABELS)
+    assert result["before"] > 1 and result["error"] is None, result  # more labels than the one row's colours
+    assert result["after"] == result["before"]
+    assert not failed, failed
+    page.close()

@@ -202,3 +202,23 @@ def test_the_frame_painter_is_in_the_pages_head_before_filepond_and_the_bundled_
     with caplog.at_level(logging.WARNING, logger="dashboard.panel_hooks"):
         assert not panel_hooks.paint_filepond_only_when_busy(SimpleNamespace(template=object()))
     assert [r.message.split(" not applied")[0] for r in caplog.records] == ["paint_filepond_only_when_busy"]
+
+
+def test_the_text_guard_runs_on_the_page_and_the_installed_bokehjs_has_the_race_it_skips():
+    """TEXT_GUARD_JS wraps BokehJS's `Text.after_visuals`, which lays out `this.labels` (made after an await) with the
+    visuals of `data_size` rows (set before it): the installed release must still have both, in that order."""
+    from pathlib import Path
+
+    import bokeh
+
+    doc = Document()
+    panel_hooks.lay_text_out_with_its_own_labels(doc)
+    codes = [callback.code for callbacks in doc.callbacks._js_event_callbacks.values() for callback in callbacks]
+    assert codes == [panel_hooks.TEXT_GUARD_JS] and list(doc.callbacks._js_event_callbacks) == ["document_ready"]
+    bokehjs = (Path(bokeh.__file__).parent / "server/static/js/bokeh.js").read_text()
+    text = bokehjs[bokehjs.index("class TextView extends xy_glyph_1.XYGlyphView {"):]
+    layout = text[text.index("after_visuals() {"):text.index("_paint(ctx, indices, data) {")]
+    assert "const n = this.data_size;" in layout and "(this.labels)" in layout
+    assert "label.visuals = this.visuals.text.values(i);" in layout
+    set_data = bokehjs[bokehjs.index("async set_data(source, indices, indices_to_update) {"):]
+    assert set_data.index("this._data_size = indices.count;") < set_data.index("await this._set_lazy_data(")
