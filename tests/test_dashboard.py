@@ -145,7 +145,7 @@ def test_compare_mode_outlines_the_groups_that_differ_and_their_traffic():
 
 
 def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
-    from dashboard.tabs.guide import GUIDES
+    from dashboard.tabs.guide import GUIDE_TITLE, GUIDES
 
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     tabs = page.main[0][0][1]
@@ -153,6 +153,9 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
     for name in ("Fusion", "What-if curve", "Memory timeline"):
         assert "*Optimus: An Operator Fusion Framework" in GUIDES[name] or "*Combined Scheduling" in GUIDES[name]
     assert not any("shared" in text or ".txt" in text for text in GUIDES.values())  # no path outside the repo
+    notes = [tabs[0][0]] + [tabs[i][0] for i in range(1, 4)]  # each tab's first view: its note
+    assert all(isinstance(note, pn.Card) and note.collapsed and note.title == GUIDE_TITLE for note in notes)
+    assert notes[0][0].object == GUIDES["Fusion"]  # folded, not empty
 
 
 def test_whole_page_builds():
