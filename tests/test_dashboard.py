@@ -1396,3 +1396,19 @@ def test_the_objective_refines_the_plans_and_travels_in_the_url():
     assert s.report.objective == "latency" and s.report.plans["optimus"].status == "refined"
     s.state.access_model = "blocking"  # priced by no mapping: the plans are the searches' own again
     assert s.report.objective == "dram_bytes"
+
+
+def test_the_dags_title_keeps_the_pages_font_whichever_bokeh_theme_is_applied_to_it():
+    """Issue 29: the DAG's title came in the Fast theme's Open Sans (not served: the browser's fallback) or in the
+    page's font, by whichever theme Panel or the page's document applied last, and its first paint left a copy of it
+    above the figure. Its font is set, not themed: either theme leaves it the page's."""
+    from dashboard.panel_hooks import Fast
+    from dashboard.views import FONT
+    from dashboard.views.dag import empty_dag_figure
+
+    title = empty_dag_figure().title
+    for theme in (Fast().theme.bokeh_theme, pn.template.FastListTemplate(design=Fast, font=FONT)._design.theme
+                  .bokeh_theme):
+        assert theme._json["attrs"]["Title"]["text_font"] == "Open Sans, sans-serif"  # what a themed title got
+        theme.apply_to_model(title)
+        assert (title.text_font, title.text_font_size) == (FONT, "1.15em")

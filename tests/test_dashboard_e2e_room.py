@@ -114,3 +114,48 @@ def test_a_text_layout_with_an_earlier_changes_labels_is_skipped_not_failed(serv
     assert result["after"] == result["before"]
     assert not failed, failed
     page.close()
+
+
+# The strip of the page right of the DAG's colouring buttons and above the DAG figure (page coordinates), where a stale
+# copy of the figure's title showed; and the title's font as the page has it.
+ABOVE_THE_DAG = """() => {
+  const dag = [...Bokeh.index.query(v => v.model.type === "Figure"
+    && v.model.renderers.some(r => r.data_source?.name === "dag-ops"))][0];
+  if (dag == null || !dag.model.title.text) return null;
+  const fig = dag.el.getBoundingClientRect();
+  const buttons = [...Bokeh.index.query(v => String(v.model.type).endsWith("RadioButtonGroup"))]
+    .map(v => v.el.getBoundingClientRect()).filter(r => r.width > 0 && r.bottom <= fig.y + 1 && r.x >= fig.x - 2)
+    .sort((a, b) => b.bottom - a.bottom)[0];
+  const x = buttons.right + 6;
+  return {x, y: buttons.y, width: fig.right - x, height: fig.y - buttons.y, font: dag.model.title.text_font};
+}"""
+
+
+def test_the_dags_first_paint_leaves_nothing_above_the_figure(server, browser):
+    """Issue 29: with the Fusion tab's pieces attached by their new models only, a DAG drawn empty before its first
+    report (a cold report) and then drawn with it left a copy of its title a line higher, between the colouring
+    buttons and the figure (3 of 4 such pages at once), its font the Fast theme's Open Sans or the page's by whichever
+    theme came last. Three cold pages at once: the strip above each DAG is the page's background alone, the title in
+    the page's font."""
+    import io
+
+    from PIL import Image
+
+    pages = []
+    for network in ("resnet50", "googlenet", "resnet18"):  # batch 3: reports no earlier test computed
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(server + f"?network={network}&batch=3", wait_until="commit")
+        pages.append(page)
+    for page in pages:
+        page.get_by_text(re.compile(r"best plan \(")).first.wait_for()
+        page.get_by_text(re.compile(r"still searching")).wait_for(state="detached")
+    for page in pages:
+        page.bring_to_front()
+        page.wait_for_function("(" + ABOVE_THE_DAG + ")() !== null")
+        strip = page.evaluate(ABOVE_THE_DAG)
+        assert strip["font"] == "system-ui, sans-serif", strip
+        shot = Image.open(io.BytesIO(page.screenshot(clip={k: strip[k] for k in ("x", "y", "width", "height")})))
+        grey = shot.convert("L")
+        ink = sum(1 for value in grey.getdata() if value < 200)  # text; the background is light grey (245)
+        assert ink == 0, f"{page.url}: {ink} dark pixels above the DAG"
+        page.close()
