@@ -1,6 +1,6 @@
-"""End to end, issue 29's words and units as a person reads them in the page (the unit tests check the functions that
-write them: tests/test_dashboard.py). The server and browser fixtures are tests/conftest.py's (no page may leave
-loopback)."""
+"""End to end, issue 29 in the page: its words and units as a person reads them (the unit tests check the functions
+that write them: tests/test_dashboard.py), a settled page's animation frames, the DAG's first paint and its text
+layouts while new data comes. The server and browser fixtures are tests/conftest.py's (no page may leave loopback)."""
 
 import re
 from pathlib import Path
