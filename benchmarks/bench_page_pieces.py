@@ -1,5 +1,5 @@
 """A page's pieces as the event loop attaches them (`dashboard.pieces.Piece.show`), in CPU seconds of the thread, with
-Bokeh's walk of the whole document after each change and with `walking_only_new_models` (the pieces that use it);
+Bokeh's walk of the whole document after each change and with `walking_only_new_models` (every piece, as served);
 one process, a ResNet-18 page built as a server builds it, the best of REPEATS pages each.
 Run: `.venv/bin/python -m benchmarks.run page_pieces`."""
 
@@ -41,7 +41,7 @@ def attach_seconds(walk_new_only: bool) -> tuple[list[float], list[str], int]:
             piece.show(views, doc if walk_new_only else None)
             spent.append(time.thread_time() - start)
             name = getattr(piece.parts, "func", piece.parts).__name__
-            names.append(("another tab's" if name == "<lambda>" else name) + ("" if piece.new_models_only else " *"))
+            names.append("another tab's" if name == "<lambda>" else name)
     return spent, names, len(doc.models)
 
 
@@ -56,8 +56,7 @@ def main() -> None:
     print("## Dashboard: a page's pieces attached (thread CPU s)\n")
     print(f"A ResNet-18 page's {len(names)} pieces, {models} Bokeh models in all, each attached as the server's event "
           f"loop does (`Piece.show`), best of {REPEATS} pages: Bokeh walking the whole document after each change "
-          "(before), and walking only the new models (`dashboard.panel_hooks.walking_only_new_models`; * the Fusion "
-          "tab's pieces, which keep Bokeh's walk: docs/dashboard.md, \"A room of users\").\n")
+          "(before), and walking only the new models (`dashboard.panel_hooks.walking_only_new_models`, every piece).\n")
     print("| piece | whole document | new models only |")
     print("|---|---|---|")
     for name, before, after in zip(names, best[False], best[True], strict=True):

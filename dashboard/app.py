@@ -19,6 +19,8 @@ from dashboard.panel_hooks import (
     LiveDiscreteSlider,
     ModelDropper,
     keep_views_ready_after_a_failed_update,
+    lay_text_out_with_its_own_labels,
+    paint_filepond_only_when_busy,
     serve_stylesheets_locally,
 )
 from dashboard.pieces import Piece, build
@@ -32,6 +34,7 @@ from dashboard.tabs.guide import guide
 from dashboard.tabs.sweep import SweepTab
 from dashboard.tabs.tables import tables_tab
 from dashboard.tabs.timeline import timeline_tab
+from dashboard.views import FONT
 from engine import zoo
 
 UPLOAD_CHUNK_BYTES = 4 * 2**20  # an upload's chunk: one websocket message each, well under Bokeh's 20 MB limit
@@ -267,8 +270,7 @@ def main_area(session: Session, dag: DagPlot | None = None) -> tuple[pn.Column, 
              "Sweep": lambda: [guide("Sweep"), SweepTab().panel()]}
     frames = {name: pn.Column(sizing_mode="stretch_width") for name in ("Fusion", *views)}
     tabs.extend(list(frames.items()))
-    pieces = [Piece(frames["Fusion"], partial(fusion_part, first, end), new_models_only=False)
-              for first, end in itertools.pairwise(FUSION_PIECES)]
+    pieces = [Piece(frames["Fusion"], partial(fusion_part, first, end)) for first, end in itertools.pairwise(FUSION_PIECES)]
     pieces += [Piece(frames[name], view) for name, view in views.items()]
     return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
                      sizing_mode="stretch_width"), pieces
@@ -289,6 +291,7 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
     if served:
         serve_stylesheets_locally(pn.state.curdoc)  # before the page's first model is made
         keep_views_ready_after_a_failed_update(pn.state.curdoc)
+        lay_text_out_with_its_own_labels(pn.state.curdoc)
     pn.extension("filedropper", "tabulator")  # their scripts and styles in the page's head, from this server
     state = state or ExplorerState()
     location = pn.state.location
@@ -308,7 +311,8 @@ def build_app(state: ExplorerState | None = None) -> pn.template.BaseTemplate:
         url.follow(state, location, URL_PARAMS, pn.state.curdoc)
     # no template-wide busy spinner: it would flip on every event (each slider message); the Fusion tab has its own
     template = pn.template.FastListTemplate(title="DNN accelerator memory explorer", sidebar_width=330,
-                                            busy_indicator=None, design=Fast, font="system-ui, sans-serif")
+                                            busy_indicator=None, design=Fast, font=FONT)
+    paint_filepond_only_when_busy(template)  # FilePond's endless animation-frame loop, only while it has work
     # the sidebar as one root of the document, not ~25: each root added re-walks the whole document (Bokeh's
     # `add_root`), which made a page's first document cost about a second of the server's event loop
     network, upload, *rest = SIDEBAR

@@ -302,6 +302,73 @@ if (View == null || typeof View.prototype._await_ready !== "function") {
 """
 
 
+# FilePond (the upload box Panel's FileDropper is made of) paints by `requestAnimationFrame` from the moment its script
+# runs, every frame, forever, page or no drop box: a settled page's renderer spent 0.8 s of tasks in 10 s on it (600
+# frames, 600 style recalculations; BENCHMARKS.md, "what keeps a settled page's renderer busy"). When the page already
+# has a `window.__framePainter`, FilePond 4 adds its reader and writer to it and starts no loop of its own (the test
+# in tests/test_panel_hooks.py fails if the bundled FilePond no longer does). This painter calls them every frame
+# only while there is work: for BUSY_MS after an input, a click, a key, a drag or drop, a paste, or an event of
+# FilePond's own (an upload's progress, a file added or refused); otherwise every IDLE_MS, where FilePond takes in
+# what came meanwhile (its action queue is processed in the painter's tick) and whose events wake it again.
+FRAME_PAINTER_JS = """
+(() => {
+  if (window.__framePainter) return;
+  const BUSY_MS = 2000, IDLE_MS = 500;
+  const painter = {readers: [], writers: [], busyUntil: 0, ticks: 0};
+  let frame = null, timer = null;
+  const busy = () => performance.now() < painter.busyUntil;
+  const tick = (time) => {
+    frame = timer = null;
+    painter.ticks += 1;
+    painter.readers.forEach((read) => read());
+    painter.writers.forEach((write) => write(time));
+    schedule();
+  };
+  const schedule = () => {
+    if (frame !== null || timer !== null) return;
+    if (busy() && !document.hidden) frame = window.requestAnimationFrame(tick);
+    else timer = window.setTimeout(() => tick(performance.now()), busy() ? 1000 / 60 : IDLE_MS);
+  };
+  const reschedule = () => {
+    if (frame !== null) window.cancelAnimationFrame(frame);
+    if (timer !== null) window.clearTimeout(timer);
+    frame = timer = null;
+    schedule();
+  };
+  const wake = () => {
+    const idle = !busy();
+    painter.busyUntil = performance.now() + BUSY_MS;
+    if (idle) reschedule();
+  };
+  for (const type of ["input", "pointerdown", "keydown", "dragenter", "dragover", "drop", "paste"])
+    window.addEventListener(type, wake, {capture: true, passive: true});
+  for (const type of ["init", "warning", "error", "initfile", "addfilestart", "addfileprogress", "addfile",
+                      "processfilestart", "processfileprogress", "processfileabort", "processfile", "processfiles",
+                      "removefile", "updatefiles", "activatefile"])
+    window.addEventListener("FilePond:" + type, wake, {passive: true});
+  document.addEventListener("visibilitychange", reschedule);
+  window.__framePainter = painter;
+  schedule();
+})();
+"""
+
+
+def paint_filepond_only_when_busy(template: pn.template.BaseTemplate) -> bool:
+    """Have `template`'s page define FRAME_PAINTER_JS in its head before FilePond's script runs, so FilePond ticks
+    only while there is work; whether it was applied. Replaces the template's Jinja template (public, `.template`)
+    with one extending it whose `preamble` block, above the page's scripts, holds the painter (the Jinja template's
+    `name` is Panel's loader's)."""
+    from panel.io.resources import parse_template
+
+    name = getattr(template.template, "name", None)  # Jinja's name of a file of Panel's templates, as Panel loads it
+    if not isinstance(name, str) or not name.endswith(".html"):
+        return _not_applied("paint_filepond_only_when_busy", "BaseTemplate.template loaded from a file")
+    template.template = parse_template(
+        f'{{% extends "{name}" %}}{{% block preamble %}}{{{{ super() }}}}'
+        f"<script>{FRAME_PAINTER_JS}</script>{{% endblock %}}")
+    return True
+
+
 def keep_views_ready_after_a_failed_update(doc) -> None:
     """Have the page of `doc` catch each view's failed asynchronous update where BokehJS would chain it into the root
     view's `ready` promise (READY_GUARD_JS), from the document's first render on. The browser's console says when
@@ -309,3 +376,35 @@ def keep_views_ready_after_a_failed_update(doc) -> None:
     from bokeh.models import CustomJS
 
     doc.js_on_event("document_ready", CustomJS(code=READY_GUARD_JS))
+
+
+# BokehJS's text glyph lays its labels out (`Text.after_visuals`) with the colours and fonts of the rows its renderer
+# shows. Its labels are made asynchronously (`_set_lazy_data`, awaited in `set_data`), so when the renderer's rows change
+# twice in one message (the DAG's outline source set or patched, and its view filter's rows recomputed for a moved
+# view), a layout can run with the rows and colours of the second change and the labels of the first: more labels
+# than colours, and `RangeError: Offset is outside the bounds of the DataView` (22 of 99 stress pages; docs/dashboard.md,
+# "The frozen tab"). Such a layout is skipped: the latest change lays its own labels out once they are made.
+TEXT_GUARD_JS = """
+let TextView = null;
+try { TextView = Bokeh.require("models/glyphs/text").TextView; } catch (error) { }
+if (TextView == null || typeof TextView.prototype.after_visuals !== "function") {
+  console.warn("dashboard: the text labels' guard is not applied (BokehJS has no Text.after_visuals)");
+} else if (!TextView.prototype.after_visuals.guarded) {
+  const layout = TextView.prototype.after_visuals;
+  const guarded = function () {
+    const labels = this.labels;
+    if (labels != null && labels.length !== this.data_size) return;  // an earlier change's labels: laid out later
+    return layout.call(this);
+  };
+  guarded.guarded = true;
+  TextView.prototype.after_visuals = guarded;
+}
+"""
+
+
+def lay_text_out_with_its_own_labels(doc) -> None:
+    """Have the page of `doc` skip a text glyph's layout whose labels are an earlier change's (TEXT_GUARD_JS), from
+    the document's first render on. The browser's console says when BokehJS has no such method (another release)."""
+    from bokeh.models import CustomJS
+
+    doc.js_on_event("document_ready", CustomJS(code=TEXT_GUARD_JS))

@@ -112,11 +112,6 @@ class Piece:
 
     frame: object  # a Panel ListLike (pn.Column)
     parts: Callable[[], list]
-    # Bokeh walks only the piece's new models as the loop attaches it (`walking_only_new_models`), not the whole
-    # document: 0.021-0.023 CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md). Not for the Fusion tab's pieces:
-    # attached so, the DAG's first paint left its title's earlier drawing, a line higher, above it in 5 of 5
-    # screenshots (traces of it in 2 of 5 without; docs/dashboard.md, "A room of users")
-    new_models_only: bool = True
 
     def make(self, doc) -> list:
         """The piece's views, with their Bokeh models made for `doc` when it is a server's page (off the loop)."""
@@ -127,9 +122,11 @@ class Piece:
 
     def show(self, views: list, doc=None) -> None:
         """Add the views to the frame (on the loop, the document `doc` locked, in a server)."""
-        if doc is None or not self.new_models_only:
+        if doc is None:
             self.frame.extend(views)
             return
+        # Bokeh walks only the piece's new models (`walking_only_new_models`), not the whole document: 0.021-0.023
+        # CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md, "a page's pieces attached")
         with walking_only_new_models(doc):
             self.frame.extend(views)
 

@@ -145,7 +145,7 @@ def test_compare_mode_outlines_the_groups_that_differ_and_their_traffic():
 
 
 def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
-    from dashboard.tabs.guide import GUIDES
+    from dashboard.tabs.guide import GUIDE_TITLE, GUIDES
 
     page = build_app(ExplorerState(network="light_squeezenet.onnx"))
     tabs = page.main[0][0][1]
@@ -153,6 +153,9 @@ def test_every_tab_says_what_it_shows_and_cites_its_paper_by_title():
     for name in ("Fusion", "What-if curve", "Memory timeline"):
         assert "*Optimus: An Operator Fusion Framework" in GUIDES[name] or "*Combined Scheduling" in GUIDES[name]
     assert not any("shared" in text or ".txt" in text for text in GUIDES.values())  # no path outside the repo
+    notes = [tabs[0][0]] + [tabs[i][0] for i in range(1, 4)]  # each tab's first view: its note
+    assert all(isinstance(note, pn.Card) and note.collapsed and note.title == GUIDE_TITLE for note in notes)
+    assert notes[0][0].object == GUIDES["Fusion"]  # folded, not empty
 
 
 def test_whole_page_builds():
@@ -1393,3 +1396,19 @@ def test_the_objective_refines_the_plans_and_travels_in_the_url():
     assert s.report.objective == "latency" and s.report.plans["optimus"].status == "refined"
     s.state.access_model = "blocking"  # priced by no mapping: the plans are the searches' own again
     assert s.report.objective == "dram_bytes"
+
+
+def test_the_dags_title_keeps_the_pages_font_whichever_bokeh_theme_is_applied_to_it():
+    """Issue 29: the DAG's title came in the Fast theme's Open Sans (not served: the browser's fallback) or in the
+    page's font, by whichever theme Panel or the page's document applied last, and its first paint left a copy of it
+    above the figure. Its font is set, not themed: either theme leaves it the page's."""
+    from dashboard.panel_hooks import Fast
+    from dashboard.views import FONT
+    from dashboard.views.dag import empty_dag_figure
+
+    title = empty_dag_figure().title
+    for theme in (Fast().theme.bokeh_theme, pn.template.FastListTemplate(design=Fast, font=FONT)._design.theme
+                  .bokeh_theme):
+        assert theme._json["attrs"]["Title"]["text_font"] == "Open Sans, sans-serif"  # what a themed title got
+        theme.apply_to_model(title)
+        assert (title.text_font, title.text_font_size) == (FONT, "1.15em")

@@ -4,11 +4,13 @@ for, and where Panel has no such private name it changes nothing and says so in 
 import contextlib
 import inspect
 import logging
+from collections import defaultdict
 from types import SimpleNamespace
 
 import pandas as pd
 import panel as pn
 import pytest
+from bokeh.core.templates import MACROS
 from bokeh.document import Document
 from bokeh.models import ImportedStyleSheet
 from panel.io.resources import CDN_DIST
@@ -175,3 +177,48 @@ def test_the_ready_guard_runs_on_the_page_and_the_installed_bokehjs_has_what_it_
     assert "_await_ready(promise) {" in bokehjs and 'require(' in bokehjs and "class View {" in bokehjs
     tabulator = (Path(pn.__file__).parent / "dist/panel.js").read_text()
     assert "await this.root.ready;" in tabulator  # the wait a rejected `ready` turned into a loop
+
+
+def test_the_frame_painter_is_in_the_pages_head_before_filepond_and_the_bundled_filepond_joins_it(caplog):
+    """FRAME_PAINTER_JS must run before FilePond's script, and the FilePond that Panel bundles must add its reader and
+    writer to a `window.__framePainter` it finds rather than start its own endless loop (FilePond 4's `createPainter`):
+    an upgrade that changes either turns the painter into dead weight and the loop is back."""
+    from pathlib import Path
+
+    template = pn.template.FastListTemplate(title="x")
+    assert panel_hooks.paint_filepond_only_when_busy(template)
+    html = template.template.render(macros=MACROS, bokeh_js='<script src="filepond.min.js"></script>', roots=defaultdict(str),
+                                    template_resources={"css": {}, "raw_css": [], "js": {}, "js_modules": {}},
+                                    meta_name="x", style=defaultdict(str), plot_script="")
+    assert html.index("window.__framePainter = painter") < html.index("filepond.min.js") < html.index("</head>")
+    assert html.index('<meta name="name" content="x">') < html.index("__framePainter")  # Panel's preamble kept
+    assert "--sidebar-width" in html  # Panel's Fast list template around it
+    bundled = Path(pn.__file__).parent / "dist/bundled/filedropper/filepond@^4/dist/filepond.min.js"
+    filepond = bundled.read_text()
+    assert filepond.split("\n")[1].strip() == "* FilePond 4.32.12"
+    assert ('r="__framePainter";if(window[r])return window[r].readers.push(e),void window[r].writers.push(t)'
+            in filepond)  # the painter found is used, and FilePond's own loop is not started
+    assert "t._write(e)" in filepond and "e._read()" in filepond  # its writer takes the frame's time, its reader none
+    with caplog.at_level(logging.WARNING, logger="dashboard.panel_hooks"):
+        assert not panel_hooks.paint_filepond_only_when_busy(SimpleNamespace(template=object()))
+    assert [r.message.split(" not applied")[0] for r in caplog.records] == ["paint_filepond_only_when_busy"]
+
+
+def test_the_text_guard_runs_on_the_page_and_the_installed_bokehjs_has_the_race_it_skips():
+    """TEXT_GUARD_JS wraps BokehJS's `Text.after_visuals`, which lays out `this.labels` (made after an await) with the
+    visuals of `data_size` rows (set before it): the installed release must still have both, in that order."""
+    from pathlib import Path
+
+    import bokeh
+
+    doc = Document()
+    panel_hooks.lay_text_out_with_its_own_labels(doc)
+    codes = [callback.code for callbacks in doc.callbacks._js_event_callbacks.values() for callback in callbacks]
+    assert codes == [panel_hooks.TEXT_GUARD_JS] and list(doc.callbacks._js_event_callbacks) == ["document_ready"]
+    bokehjs = (Path(bokeh.__file__).parent / "server/static/js/bokeh.js").read_text()
+    text = bokehjs[bokehjs.index("class TextView extends xy_glyph_1.XYGlyphView {"):]
+    layout = text[text.index("after_visuals() {"):text.index("_paint(ctx, indices, data) {")]
+    assert "const n = this.data_size;" in layout and "(this.labels)" in layout
+    assert "label.visuals = this.visuals.text.values(i);" in layout
+    set_data = bokehjs[bokehjs.index("async set_data(source, indices, indices_to_update) {"):]
+    assert set_data.index("this._data_size = indices.count;") < set_data.index("await this._set_lazy_data(")

@@ -41,7 +41,11 @@ file.parquet`), for comparing networks and accelerators side by side; pick the c
 }
 
 
+GUIDE_TITLE = "What am I looking at? What this view shows, and the papers it comes from (click to open)"
+
+
 def guide(tab: str) -> pn.Card:
-    """The tab's note, folded away once read."""
-    return pn.Card(pn.pane.Markdown(GUIDES[tab], sizing_mode="stretch_width"), title="What am I looking at?",
-                   collapsed=False, sizing_mode="stretch_width")
+    """The tab's note, folded: its title says what it holds. Open on every page load, it pushed each tab's view down
+    for a returning user and for every page of a room that had read it once (issue 29)."""
+    return pn.Card(pn.pane.Markdown(GUIDES[tab], sizing_mode="stretch_width"), title=GUIDE_TITLE,
+                   collapsed=True, sizing_mode="stretch_width")

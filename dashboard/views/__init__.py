@@ -9,6 +9,10 @@ and WebGL without a GPU (VMs, remote desktops, headless browsers) took seconds p
 # reads on both, where black vanished on the dark one.
 NEUTRAL = "#8c8c8c"
 
+# The page's font (the template's): system fonts, none fetched from outside the machine. A figure title that must not
+# change its look as Panel's and the page's Bokeh themes are applied sets it (Panel's Fast theme says Open Sans).
+FONT = "system-ui, sans-serif"
+
 
 def counted(n: int, noun: str) -> str:
     """`n` with thousands separators and the noun, plural unless n is 1 ("1 op", "1,500 groups")."""

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard.state import KB  # the buffer slider's: a KB is 1,024 bytes in every view (STYLE.md, Units)
-from dashboard.views import counted
+from dashboard.views import FONT, counted
 from dashboard.views.layout import BOX_H, BOX_W, GAP_Y, DagLayout, lay_out
 from dashboard.workers import HERE, Runner
 from engine.graph import Graph
@@ -476,6 +476,10 @@ def empty_dag_figure():
                  active_scroll=None, output_backend="canvas")
     fig.axis.visible = False
     fig.grid.visible = False
+    # the title's font set, not themed: with the page's pieces attached by their new models only, the title came in
+    # the Fast theme's font (Open Sans, not served: the browser's fallback) or the page's, and its first paint left
+    # a copy of it above the figure (docs/dashboard.md, "The DAG's first paint")
+    fig.title.update(text_font=FONT, text_font_size="1.15em")
     region_src, edge_src, op_src, label_src = (ColumnDataSource({col: [] for col in cols}, name=name)
                                                for name, cols in DAG_COLUMNS.items())
     ranges = {"xr": fig.x_range, "yr": fig.y_range}
