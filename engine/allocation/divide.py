@@ -18,13 +18,16 @@ MAX_OPS_FIXED = 48  # ops per segment when the schedule is fixed (far easier per
 
 
 def lossless_cuts(graph: Graph, order) -> list[bool]:
-    """Flag per position p: cutting after order[p] forgoes no schedule (all before are ancestors of all after)."""
+    """Flag per position p: cutting after order[p] forgoes no schedule (all before are ancestors of all after).
+
+    `order` may be any set of ops closed under the paths between them (a segment, or a weakly connected part
+    of one), in a topological order: edges to ops outside it are ignored."""
     pos = {op: i for i, op in enumerate(order)}
     n = len(order)
-    desc = [0] * n  # bitset of descendants per position
+    desc = [0] * n  # bitset of descendants per position (within `order`: a segment's, or a part of one)
     for i in range(n - 1, -1, -1):
         bits = 0
-        for s in {r for t in graph.op(order[i]).outputs for r in graph.consumers(t)}:  # its successors (no networkx)
+        for s in {r for t in graph.op(order[i]).outputs for r in graph.consumers(t) if r in pos}:  # its successors
             bits |= desc[pos[s]] | (1 << pos[s])
         desc[i] = bits
     flags, common = [], -1
