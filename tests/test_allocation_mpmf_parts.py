@@ -19,7 +19,7 @@ from engine.allocation.divide import lossless_cuts
 from engine.allocation.mpmf import footprint
 from engine.allocation.packing import greedy
 from engine.allocation.place import Stay
-from tests.test_allocation import BITS, SLACK_S, check, graph_of
+from tests.test_allocation import BITS, SLACK_S, check, graph_of, random_dag
 
 MPMF = importlib.import_module("engine.allocation.mpmf")  # the module (the package re-exports its function)
 
@@ -177,6 +177,25 @@ def test_a_fan_of_25000_readers_is_proven_optimal():
     fp = mpmf(g, word_bits=BITS)
     assert (fp.status, fp.peak_bytes) == ("optimal", 5 + 2 * n)
     assert budgets(g, word_bits=BITS) == (2 * n + 4, 2 * n + 4, 2 * n + 5)
+
+
+def cuts_by_definition(g, order) -> list[bool]:
+    """Cut after p is lossless when every op up to p is an ancestor of every op after it (descendant sets)."""
+    pos = {o: i for i, o in enumerate(order)}
+    below = [set() for _ in order]
+    for i in range(len(order) - 1, -1, -1):
+        for r in {r for t in g.op(order[i]).outputs for r in g.consumers(t) if r in pos}:
+            below[i] |= below[pos[r]] | {pos[r]}
+    return [all(set(range(p + 1, len(order))) <= below[b] for b in range(p + 1)) for p in range(len(order) - 1)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_lossless_cuts_match_their_definition(seed):
+    # the frontier test (linear) against descendant sets, on random DAGs, their tails and fork-join graphs
+    g = random_dag(seed, random.Random(seed).randint(2, 14)) if seed % 3 else branches(seed)
+    order = tuple(op.name for op in g.ops)
+    for part in (order, order[len(order) // 3:]):
+        assert lossless_cuts(g, part) == cuts_by_definition(g, part)
 
 
 def test_cuts_of_a_part_ignore_edges_leaving_it():
