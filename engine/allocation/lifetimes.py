@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import accumulate, combinations
 
 from engine.allocation.problem import Problem
 
@@ -134,14 +134,18 @@ def _pairs(problem: Problem, tensors: dict[str, Window], anc: dict[str, int],
         e, s = ends[a], starts[b]
         return e is not None and s is not None and all(anc[y] >> index[x] & 1 for x in e for y in s)
 
+    change = [0] * (max((w.last for w in tensors.values()), default=0) + 2)  # tensors each step adds and drops
+    for w in tensors.values():
+        change[w.first] += 1
+        change[w.last + 1] -= 1
+    count = sum(k * (k - 1) // 2 for k in accumulate(change))
+    if count > MAX_PAIRS:
+        raise OutOfTime(f"lifetimes of {len(problem.ops)} ops: {count:,} tensor pairs share a step, over "
+                        f"{MAX_PAIRS:,}; a model this size is not built")
     live: dict[int, list[str]] = {}
     for a, w in tensors.items():
         for t in range(w.first, w.last + 1):
             live.setdefault(t, []).append(a)
-    count = sum(len(here) * (len(here) - 1) // 2 for here in live.values())
-    if count > MAX_PAIRS:
-        raise OutOfTime(f"lifetimes of {len(problem.ops)} ops: {count:,} tensor pairs share a step, over "
-                        f"{MAX_PAIRS:,}; a model this size is not built")
     apart: dict[tuple[str, str], bool] = {}
     pairs = {}
     seen = 0

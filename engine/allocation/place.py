@@ -20,7 +20,6 @@ import pulp
 
 from engine.allocation import solve
 
-
 MAX_TERMS = 4_000_000  # terms of the cut rows (each set on chip: its size squared) past which no model is built:
 # a fan of 500 readers joined by one op has 500 sets of up to 500 stays, 10^8 terms, gigabytes of PuLP expressions
 
