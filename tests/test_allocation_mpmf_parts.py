@@ -251,3 +251,31 @@ def test_models_too_big_to_build_are_refused_at_once():
         analyse(prob)
     assert place([Stay(f"s{i}", 0, 3, 1) for i in range(3000)], 10**6) is None
     assert place([Stay(f"s{i}", 0, 3, 1) for i in range(4)], 4) is not None
+
+
+def chain_with_sides(n: int):
+    """c0 -> c1 -> ... with a side op s_i reading each c_i (a network output): parts nested n deep."""
+    spec = []
+    for i in range(n):
+        spec += [(f"c{i}", [f"c{i - 1}" if i else "x"], [f"c{i}"]), (f"s{i}", [f"c{i}"], [f"s{i}"])]
+    return graph_of(spec, {"x": 1} | {f"c{i}": 1 + i % 3 for i in range(n)} | {f"s{i}": 1 + i % 5 for i in range(n)},
+                    f"sides{n}")
+
+
+def test_parts_nested_past_max_depth_stay_sound(monkeypatch):
+    # past MAX_DEPTH the innermost segment is solved whole (DP or ILP): still the optimum on a small chain
+    monkeypatch.setattr(MPMF, "MAX_DEPTH", 2)
+    g = chain_with_sides(6)
+    mpmf.cache_clear()
+    fp = mpmf(g, word_bits=BITS)
+    assert_sound(g, fp)
+    assert fp.status == "optimal"
+
+
+def test_a_chain_with_a_side_output_at_every_op_does_not_recurse_without_end():
+    # 2,000 levels of parts within parts raised RecursionError; M_P = M_R = 8 (c_14 = 3 and s_14 = 5 on chip at s_14)
+    g = chain_with_sides(2000)
+    mpmf.cache_clear()
+    fp = mpmf(g, word_bits=BITS)
+    assert (fp.status, fp.peak_bytes) == ("optimal", 8)
+    assert fp.peak_bytes == footprint(g, fp.order, word_bits=BITS)

@@ -62,6 +62,7 @@ DP_MAX_OPS = 2_000  # ops a segment may have for the DP: its descent holds one s
 # memory grows with ops x live tensors (12,000 readers of one tensor: past 3.7 GB in the DP before this limit)
 DP_GRACE_S = 0.05  # the DPs run until this long after the search began, past the deadline too: a small segment's
 # exact order is cheap (once per search, not per segment: NASNet-A Mobile's cells overran a 0.02 s limit by 0.19 s)
+MAX_DEPTH = 40  # parts within parts followed at most (Python's recursion: about 3 frames per level)
 PERMUTE_PARTS = 6  # a segment of at most this many independent parts tries every order of them; more are sorted
 CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (graph, include_params, word_bits, solver) -> (time limit used, Footprint)
@@ -128,12 +129,13 @@ def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, dea
     return Footprint(part.order, peak, status, time.perf_counter() - began, min(part.lower, peak))
 
 
-def _solve_ops(s: _Search, ops: tuple[str, ...], carry: Carry, after: frozenset[str]) -> _Part:
+def _solve_ops(s: _Search, ops: tuple[str, ...], carry: Carry, after: frozenset[str], depth: int = 0) -> _Part:
     """Least-peak order of `ops` (in a topological order, closed under the paths between them) from `carry`,
-    tensors in `after` being read once they have run: lossless segment by lossless segment."""
+    tensors in `after` being read once they have run: lossless segment by lossless segment; `depth`: how many
+    parts this one lies within."""
     if len(ops) <= 1:
         return _segment(s, make_problem(s.graph, ops, s.budget, carry, include_params=s.include_params,
-                                        word_bits=s.word_bits, later=after))
+                                        word_bits=s.word_bits, later=after), depth)
     flags = lossless_cuts(s.graph, ops)
     bounds, start = [], 0
     for p, ok in enumerate(flags):
@@ -152,23 +154,24 @@ def _solve_ops(s: _Search, ops: tuple[str, ...], carry: Carry, after: frozenset[
         later = frozenset(a for a in touched | set(carry.resident) if last_read.get(a, -1) >= hi or a in after)
         prob = make_problem(s.graph, seg, s.budget, carry, include_params=s.include_params, word_bits=s.word_bits,
                             later=later)
-        parts.append(_segment(s, prob))
+        parts.append(_segment(s, prob, depth))
         carry = Carry(MappingProxyType({a: 0 for a in later}), carry.host, carry.fresh - touched)
     return _Part(tuple(op for p in parts for op in p.order), max(p.peak for p in parts),
                  max(p.lower for p in parts), any(p.stopped for p in parts), sum(p.states for p in parts))
 
 
-def _segment(s: _Search, prob) -> _Part:
+def _segment(s: _Search, prob, depth: int) -> _Part:
     """One lossless segment: its parts run one after another when that meets their bound, else the DP over
-    its down-sets, else those parts unproven, else the ILP of Eq. 13-15."""
+    its down-sets, else those parts unproven, else the ILP of Eq. 13-15. Parts within MAX_DEPTH parts only: each
+    level walks what it holds again (a chain with a side output at every op nests a part per op)."""
     ops = prob.ops
     if len(ops) <= 1:
         peak = _peak(prob, ops)
         return _Part(ops, peak, peak, False, len(ops) + 1)
     composed = None
     groups = _components(prob)
-    if len(groups) > 1:
-        composed = _compose(s, prob, groups)
+    if len(groups) > 1 and depth < MAX_DEPTH:
+        composed = _compose(s, prob, groups, depth + 1)
         if composed.peak <= composed.lower or composed.states > DP_STATES:
             return composed
     got = _downset_dp(prob, deadline=s.dp_deadline) if len(ops) <= DP_MAX_OPS else None
@@ -204,7 +207,7 @@ def _components(prob) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values()]
 
 
-def _compose(s: _Search, prob, groups: list[tuple[str, ...]]) -> _Part:
+def _compose(s: _Search, prob, groups: list[tuple[str, ...]], depth: int) -> _Part:
     """Independent parts of a segment, each solved alone, run one after another in the order of least estimated peak.
 
     Any order of the segment, restricted to one part, is an order of that part alone in which every tensor the
@@ -214,7 +217,7 @@ def _compose(s: _Search, prob, groups: list[tuple[str, ...]]) -> _Part:
     valleys); a part's peak in a sequence is estimated from its own, the shared tensors it must keep for parts after
     it, those waiting across it and what earlier parts leave for later segments.
     """
-    parts = [_solve_ops(s, g, prob.carry, prob.keep) for g in groups]  # each alone: their bounds hold here
+    parts = [_solve_ops(s, g, prob.carry, prob.keep, depth) for g in groups]  # each alone: their bounds hold here
     size = prob.size
     leaves = [sum(size[a] for op in g for a in prob.writes[op] if a in prob.keep) for g in groups]
     readers: dict[str, set[int]] = {}  # a tensor made before the segment -> the parts reading it
