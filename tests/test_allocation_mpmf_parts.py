@@ -113,13 +113,17 @@ def assert_sound(g, fp) -> None:
         assert fp.peak_bytes == least
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_mpmf_of_parallel_branches_matches_the_oracle(seed):
-    g = branches(seed)
+def assert_proven(g) -> None:
+    """`mpmf` from a cold cache keeps the invariants and proves its order optimal."""
     mpmf.cache_clear()
     fp = mpmf(g, word_bits=BITS)
     assert_sound(g, fp)
-    assert fp.status == "optimal"  # small: the DP settles what the parts leave open
+    assert fp.status == "optimal"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mpmf_of_parallel_branches_matches_the_oracle(seed):
+    assert_proven(branches(seed))  # small: the DP settles what the parts leave open
 
 
 def test_composed_parts_alone_are_sound_and_mostly_proven(monkeypatch):
@@ -141,20 +145,14 @@ def test_composed_parts_alone_are_sound_and_mostly_proven(monkeypatch):
 def test_a_residual_chain_beside_a_block_is_proven_optimal(pairs, sizes, monkeypatch):
     monkeypatch.setattr(MPMF, "DP_STATES", 0)  # the parts' composition alone, not the DP over the product
     g = residual_beside_block(pairs, sizes)
-    mpmf.cache_clear()
-    fp = mpmf(g, word_bits=BITS)
-    assert_sound(g, fp)
-    assert fp.status == "optimal"
+    assert_proven(g)
 
 
 @pytest.mark.parametrize("sizes", [[2] * 4, [1, 3, 2, 5], [4, 1, 1, 6, 2]], ids=str)
 def test_a_fan_beside_a_chain_is_proven_optimal(sizes, monkeypatch):
     monkeypatch.setattr(MPMF, "DP_STATES", 0)
     g = fan_beside_chain(sizes)
-    mpmf.cache_clear()
-    fp = mpmf(g, word_bits=BITS)
-    assert_sound(g, fp)
-    assert fp.status == "optimal"
+    assert_proven(g)
 
 
 def test_a_residual_chain_of_5000_ops_beside_a_block_is_proven_optimal():
@@ -266,10 +264,7 @@ def test_parts_nested_past_max_depth_stay_sound(monkeypatch):
     # past MAX_DEPTH the innermost segment is solved whole (DP or ILP): still the optimum on a small chain
     monkeypatch.setattr(MPMF, "MAX_DEPTH", 2)
     g = chain_with_sides(6)
-    mpmf.cache_clear()
-    fp = mpmf(g, word_bits=BITS)
-    assert_sound(g, fp)
-    assert fp.status == "optimal"
+    assert_proven(g)
 
 
 def test_a_chain_with_a_side_output_at_every_op_does_not_recurse_without_end():
