@@ -168,6 +168,8 @@ def _segment(s: _Search, prob, depth: int) -> _Part:
     if len(ops) <= 1:
         peak = _peak(prob, ops)
         return _Part(ops, peak, peak, False, len(ops) + 1)
+    if time.perf_counter() > s.dp_deadline:  # the time is up: the given order, and a bound that costs one pass
+        return _Part(ops, _peak(prob, ops), _floor(prob), True, math.inf)
     composed = None
     groups = _components(prob)
     if len(groups) > 1 and depth < MAX_DEPTH:
