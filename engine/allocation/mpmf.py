@@ -462,7 +462,8 @@ def budgets(graph: Graph, word_bits: int = 16, *, include_params: bool = False, 
             solver: str = "highs") -> tuple[int, int, int]:
     """COSMA's budgets (Sec. V-A2): M_R (largest single-op need), M_P (minimum peak footprint), M_H = (M_R+M_P)/2.
 
-    M_P is exact when `mpmf` proves its order optimal within `time_limit_s` (its status), else an upper bound.
+    M_P is exact when `mpmf` proves its order optimal within `time_limit_s` (its status), else an upper bound
+    (`mpmf(...).lower_bytes` is then a lower one).
     """
     m_r = max(requirement(graph, op.name, include_params=include_params, word_bits=word_bits) for op in graph.ops)
     m_p = mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,
