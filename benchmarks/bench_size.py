@@ -7,7 +7,8 @@ so wall time measures the neighbours too), a wall-clock timeout (TIMEOUT_S) and 
 its wall seconds. Peak memory is the child's `ru_maxrss` (the interpreter, numpy, numba and
 the compiled fusion kernel included: about 200 MB before any graph). The solver-limit cases time
 `allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given; the
-partition cases time `partition` of a wide fan and a long chain with every op supported.
+allocation cases time `budgets()` and `allocate(M_H, time_limit_s=1)` (the fuzz's calls) on its size-stress cases
+and wide fans; the partition cases time `partition` of a wide fan and a long chain with every op supported.
 
 Run: .venv/bin/python -m benchmarks.bench_size [CASE[:fuse|:evaluate] ...]   (prints the markdown section of
 BENCHMARKS.md)
@@ -100,6 +101,23 @@ def llama3_70b(tokens: int) -> Graph:
     return net.graph()
 
 
+def fuzz_case(number: int) -> Graph:
+    """Case `number` of the fuzz's first 300 (seed 1, `tests.fuzz_cases.cases`), imported as the harness does."""
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    import engine
+    from tests.fuzz_cases import cases
+
+    label, data = next(c for k, c in enumerate(cases(1, 300)) if k == number)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a partial import is still a graph to allocate
+        path = Path(tmp) / f"case{number}.onnx"
+        path.write_bytes(data)
+        return engine.load_network(path)
+
+
 CASES = {  # name -> (builder, argument)
     "chain_1k": (chain, 1_000), "chain_2k": (chain, 2_000), "chain_10k": (chain, 10_000),
     "chain_100k": (chain, 100_000),
@@ -119,6 +137,11 @@ LIMITS = {  # name -> (network, what is timed, time limit given in seconds or No
     "budgets_resnet1202": ("resnet1202", "budgets", None),
     "budgets_nasnet_a_mobile": ("nasnet_a_mobile", "budgets", None),
 }
+ALLOCATIONS = {  # name -> (graph source, argument): `budgets()` and `allocate(M_H, time_limit_s=1)` as the fuzz calls them
+    # residual_chain and wide_fan of seed 1 (case 39, wide_concat, is left out: its import alone takes 95 CPU s)
+    **{f"fuzz_case_{n}": (fuzz_case, n) for n in (34, 276)},
+    "alloc_fan_out_25k": (fan_out, 25_000), "alloc_fan_out_100k": (fan_out, 100_000),
+}
 PARTITIONS = {  # name -> (builder, argument): `partition` with every op supported (one region, post-pruned)
     "partition_fan_out_10k": (fan_out, 10_000), "partition_chain_10k": (chain, 10_000),
 }
@@ -127,7 +150,7 @@ PARTITIONS = {  # name -> (builder, argument): `partition` with every op support
 def child(name: str, call: str) -> dict:
     """Run one case in this process (the parent fenced it) and return what happened."""
     import engine
-    from engine.allocation import budgets
+    from engine.allocation import budgets, mpmf
     from engine.allocation.problem import requirement
 
     if name in LIMITS:
@@ -143,6 +166,23 @@ def child(name: str, call: str) -> dict:
         got = engine.allocate(g, m_r, time_limit_s=limit)
         return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "status": got.status,
                 "limit": limit}
+    if name in ALLOCATIONS:
+        build, arg = ALLOCATIONS[name]
+        g = build(arg)
+        start, cpu = time.perf_counter(), time.process_time()
+        got = budgets(g)
+        if call == "budgets":
+            fp = mpmf(g)
+            return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                    "status": f"M_R, M_H, M_P = {', '.join(map(str, got))}; M_P {fp.status}"
+                              + (f" (>= {fp.lower_bytes})" if fp.status != "optimal" else "")}
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            status = engine.allocate(g, got[1], time_limit_s=1.0).status + " (limit 1 s)"
+        except MemoryError:
+            status = f"MemoryError (over {MEMORY_CAP_BYTES // 1024**3} GB of address space)"
+        return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                "status": status}
     if name in PARTITIONS:
         build, arg = PARTITIONS[name]
         g = build(arg)
@@ -198,9 +238,10 @@ def main(names: list[str]) -> None:
           "the subprocess's resident peak (`ru_maxrss`; about 200 MB of it is the interpreter, numpy and the "
           "compiled kernel). `optimus` preset.\n")
     print("| case | ops | call | CPU s | wall s | peak MB | result |\n|---|---:|---|---:|---:|---:|---|")
-    for arg in names or [*CASES, *LIMITS, *PARTITIONS]:
+    for arg in names or [*CASES, *LIMITS, *ALLOCATIONS, *PARTITIONS]:
         name, _, only = arg.partition(":")  # "chain_100k:fuse" runs one call of a case
-        for call in ((only,) if only else CALLS if name in CASES else ("",)):
+        calls = CALLS if name in CASES else ("budgets", "allocate") if name in ALLOCATIONS else ("",)
+        for call in ((only,) if only else calls):
             got = fenced(name, call)
             peak = got.get("peak_mb")
             cpu = f"{got['cpu']:.2f}" if "cpu" in got else "-"

@@ -152,7 +152,7 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
         return None, solve.SolveStats("time_limit", False, None, 0.0, "start")
     lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
     free_first = prob.order is None and time.perf_counter() < until
-    orders = [prob.order if prob.order is not None else _first_order(prob, lb, need_order) if free_first else prob.ops]
+    orders = [prob.order if prob.order is not None else _first_order(prob, lb, need_order, until) if free_first else prob.ops]
     known: dict = {}  # order -> the cover's plan in it (or None): MIP starts later, not built twice
     for order in orders:  # the relaxation's order joins the list after the first
         here = replace(prob, order=order)
@@ -254,14 +254,14 @@ def _own_bound(fixed, lb: int, until: float, share: float, solver: str) -> int:
     return max(lb, spill_bound(fixed, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0))))
 
 
-def _first_order(prob, lb: int, need_order) -> tuple[str, ...]:
+def _first_order(prob, lb: int, need_order, until: float) -> tuple[str, ...]:
     """The order a free schedule is solved in first: the given one, or the MPMF order when only that one
-    packs without spills (`packing.pack`) and the bound allows a plan costing nothing."""
-    if lb > 0 or pack(prob, prob.ops) is not None:
+    packs without spills (`packing.pack`, by `until`) and the bound allows a plan costing nothing."""
+    if lb > 0 or pack(prob, prob.ops, deadline=until) is not None:
         return prob.ops
     ops = set(prob.ops)
     spread = tuple(op for op in need_order(0.25) if op in ops)
-    return spread if pack(prob, spread) is not None else prob.ops
+    return spread if pack(prob, spread, deadline=until) is not None else prob.ops
 
 
 def _fallback(graph: Graph, prob, fixed: model.Model, stats: solve.SolveStats, lb: int, need_order, until: float,

@@ -18,20 +18,41 @@ MAX_OPS_FIXED = 48  # ops per segment when the schedule is fixed (far easier per
 
 
 def lossless_cuts(graph: Graph, order) -> list[bool]:
-    """Flag per position p: cutting after order[p] forgoes no schedule (all before are ancestors of all after)."""
+    """Flag per position p: cutting after order[p] forgoes no schedule (all before are ancestors of all after).
+
+    `order` may be any set of ops closed under the paths between them (a segment, or a weakly connected part
+    of one), in a topological order: edges to ops outside it are ignored. A cut is lossless exactly when every
+    op of the prefix with no successor in it has a direct edge to every op of the suffix with no predecessor in
+    it (a path from one to the other would otherwise pass through a suffix op before a suffix op without
+    predecessors there), so the two frontiers and the edges between them are kept as the cut moves along: linear
+    in the edges (a descendant bitset per op cost n^2/64 words: 1.25 GB on a fan of 100,000 readers).
+    """
     pos = {op: i for i, op in enumerate(order)}
-    n = len(order)
-    desc = [0] * n  # bitset of descendants per position
-    for i in range(n - 1, -1, -1):
-        bits = 0
-        for s in {r for t in graph.op(order[i]).outputs for r in graph.consumers(t)}:  # its successors (no networkx)
-            bits |= desc[pos[s]] | (1 << pos[s])
-        desc[i] = bits
-    flags, common = [], -1
-    for p in range(n - 1):
-        common &= desc[p]
-        after = ((1 << n) - 1) ^ ((1 << (p + 1)) - 1)
-        flags.append(common & after == after)
+    succs = [{pos[r] for t in graph.op(op).outputs for r in graph.consumers(t) if r in pos} for op in order]
+    preds: list[set[int]] = [set() for _ in order]
+    for i, out in enumerate(succs):
+        for j in out:
+            preds[j].add(i)
+    tops: set[int] = set()  # prefix ops with no successor in the prefix
+    fronts = {i for i in range(len(order)) if not preds[i]}  # suffix ops with no predecessor in the suffix
+    waiting = [len(p) for p in preds]  # predecessors still in the suffix
+    links = 0  # edges from `tops` to `fronts`
+    flags = []
+    for p in range(len(order) - 1):
+        fronts.discard(p)  # p leaves the suffix (its predecessors are all before it: it was a front)
+        links -= sum(1 for q in preds[p] if q in tops)
+        for q in preds[p]:  # p's predecessors now have a successor in the prefix
+            if q in tops:
+                tops.discard(q)
+                links -= sum(1 for r in succs[q] if r in fronts)
+        tops.add(p)
+        links += sum(1 for r in succs[p] if r in fronts)
+        for r in succs[p]:  # p's successors may have no predecessor left in the suffix
+            waiting[r] -= 1
+            if not waiting[r]:
+                fronts.add(r)
+                links += sum(1 for q in preds[r] if q in tops)
+        flags.append(links == len(tops) * len(fronts))
     return flags
 
 

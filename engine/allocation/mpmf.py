@@ -2,11 +2,14 @@
 
 The graph is cut only where cuts are lossless (`divide.lossless_cuts`), so the order
 found per segment joins into a globally optimal one: the peak is the largest segment
-peak, each segment counting what is live across it.
+peak, each segment counting what is live across it. A segment whose ops fall into independent parts (a
+residual chain beside a block, a fan of readers of one tensor) is solved part by part, recursively, so a graph
+of tens of thousands of ops in series-parallel blocks costs about its size.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -24,12 +27,18 @@ from engine.graph import Graph
 
 @dataclass(frozen=True)
 class Footprint:
-    """An order of minimum peak footprint (bytes on chip, no spilling), and how sure the solver is."""
+    """An order of minimum peak footprint (bytes on chip, no spilling), and how sure the search is.
+
+    status: "optimal" (no order peaks lower: every part solved exactly, or the order meets `lower_bytes`),
+    "time_limit" (a solve was stopped by the clock) or "feasible" (parts composed in time but not proven
+    optimal); under either of the last two `peak_bytes` is an upper bound and `lower_bytes` a lower one.
+    """
 
     order: tuple[str, ...]
     peak_bytes: int
-    status: str  # "optimal", or "time_limit" when some segment's solve stopped early (peak is then an upper bound)
+    status: str
     seconds: float
+    lower_bytes: int = 0
 
 
 def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: int = 16) -> int:
@@ -41,16 +50,20 @@ def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: i
         for a in reads + writes:
             first.setdefault(a, t)
             last[a] = t
-    on_chip = [0] * len(order)
+    change = [0] * (len(order) + 1)  # bytes each step brings on chip and lets go: linear however long lives are
     for a, t0 in first.items():
-        for t in range(t0, last[a] + 1):
-            on_chip[t] += graph.tensor(a).nbytes(word_bits)
-    return max(on_chip, default=0)
+        change[t0] += graph.tensor(a).nbytes(word_bits)
+        change[last[a] + 1] -= graph.tensor(a).nbytes(word_bits)
+    return max(itertools.accumulate(change[:len(order)]), default=0)
 
 
 DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP
+DP_MAX_OPS = 2_000  # ops a segment may have for the DP: its descent holds one set of live tensors per op run, so
+# memory grows with ops x live tensors (12,000 readers of one tensor: past 3.7 GB in the DP before this limit)
 DP_GRACE_S = 0.05  # the DPs run until this long after the search began, past the deadline too: a small segment's
 # exact order is cheap (once per search, not per segment: NASNet-A Mobile's cells overran a 0.02 s limit by 0.19 s)
+MAX_DEPTH = 40  # parts within parts followed at most (Python's recursion: about 3 frames per level)
+PERMUTE_PARTS = 6  # a segment of at most this many independent parts tries every order of them; more are sorted
 CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (graph, include_params, word_bits, solver) -> (time limit used, Footprint)
 
@@ -60,9 +73,11 @@ def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, tim
     """An op order of minimum peak footprint, exact per lossless segment, found within `time_limit_s`.
 
     Each segment is solved by dynamic programming over its down-sets (sets of ops closed
-    under predecessors, Serenity's formulation) while there are few of them, else by the
-    ILP of Eq. 13-15 in the time left. Results are cached per graph and setting; a cached
-    one is reused when it is proven optimal or was given at least `time_limit_s`.
+    under predecessors, Serenity's formulation) while there are few of them; a segment of
+    independent parts (sharing only tensors made before it) is solved part by part, recursively,
+    and the parts run one after another, proven optimal when the order meets the largest part's
+    own minimum; else by the ILP of Eq. 13-15 in the time left. Results are cached per graph and
+    setting; a cached one is reused when it is proven optimal or was given at least `time_limit_s`.
     """
     key = (graph, include_params, word_bits, solver)
     hit = _cache.get(key)
@@ -79,38 +94,226 @@ def mpmf(graph: Graph, *, include_params: bool = False, word_bits: int = 16, tim
 mpmf.cache_clear = _cache.clear  # type: ignore[attr-defined]  # as lru_cache offers: tests start cold with it
 
 
+@dataclass(frozen=True)
+class _Search:
+    """What every part of one `mpmf` search shares."""
+
+    graph: Graph
+    include_params: bool
+    word_bits: int
+    solver: str
+    deadline: float  # perf_counter time the ILPs stop at
+    dp_deadline: float  # the DPs': the deadline, or DP_GRACE_S after the search began if later
+    budget: int  # room for every tensor: the search never spills
+
+
+@dataclass(frozen=True)
+class _Part:
+    """An order of some ops (a segment, a part of one, or all) from the memory state they start in."""
+
+    order: tuple[str, ...]
+    peak: int  # bytes on chip at its highest step, no spills
+    lower: int  # no order of these ops peaks below this (== peak when solved exactly)
+    stopped: bool  # a solve inside was stopped by the clock
+    states: float  # down-sets of these ops (what a DP over all of them would visit; inf when unknown)
+
+
 def _search(graph: Graph, include_params: bool, word_bits: int, solver: str, deadline: float) -> Footprint:
-    """`mpmf` uncached: segment by segment, each by the DP or the ILP, all by `deadline` (then the given order)."""
+    """`mpmf` uncached: segment by segment, each by the DP, by its parts or by the ILP, all by `deadline`."""
     began = time.perf_counter()
-    order = tuple(op.name for op in graph.ops)
-    flags = lossless_cuts(graph, order)
+    s = _Search(graph, include_params, word_bits, solver, deadline, max(deadline, began + DP_GRACE_S),
+                sum(t.nbytes(word_bits) for t in graph.tensor_list))
+    part = _solve_ops(s, tuple(op.name for op in graph.ops), Carry.start(graph, include_params), frozenset())
+    peak = footprint(graph, part.order, include_params=include_params, word_bits=word_bits)
+    status = "optimal" if peak <= part.lower else "time_limit" if part.stopped else "feasible"
+    return Footprint(part.order, peak, status, time.perf_counter() - began, min(part.lower, peak))
+
+
+def _solve_ops(s: _Search, ops: tuple[str, ...], carry: Carry, after: frozenset[str], depth: int = 0) -> _Part:
+    """Least-peak order of `ops` (in a topological order, closed under the paths between them) from `carry`,
+    tensors in `after` being read once they have run: lossless segment by lossless segment; `depth`: how many
+    parts this one lies within."""
+    if len(ops) <= 1:
+        return _segment(s, make_problem(s.graph, ops, s.budget, carry, include_params=s.include_params,
+                                        word_bits=s.word_bits, later=after), depth)
+    flags = lossless_cuts(s.graph, ops)
     bounds, start = [], 0
     for p, ok in enumerate(flags):
         if ok:
             bounds.append((start, p + 1))
             start = p + 1
-    bounds.append((start, len(order)))
-    carry = Carry.start(graph, include_params)
+    bounds.append((start, len(ops)))
     last_read: dict[str, int] = {}  # tensor -> position of the last op that reads it
-    for p, op in enumerate(order):
-        for a in needs(graph, op, include_params)[0]:
+    for p, op in enumerate(ops):
+        for a in needs(s.graph, op, s.include_params)[0]:
             last_read[a] = p
-    loose = _loose_budget(graph, word_bits)
-    result: list[str] = []
-    status = "optimal"
+    parts = []
     for lo, hi in bounds:  # each segment costs its own size: a graph of thousands of segments stays linear
-        ops = order[lo:hi]
-        touched = _touched(graph, ops, include_params)
-        later = frozenset(a for a in touched | set(carry.resident) if last_read.get(a, -1) >= hi)
-        prob = make_problem(graph, ops, loose, carry, include_params=include_params, word_bits=word_bits, later=later)
-        picked = _downset_dp(prob, deadline=max(deadline, began + DP_GRACE_S)) if len(ops) > 1 else ops
-        if picked is None:
-            picked, optimal = _ilp_order(prob, solver=solver, deadline=deadline)
-            status = status if optimal else "time_limit"
-        result.extend(picked)
+        seg = ops[lo:hi]
+        touched = _touched(s.graph, seg, s.include_params)
+        later = frozenset(a for a in touched | set(carry.resident) if last_read.get(a, -1) >= hi or a in after)
+        prob = make_problem(s.graph, seg, s.budget, carry, include_params=s.include_params, word_bits=s.word_bits,
+                            later=later)
+        parts.append(_segment(s, prob, depth))
         carry = Carry(MappingProxyType({a: 0 for a in later}), carry.host, carry.fresh - touched)
-    peak = footprint(graph, result, include_params=include_params, word_bits=word_bits)
-    return Footprint(tuple(result), peak, status, time.perf_counter() - began)
+    return _Part(tuple(op for p in parts for op in p.order), max(p.peak for p in parts),
+                 max(p.lower for p in parts), any(p.stopped for p in parts), sum(p.states for p in parts))
+
+
+def _segment(s: _Search, prob, depth: int) -> _Part:
+    """One lossless segment: its parts run one after another when that meets their bound, else the DP over
+    its down-sets, else those parts unproven, else the ILP of Eq. 13-15. Parts within MAX_DEPTH parts only: each
+    level walks what it holds again (a chain with a side output at every op nests a part per op)."""
+    ops = prob.ops
+    if len(ops) <= 1:
+        peak = _peak(prob, ops)
+        return _Part(ops, peak, peak, False, len(ops) + 1)
+    if time.perf_counter() > s.dp_deadline:  # the time is up: the given order, and a bound that costs one pass
+        return _Part(ops, _peak(prob, ops), _floor(prob), True, math.inf)
+    composed = None
+    groups = _components(prob)
+    if len(groups) > 1 and depth < MAX_DEPTH:
+        composed = _compose(s, prob, groups, depth + 1)
+        if composed.peak <= composed.lower or composed.states > DP_STATES:
+            return composed
+    got = _downset_dp(prob, deadline=s.dp_deadline) if len(ops) <= DP_MAX_OPS else None
+    if got is not None:
+        peak = _peak(prob, got[0])
+        return _Part(got[0], peak, peak, False, got[1])
+    if composed is not None:
+        return composed
+    order, optimal = _ilp_order(prob, solver=s.solver, deadline=s.deadline)
+    peak = _peak(prob, order)
+    return _Part(order, peak, peak if optimal else _floor(prob), not optimal, math.inf)
+
+
+def _components(prob) -> list[tuple[str, ...]]:
+    """The segment's weakly connected parts (joined through tensors made in it), each in the segment's order;
+    parts share only tensors made before the segment."""
+    root = {op: op for op in prob.ops}
+
+    def find(op: str) -> str:
+        while root[op] != op:
+            root[op] = root[root[op]]
+            op = root[op]
+        return op
+
+    for a, readers in prob.consumers.items():
+        maker = prob.producer.get(a)
+        if maker is not None:
+            for r in readers:
+                root[find(r)] = find(maker)
+    groups: dict[str, list[str]] = {}
+    for op in prob.ops:
+        groups.setdefault(find(op), []).append(op)
+    return [tuple(g) for g in groups.values()]
+
+
+def _compose(s: _Search, prob, groups: list[tuple[str, ...]], depth: int) -> _Part:
+    """Independent parts of a segment, each solved alone, run one after another in the order of least estimated peak.
+
+    Any order of the segment, restricted to one part, is an order of that part alone in which every tensor the
+    part touches is on chip at least as long, so the largest part's own minimum bounds the segment's from below
+    (with `_ends`: a fan's readers' outputs all wait for their join). The part orders are tried all ways for a few
+    parts, else sorted by peak less what each leaves on chip (Liu's rule for merging independent sequences at their
+    valleys); a part's peak in a sequence is estimated from its own, the shared tensors it must keep for parts after
+    it, those waiting across it and what earlier parts leave for later segments.
+    """
+    parts = [_solve_ops(s, g, prob.carry, prob.keep, depth) for g in groups]  # each alone: their bounds hold here
+    size = prob.size
+    leaves = [sum(size[a] for op in g for a in prob.writes[op] if a in prob.keep) for g in groups]
+    readers: dict[str, set[int]] = {}  # a tensor made before the segment -> the parts reading it
+    for k, g in enumerate(groups):
+        for op in g:
+            for a in prob.reads[op]:
+                if a not in prob.producer:
+                    readers.setdefault(a, set()).add(k)
+    shared = {a: ks for a, ks in readers.items() if len(ks) > 1 and a not in prob.keep}
+    if len(groups) > PERMUTE_PARTS:
+        perm = tuple(sorted(range(len(groups)), key=lambda k: leaves[k] - parts[k].peak))
+        return _sequence(prob, parts, perm)
+    holding = [_peak(make_problem(s.graph, p.order, s.budget, prob.carry, include_params=s.include_params,
+                                  word_bits=s.word_bits, later=prob.keep | {a for a, ks in shared.items() if k in ks}),
+                     p.order) for k, p in enumerate(parts)]  # each part's peak keeping the shared tensors it reads
+    spans = [(size[a], a in prob.carry.resident, ks) for a, ks in shared.items()]
+
+    def estimate(perm) -> int:
+        at = {k: i for i, k in enumerate(perm)}
+        worst, left = 0, 0
+        for i, k in enumerate(perm):
+            waiting, keeps = 0, False
+            for b, resident, ks in spans:
+                lo, hi = (0 if resident else min(at[j] for j in ks)), max(at[j] for j in ks)
+                if k in ks:
+                    keeps |= i < hi
+                    waiting += b if lo < i and not resident else 0  # on chip before k first reads it
+                elif lo <= i <= hi:
+                    waiting += b
+            worst = max(worst, (holding[k] if keeps else parts[k].peak) + left + waiting)
+            left += leaves[k]
+        return worst
+
+    return _sequence(prob, parts, min(itertools.permutations(range(len(groups))), key=estimate))
+
+
+def _sequence(prob, parts: list[_Part], perm) -> _Part:
+    """The segment's parts run one after another in the order `perm`."""
+    order = tuple(op for k in perm for op in parts[k].order)
+    states = math.prod(p.states for p in parts) if len(parts) < 64 else math.inf
+    return _Part(order, _peak(prob, order), max(_ends(prob), *(p.lower for p in parts)),
+                 any(p.stopped for p in parts), states)
+
+
+def _peak(prob, order) -> int:
+    """Bytes on chip at the highest step of `order` (ops of `prob`) with no spills, as the DP counts them: what is
+    carried in and still needed, plus each op's tensors, each leaving after its last read (or at the end if kept)."""
+    size, keep = prob.size, prob.keep
+    reads_left = {a: len(r) for a, r in prob.consumers.items()}
+    known = set(prob.tensors)
+    live = {a for a in prob.carry.resident if a in known}
+    live_bytes = sum(size[a] for a in live)
+    peak = 0
+    for op in order:
+        touch = tuple(dict.fromkeys(prob.reads[op] + prob.writes[op]))
+        for a in prob.reads[op]:
+            reads_left[a] -= 1
+        peak = max(peak, live_bytes + sum(size[a] for a in touch if a not in live))
+        for a in touch:
+            needed = a in keep or reads_left.get(a, 0) > 0
+            if needed and a not in live:
+                live.add(a)
+                live_bytes += size[a]
+            elif not needed and a in live:
+                live.remove(a)
+                live_bytes -= size[a]
+    return peak
+
+
+def _floor(prob) -> int:
+    """A peak no order of `prob` goes below: its largest op's own tensors, plus what waits across it untouched;
+    or what its first and last steps must hold (`_ends`)."""
+    touched = {a for op in prob.ops for a in prob.reads[op] + prob.writes[op]}
+    waiting = sum(prob.size[a] for a in prob.carry.resident if a in prob.keep and a not in touched)
+    return max(_ends(prob), waiting + max(sum(prob.size[a] for a in dict.fromkeys(prob.reads[op] + prob.writes[op]))
+                                          for op in prob.ops))
+
+
+def _ends(prob) -> int:
+    """A peak no order of `prob` goes below, from its first and last steps: the first op (one without
+    predecessors here) runs with everything carried in and still needed on chip, the last (one without
+    successors here) with everything kept for later (a fan's readers' outputs all waiting for their join)."""
+    size, keep = prob.size, prob.keep
+    known = set(prob.tensors)
+    carried = {a for a in prob.carry.resident if a in known}
+    kept = set(keep)  # on chip from their first use here (or the start) to the end
+    has_succ = {p for op in prob.ops for p in prob.preds[op]}
+
+    def own(op: str, counted: set[str]) -> int:
+        return sum(size[a] for a in dict.fromkeys(prob.reads[op] + prob.writes[op]) if a not in counted)
+
+    first = min(own(op, carried) for op in prob.ops if not prob.preds[op])
+    last = min(own(op, kept) for op in prob.ops if op not in has_succ)
+    return max(sum(size[a] for a in carried) + first, sum(size[a] for a in kept) + last)
 
 
 def _ilp_order(prob, *, solver: str, deadline: float) -> tuple[tuple[str, ...], bool]:
@@ -131,9 +334,9 @@ def _ilp_order(prob, *, solver: str, deadline: float) -> tuple[tuple[str, ...], 
     return tuple(op for _, op in picked), stats.status == "optimal"
 
 
-def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
-    """Order of minimum peak over all schedules of `prob` by DP over down-sets; None past DP_STATES states
-    or `deadline`.
+def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[tuple[str, ...], int] | None:
+    """(Order of minimum peak over all schedules of `prob`, down-sets visited) by DP over down-sets; None past
+    DP_STATES states or `deadline`.
 
     After a down-set D has run, a tensor is on chip if it is carried in or touched by D and
     still read later (in the segment or after it); running op o next adds o's own tensors
@@ -172,10 +375,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         return (live_bytes + sum(size[a] for a in new), after, (live - set(gone)) | set(kept_new),
                 live_bytes - sum(size[a] for a in gone) + sum(size[a] for a in kept_new))
 
-    bound, state = 0, (0, start_live, start_bytes)
-    for op in ops:  # the given order's peak: the bound to beat
-        here, *state = step(*state, op)
-        bound = max(bound, here)
+    bound = _peak(prob, ops)  # the given order's peak: the bound to beat
 
     def solve_from(done: int, live: frozenset, live_bytes: int, ready: int) -> float:
         """Least peak from the down-set `done` on; `ready`: its ops whose predecessors have all run (kept as the
@@ -204,7 +404,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
     sys.setrecursionlimit(max(depth, 4 * len(ops) + 100))
     try:
         if solve_from(0, start_live, start_bytes, sum(bit[op] for op in ops if not pred_mask[op])) == math.inf:
-            return ops
+            return ops, len(best)
     except _TooWide:
         return None
     finally:
@@ -216,7 +416,7 @@ def _downset_dp(prob, *, deadline: float = math.inf) -> tuple[str, ...] | None:
         assert nxt is not None, "a solved state without its next op"  # only the full state has none
         picked.append(nxt)
         done |= bit[nxt]
-    return tuple(picked)
+    return tuple(picked), len(best)
 
 
 def _twins(prob) -> dict[str, str]:
@@ -249,10 +449,6 @@ class _TooWide(Exception):
     """The segment has more down-sets than the DP may visit, or the time is up."""
 
 
-def _loose_budget(graph: Graph, word_bits: int) -> int:
-    return sum(t.nbytes(word_bits) for t in graph.tensor_list)
-
-
 def _touched(graph: Graph, ops, include_params: bool) -> set[str]:
     """Tensors `ops` read or write (their weights too with `include_params`)."""
     touched: set[str] = set()
@@ -266,7 +462,8 @@ def budgets(graph: Graph, word_bits: int = 16, *, include_params: bool = False, 
             solver: str = "highs") -> tuple[int, int, int]:
     """COSMA's budgets (Sec. V-A2): M_R (largest single-op need), M_P (minimum peak footprint), M_H = (M_R+M_P)/2.
 
-    M_P is exact when the footprint solve finishes within `time_limit_s`, else an upper bound.
+    M_P is exact when `mpmf` proves its order optimal within `time_limit_s` (its status), else an upper bound
+    (`mpmf(...).lower_bytes` is then a lower one).
     """
     m_r = max(requirement(graph, op.name, include_params=include_params, word_bits=word_bits) for op in graph.ops)
     m_p = mpmf(graph, include_params=include_params, word_bits=word_bits, time_limit_s=time_limit_s,

@@ -11,6 +11,7 @@ ILP of `place.py`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -21,8 +22,9 @@ from engine.allocation.problem import Problem
 from engine.allocation.record import Placement
 
 
-def pack(problem: Problem, order) -> tuple[Placement, ...] | None:
-    """No-spill placements of `problem` run in `order`, in its own steps; None when they exceed the budget."""
+def pack(problem: Problem, order, *, deadline: float = math.inf) -> tuple[Placement, ...] | None:
+    """No-spill placements of `problem` run in `order`, in its own steps; None when they exceed the budget or the
+    packing is still going at `deadline` (a perf_counter time)."""
     n, unit = len(order), problem.unit
     room = problem.budget // unit * unit  # the ILP counts whole units (model._add_capacity)
     first, last = {}, {}
@@ -37,36 +39,42 @@ def pack(problem: Problem, order) -> tuple[Placement, ...] | None:
         last[a] = n - 1  # later segments read it: it stays to the end
     stays = [Stay(a, first[a], last[a], problem.size[a]) for a in first]
     pinned = {i: problem.carry.resident[s.tensor] for i, s in enumerate(stays) if s.tensor in problem.carry.resident}
-    at = greedy(stays, room, pinned=pinned)
+    at = greedy(stays, room, pinned=pinned, deadline=deadline)
     if at is None:
         return None
     return tuple(sorted((Placement(s.tensor, s.first, s.last, at[i], s.size) for i, s in enumerate(stays)),
                         key=lambda p: (p.first_step, p.address)))
 
 
+CLOCK_EVERY = 64  # stays placed between two looks at the clock
 TIES = (lambda lo, hi: lo, lambda lo, hi: lo - hi)  # among equal sizes: earliest first, or longest-lived first
 
 
-def greedy(stays, room: int, *, pinned: dict | None = None) -> list[int] | None:
+def greedy(stays, room: int, *, pinned: dict | None = None, deadline: float = math.inf) -> list[int] | None:
     """An address per stay, largest first, each at the lowest address free over its steps (ties broken each way
-    of `TIES` until one fits); None when none fits in `room`. `pinned`: stay index -> its fixed address."""
+    of `TIES` until one fits); None when none fits in `room`, or at `deadline`: stays live together cost their
+    count squared (a fan of N readers joined by one op: N outputs beside each other). `pinned`: stay index -> its
+    fixed address."""
     pinned = pinned or {}
     rest = [i for i in range(len(stays)) if i not in pinned]
     for tie in TIES:
         ranked = sorted(rest, key=lambda i: (-stays[i].size, tie(stays[i].first, stays[i].last), stays[i].tensor, i))
-        at = _lowest_fit(stays, ranked, pinned, room)
+        at = _lowest_fit(stays, ranked, pinned, room, deadline)
         if at is not None:
             return at
     return None
 
 
-def _lowest_fit(stays, ranked, pinned: dict, room: int) -> list[int] | None:
-    """Each stay of `ranked` in turn at the lowest address free over its steps; None past `room`."""
+def _lowest_fit(stays, ranked, pinned: dict, room: int, deadline: float) -> list[int] | None:
+    """Each stay of `ranked` in turn at the lowest address free over its steps; None past `room` or `deadline`
+    (the clock read every CLOCK_EVERY stays)."""
     at = dict(pinned)
     placed = Occupancy(1 + max((s.last for s in stays), default=0))
     for j in pinned:
         placed.add(j, stays[j].first, stays[j].last)
-    for i in ranked:
+    for k, i in enumerate(ranked):
+        if k % CLOCK_EVERY == CLOCK_EVERY - 1 and time.perf_counter() > deadline:
+            return None
         s = stays[i]
         address = 0
         for j in sorted(placed.beside(s.first, s.last), key=at.__getitem__):
@@ -91,7 +99,7 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
     (far fewer pairs; a restriction, so what it finds is valid), then as it is.
     """
     pinned = dict(pinned or {})
-    at = greedy(stays, room, pinned=pinned)
+    at = greedy(stays, room, pinned=pinned, deadline=deadline)
     if at is not None:
         return at
     solved: list[tuple[list[int], dict]] = []  # (window's stays, their addresses), in order
@@ -120,7 +128,7 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
 
 def _exact(stays, room: int, pinned: dict, solver: str, deadline: float) -> Sequence[float] | None:
     """The greedy, else the placement ILP with equal stays glued, else the ILP as it is, by `deadline`."""
-    at = greedy(stays, room, pinned=pinned)
+    at = greedy(stays, room, pinned=pinned, deadline=deadline)
     if at is not None:
         return at
     glued, parts = _glue(stays, pinned)
