@@ -97,7 +97,7 @@ def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
     pruned: list[tuple[frozenset, int]] = []
     done: list[frozenset] = []
     for r, ops in enumerate(regions):
-        if device[next(iter(ops))] == CPU:
+        if device[next(iter(ops))] == CPU or len(ops) == 1:  # one op alone is one input op and one output op
             pieces = [ops]
         else:
             pieces = _post_prune(graph, ops, [*done, *(x for x in regions[r + 1:])])
@@ -128,6 +128,8 @@ def _predicate(supported) -> Callable[[Op], bool]:
 class _Quotient:
     """The op DAG with each of `groups` contracted to one node; descendant/ancestor sets as bitsets.
 
+    A group of one op is that op's own node, so regions of one op cost nothing to contract.
+
     A set S of nodes is convex iff no node outside S is both reachable from S and
     reaching S; with bitsets that is `(desc(S) & anc(S)) & ~S == 0`.
     """
@@ -136,9 +138,10 @@ class _Quotient:
         self.unit = {op.name: i for i, op in enumerate(graph.ops)}  # op -> node id
         n = len(graph.ops)
         for g in groups:
-            for op in g:
-                self.unit[op] = n
-            n += 1
+            if len(g) > 1:  # one op contracted is that op: it keeps its id
+                for op in g:
+                    self.unit[op] = n
+                n += 1
         import networkx as nx  # on first use, as `Graph.dag` does: `import engine` stays fast without it
 
         q = nx.DiGraph()
@@ -183,11 +186,19 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
     und = graph.dag.to_undirected(as_view=True)
     regions: list[frozenset] = []
     assigned: set[str] = set()
+    q = None  # the contraction of `regions`: built again only when a seed can grow and a region of 2+ ops is new
     for seed in graph.ops:
         if seed.name in assigned:
             continue
-        q = _Quotient(graph, regions)
-        region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=device[seed.name]: v not in taken and device[v] == dev)
+        dev = device[seed.name]
+        if not any(v not in assigned and device[v] == dev for v in und[seed.name]):
+            region = frozenset([seed.name])  # no neighbour can join: alone, and convex, without the contraction
+        else:
+            if q is None:
+                q = _Quotient(graph, regions)
+            region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=dev: v not in taken and device[v] == dev)
+        if len(region) > 1:
+            q = None
         regions.append(region)
         assigned |= region
     regions = _merge_adjacent(graph, regions, device)
@@ -320,8 +331,9 @@ def _describe(graph: Graph, groups: list[tuple[frozenset, int]], device: dict[st
         inputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).inputs if graph.producer(t) not in g))
         outputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).outputs
                                       if t in net_out or any(c not in g for c in graph.consumers(t))))
-        input_ops = tuple(v for v in ops if any(t in inputs for t in graph.op(v).inputs))
-        output_ops = tuple(v for v in ops if any(t in outputs for t in graph.op(v).outputs))
+        read, written = set(inputs), set(outputs)  # sets, not the tuples: a Concat of 25,000 inputs is one op
+        input_ops = tuple(v for v in ops if any(t in read for t in graph.op(v).inputs))
+        output_ops = tuple(v for v in ops if any(t in written for t in graph.op(v).outputs))
         cross_in = [t for t in inputs if _source_device(graph, t, device) != dev]
         cross_out = [t for t in outputs if _sink_devices(graph, t, device, net_out) - {dev}]
         parts.append(Part(dev, ops, inputs, outputs, input_ops, output_ops,
