@@ -1,5 +1,6 @@
 """CPU/accelerator partitioning: convex, connected, maximal parts; single-in/single-out after pruning."""
 
+import importlib
 import random
 
 import networkx as nx
@@ -193,3 +194,32 @@ def test_zoo_networks_by_kind(name):
     supported = {OpKind.CONV, OpKind.POOL, OpKind.CONCAT, OpKind.ELTWISE}
     result = engine.partition(g, supported)
     check_partition(g, lambda op: op.kind in supported, result)
+
+
+# ---- size: a wide Concat ------------------------------------------------------------
+def wide_concat(readers: int) -> Graph:
+    """A CPU op (Softmax) whose output `readers` Relus read, joined by one Concat: readers + 2 ops."""
+    tensors = [Tensor("x", (1, 8)), Tensor("s", (1, 8))] + [Tensor(f"r{k}", (1, 8)) for k in range(readers)]
+    tensors.append(Tensor("cat", (1, 8 * readers)))
+    ops = [Op("softmax", OpKind.SOFTMAX, ("x",), ("s",))]
+    ops += [Op(f"relu{k}", OpKind.ELTWISE, ("s",), (f"r{k}",)) for k in range(readers)]
+    ops.append(Op("concat", OpKind.CONCAT, tuple(f"r{k}" for k in range(readers)), ("cat",)))
+    return Graph.build(f"wide_concat_{readers}", ops, tensors, ["x"], ["cat"])
+
+
+def test_a_wide_concats_lone_relus_are_parts_without_a_contraction_each(monkeypatch):
+    """Each Relu sits between two CPU ops, so it is a one-op accelerator part whose input and output cross;
+    no region grows past one op, so the contraction is built once, to find that no two regions merge (it was
+    built once per Relu as well: quadratic)."""
+    partition_module = importlib.import_module("engine.partition")  # `engine.partition` is the function
+    built = []
+    real = partition_module._Quotient
+    monkeypatch.setattr(partition_module, "_Quotient", lambda *a: built.append(1) or real(*a))
+    got = engine.partition(wide_concat(2000), {"eltwise"}, word_bits=16)
+    acc = got.accelerator_parts
+    assert len(got.parts) == 2002 and len(acc) == 2000 and len(built) == 1
+    assert all(p.ops == p.input_ops == p.output_ops and p.crossing_bytes == 2 * 8 * 2 for p in acc)
+    concat = got.parts[got.part_of("concat")]
+    assert concat.input_ops == ("concat",) and len(concat.inputs) == 2000
+    # x and the concat's output start and end on the host; s, read by every Relu, crosses once, and so does each r_k
+    assert got.crossing_bytes == (1 + 2000) * 8 * 2
