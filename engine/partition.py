@@ -186,7 +186,7 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
     und = graph.dag.to_undirected(as_view=True)
     regions: list[frozenset] = []
     assigned: set[str] = set()
-    q = None  # the contraction of `regions`: built again only when a seed can grow and a region of 2+ ops is new
+    q = None  # the contraction of `regions`: built again only when a seed can grow and a region that joins paths is new
     for seed in graph.ops:
         if seed.name in assigned:
             continue
@@ -197,7 +197,7 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
             if q is None:
                 q = _Quotient(graph, regions)
             region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=dev: v not in taken and device[v] == dev)
-        if len(region) > 1:
+        if not _joins_no_paths(graph.dag, region):
             q = None
         regions.append(region)
         assigned |= region
@@ -225,6 +225,32 @@ def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
                 mask, d, a, grown = mask | bit, nd, na, True
         frontier = (frontier | {n for v in added for n in und[v]}) - region
     return frozenset(region)
+
+
+def _joins_no_paths(dag, region: frozenset) -> bool:
+    """Whether contracting `region` adds no path between other ops: whatever enters it enters at one op that reaches
+    all of it inside it (or enters nowhere), so the contraction without it answers every convexity test alike.
+
+    A region of ops alternating with the other device's (a chain of conv, conv, softmax, ...) is such a region; not
+    building the contraction again for each of them keeps the growth linear in regions, not quadratic.
+    """
+    entries = [v for v in region if any(p not in region for p in dag.predecessors(v))]
+    if len(entries) > 1:
+        return False
+    if not entries:
+        return True
+    return len(_reached_within(dag.successors, entries[0], region)) == len(region)
+
+
+def _reached_within(step, start: str, region: frozenset) -> set[str]:
+    """The ops of `region` reached from `start` by `step` (successors or predecessors) without leaving it."""
+    reached, todo = {start}, [start]
+    while todo:
+        for w in step(todo.pop()):
+            if w in region and w not in reached:
+                reached.add(w)
+                todo.append(w)
+    return reached
 
 
 def _merge_adjacent(graph: Graph, regions: list[frozenset], device: dict[str, str]) -> list[frozenset]:
@@ -266,6 +292,8 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
     {v in D : v reaches x} has the single output op x when no other member's output
     leaves it. The largest such part that keeps the contraction acyclic is taken.
     """
+    if _one_part(graph, region):
+        return [region]
     pieces: list[frozenset] = []
     order = [op.name for op in graph.ops if op.name in region]
     left, at = set(order), 0
@@ -278,9 +306,14 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
         if len(cand) > 1:  # only a part larger than {e} needs the contraction (one op alone is always convex)
             q = _Quotient(graph, [*others, *pieces])
             within, name = q.mask(cand), {q.unit[v]: v for v in cand}
+            # Two tests in bits before any set is built, each a reason the full test below would fail: an output op
+            # of cand is an output op of any part holding it; e is in every part, so its readers must be too
+            leaving = q.mask(_outputs_ops(graph, frozenset(cand)))
+            e_readers = q.mask({c for t in graph.op(e).outputs for c in graph.consumers(t) if c in cand})
             for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
                 mask = q.anc[q.unit[x]] & within | 1 << q.unit[x]  # x and the candidates reaching it
-                if mask.bit_count() <= len(best):  # sized in bits before any set is built: no larger part here
+                if (mask.bit_count() <= len(best) or mask & leaving & ~(1 << q.unit[x])
+                        or (x != e and e_readers & ~mask)):
                     continue
                 piece = frozenset(name[u] for u in bits(mask))
                 if not _outputs_ops(graph, piece) - {x} and _convex(*q.reach(mask), mask):
@@ -288,6 +321,17 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
         pieces.append(best)
         left -= best
     return pieces
+
+
+def _one_part(graph: Graph, region: frozenset) -> bool:
+    """Whether the region is already one part: its first op dominates it and one op, which every op reaches, is
+    its only output op. The walk below would take it whole (the largest part, convex as the region is); found
+    here without building the contraction, once per region (a chain of conv, conv, softmax, ... has thousands)."""
+    first = min(region, key=graph.position.__getitem__)
+    outs = _outputs_ops(graph, region)
+    if len(outs) != 1 or _dominated(graph, first, set(region)) != region:
+        return False
+    return len(_reached_within(graph.predecessors, next(iter(outs)), region)) == len(region)
 
 
 def _dominated(graph: Graph, e: str, left: set[str]) -> set[str]:
