@@ -100,7 +100,7 @@ def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
         if device[next(iter(ops))] == CPU or len(ops) == 1:  # one op alone is one input op and one output op
             pieces = [ops]
         else:
-            pieces = _post_prune(graph, ops, [*done, *(x for x in regions[r + 1:])])
+            pieces = _post_prune(graph, ops, lambda r=r: [*done, *regions[r + 1:]])
         done.extend(pieces)
         pruned.extend((p, r) for p in pieces)
     maximal = _describe(graph, [(ops, r) for r, ops in enumerate(regions)], device, word_bits)
@@ -284,18 +284,19 @@ def _in_execution_order(graph: Graph, groups: list[frozenset]) -> list[frozenset
 
 
 # ---- post-pruning (Sec. 3) -----------------------------------------------------------
-def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> list[frozenset]:
+def _post_prune(graph: Graph, region: frozenset, others: Callable[[], list[frozenset]]) -> list[frozenset]:
     """Split one convex region into convex parts with at most one input op and one output op.
 
     From the earliest op e not yet placed, the candidate set D holds the ops whose every
     input is produced inside D (so e stays the only input op); for each x in D the part
     {v in D : v reaches x} has the single output op x when no other member's output
-    leaves it. The largest such part that keeps the contraction acyclic is taken.
+    leaves it. The largest such part that keeps the contraction acyclic is taken. `others()` lists the other
+    regions and pieces to contract (made only when a contraction is built: thousands of regions would copy it each).
     """
     if _one_part(graph, region):
         return [region]
     pieces: list[frozenset] = []
-    order = [op.name for op in graph.ops if op.name in region]
+    order = sorted(region, key=graph.position.__getitem__)
     left, at = set(order), 0
     while left:
         while order[at] not in left:
@@ -304,7 +305,7 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
         cand = _dominated(graph, e, left)
         best = frozenset([e])
         if len(cand) > 1:  # only a part larger than {e} needs the contraction (one op alone is always convex)
-            q = _Quotient(graph, [*others, *pieces])
+            q = _Quotient(graph, [*others(), *pieces])
             within, name = q.mask(cand), {q.unit[v]: v for v in cand}
             # Two tests in bits before any set is built, each a reason the full test below would fail: an output op
             # of cand is an output op of any part holding it; e is in every part, so its readers must be too
