@@ -100,7 +100,10 @@ def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
         if device[next(iter(ops))] == CPU or len(ops) == 1:  # one op alone is one input op and one output op
             pieces = [ops]
         else:
-            pieces = _post_prune(graph, ops, lambda r=r: [*done, *regions[r + 1:]])
+            def others(r: int = r) -> list[frozenset]:
+                return [*done, *regions[r + 1:]]
+
+            pieces = _post_prune(graph, ops, others)
         done.extend(pieces)
         pruned.extend((p, r) for p in pieces)
     maximal = _describe(graph, [(ops, r) for r, ops in enumerate(regions)], device, word_bits)
