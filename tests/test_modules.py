@@ -273,3 +273,11 @@ def test_a_long_residual_chain_is_one_module_per_add_found_in_linear_work(monkey
     # only the first module reads its MIFM (the network input) from off chip; every output after it stays on chip
     assert plan.proposed.read_bytes == fm and plan.proposed.write_bytes == 0
     assert plan.naive.bytes == 2000 * 5 * fm  # Relu: 1 read, 1 write; Add: 2 reads, 1 write
+
+
+def test_a_modules_mifm_tensors_come_in_the_graphs_order_whatever_the_hash_seed():
+    """ShuffleNet-V2's units read both halves of a channel split; the branch reading the second half comes first in
+    the graph, so the MIFM lists it first (it followed a set's order before, which changed with PYTHONHASHSEED)."""
+    structures, _ = detect(engine.load_network("shufflenet_v2_x1_0"), max_layers=4)
+    split = [s.mifm for s in structures if len(s.mifm) == 2]
+    assert len(split) == 13 and all(a.endswith("chunk:1") and b.endswith("chunk:0") for a, b in split)
