@@ -8,7 +8,9 @@ its wall seconds. Peak memory is the child's `ru_maxrss` (the interpreter, numpy
 the compiled fusion kernel included: about 200 MB before any graph). The solver-limit cases time
 `allocate(..., time_limit_s=...)` and `budgets()` on zoo networks beside the limit they were given; the
 allocation cases time `budgets()` and `allocate(M_H, time_limit_s=1)` (the fuzz's calls) on its size-stress cases
-and wide fans; the partition cases time `partition` of a wide fan and a long chain with every op supported.
+and wide fans; the partition cases time `partition` of a wide fan and a long chain with every op supported; the
+import cases time `load_network`, `partition` and `plan_modules` on ONNX files of the fuzz's stress shapes (a wide
+Concat, a residual chain) at 1k, 10k and 25k ops.
 
 Run: .venv/bin/python -m benchmarks.bench_size [CASE[:fuse|:evaluate] ...]   (prints the markdown section of
 BENCHMARKS.md)
@@ -118,6 +120,43 @@ def fuzz_case(number: int) -> Graph:
         return engine.load_network(path)
 
 
+def onnx_wide_concat(ops: int) -> bytes:
+    """An ONNX file: a Conv on x[1, 4, 8, 8] whose output `ops` - 2 Relus read, joined by one Concat along the
+    channels (the fuzz's `wide_concat`): `ops` ops."""
+    relus = [f"r{k}" for k in range(ops - 2)]
+    nodes = [_onnx_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1])]
+    nodes += [_onnx_node("Relu", ["c"], [r], r) for r in relus]
+    nodes.append(_onnx_node("Concat", relus, ["y"], "concat", axis=1))
+    return _onnx_file(f"onnx_wide_concat_{ops}", nodes, "y")
+
+
+def onnx_residual_chain(ops: int) -> bytes:
+    """An ONNX file: a Conv on x[1, 4, 8, 8], then (`ops` - 1) / 2 x (Relu of x, Add of x and the Relu), the fuzz's
+    `residual_chain`: `ops` ops when odd."""
+    nodes, x = [_onnx_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1])], "c"
+    for k in range((ops - 1) // 2):
+        nodes += [_onnx_node("Relu", [x], [f"r{k}"], f"r{k}"), _onnx_node("Add", [x, f"r{k}"], [f"a{k}"], f"a{k}")]
+        x = f"a{k}"
+    return _onnx_file(f"onnx_residual_chain_{ops}", nodes, x)
+
+
+def _onnx_node(op_type: str, inputs: list[str], outputs: list[str], name: str, **attrs):
+    from onnx import helper
+
+    return helper.make_node(op_type, inputs, outputs, name=name, **attrs)
+
+
+def _onnx_file(name: str, nodes: list, output: str) -> bytes:
+    """The model's bytes: `nodes` reading x[1, 4, 8, 8] and a 4x4x3x3 weight w, returning `output`."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4, 3, 3), dtype=np.float32), "w")
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
 CASES = {  # name -> (builder, argument)
     "chain_1k": (chain, 1_000), "chain_2k": (chain, 2_000), "chain_10k": (chain, 10_000),
     "chain_100k": (chain, 100_000),
@@ -139,12 +178,19 @@ LIMITS = {  # name -> (network, what is timed, time limit given in seconds or No
 }
 ALLOCATIONS = {  # name -> (graph source, argument): `budgets()` and `allocate(M_H, time_limit_s=1)` as the fuzz calls them
     # residual_chain and wide_fan of seed 1 (case 39, wide_concat, is left out: its import alone takes 95 CPU s)
-    **{f"fuzz_case_{n}": (fuzz_case, n) for n in (34, 276)},
+    **{f"fuzz_case_{n}": (fuzz_case, n) for n in (34, 39, 276)},
     "alloc_fan_out_25k": (fan_out, 25_000), "alloc_fan_out_100k": (fan_out, 100_000),
 }
 PARTITIONS = {  # name -> (builder, argument): `partition` with every op supported (one region, post-pruned)
     "partition_fan_out_10k": (fan_out, 10_000), "partition_chain_10k": (chain, 10_000),
 }
+
+IMPORTS = {  # name -> (ONNX file builder, ops): the import, `partition` and `plan_modules` of the fuzz's stress shapes
+    f"onnx_{shape}_{label}": (build, ops) for shape, build in (("wide_concat", onnx_wide_concat),
+                                                                ("residual_chain", onnx_residual_chain))
+    for label, ops in (("1k", 1_001), ("10k", 10_001), ("25k", 25_001))
+}
+IMPORT_CALLS = ("load_network", "partition", "plan_modules")
 
 
 def child(name: str, call: str) -> dict:
@@ -190,6 +236,8 @@ def child(name: str, call: str) -> dict:
         got = engine.partition(g, lambda op: True)
         return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
                 "status": f"{len(got.parts)} parts"}
+    if name in IMPORTS:
+        return _imported(name, call)
     build, arg = CASES[name]
     g = build(arg)
     acc = engine.Accelerator.preset("optimus")
@@ -207,6 +255,37 @@ def child(name: str, call: str) -> dict:
         status = f"EngineError: {str(err)[:90]}"
     except MemoryError:
         status = f"MemoryError (over {MEMORY_CAP_BYTES // 1024**3} GB of address space)"
+    return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+            "status": status}
+
+
+def _imported(name: str, call: str) -> dict:
+    """One call on an ONNX file of IMPORTS: its import, or `partition` / `plan_modules` of the imported graph (64 KB
+    of buffer, as the fuzz's harness)."""
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    import engine
+
+    build, ops = IMPORTS[name]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{name}.onnx"
+        path.write_bytes(build(ops))
+        start, cpu = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a Concat's output has no declared shape: the import infers it
+            g = engine.load_network(path)
+    if call == "partition":
+        start, cpu = time.perf_counter(), time.process_time()
+        got = engine.partition(g, {"conv", "matmul", "eltwise"})
+        status = f"{len(got.parts)} parts, {got.crossing_bytes:,} B crossing"
+    elif call == "plan_modules":
+        start, cpu = time.perf_counter(), time.process_time()
+        plan = engine.plan_modules(g, engine.Accelerator.preset("optimus").with_buffer(64 * 1024))
+        status = f"{len(plan.modules)} modules, {plan.proposed.bytes:,} B of {plan.naive.bytes:,} B naive"
+    else:
+        status = f"{len(g.ops)} ops, {g.macs:,} MACs"
     return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
             "status": status}
 
@@ -238,9 +317,10 @@ def main(names: list[str]) -> None:
           "the subprocess's resident peak (`ru_maxrss`; about 200 MB of it is the interpreter, numpy and the "
           "compiled kernel). `optimus` preset.\n")
     print("| case | ops | call | CPU s | wall s | peak MB | result |\n|---|---:|---|---:|---:|---:|---|")
-    for arg in names or [*CASES, *LIMITS, *ALLOCATIONS, *PARTITIONS]:
+    for arg in names or [*CASES, *LIMITS, *ALLOCATIONS, *PARTITIONS, *IMPORTS]:
         name, _, only = arg.partition(":")  # "chain_100k:fuse" runs one call of a case
-        calls = CALLS if name in CASES else ("budgets", "allocate") if name in ALLOCATIONS else ("",)
+        calls = (CALLS if name in CASES else ("budgets", "allocate") if name in ALLOCATIONS
+                 else IMPORT_CALLS if name in IMPORTS else ("",))
         for call in ((only,) if only else calls):
             got = fenced(name, call)
             peak = got.get("peak_mb")

@@ -97,10 +97,13 @@ def partition(graph: Graph, supported, *, word_bits: int = 16) -> Partition:
     pruned: list[tuple[frozenset, int]] = []
     done: list[frozenset] = []
     for r, ops in enumerate(regions):
-        if device[next(iter(ops))] == CPU:
+        if device[next(iter(ops))] == CPU or len(ops) == 1:  # one op alone is one input op and one output op
             pieces = [ops]
         else:
-            pieces = _post_prune(graph, ops, [*done, *(x for x in regions[r + 1:])])
+            def others(r: int = r) -> list[frozenset]:
+                return [*done, *regions[r + 1:]]
+
+            pieces = _post_prune(graph, ops, others)
         done.extend(pieces)
         pruned.extend((p, r) for p in pieces)
     maximal = _describe(graph, [(ops, r) for r, ops in enumerate(regions)], device, word_bits)
@@ -128,6 +131,8 @@ def _predicate(supported) -> Callable[[Op], bool]:
 class _Quotient:
     """The op DAG with each of `groups` contracted to one node; descendant/ancestor sets as bitsets.
 
+    A group of one op is that op's own node, so regions of one op cost nothing to contract.
+
     A set S of nodes is convex iff no node outside S is both reachable from S and
     reaching S; with bitsets that is `(desc(S) & anc(S)) & ~S == 0`.
     """
@@ -136,9 +141,10 @@ class _Quotient:
         self.unit = {op.name: i for i, op in enumerate(graph.ops)}  # op -> node id
         n = len(graph.ops)
         for g in groups:
-            for op in g:
-                self.unit[op] = n
-            n += 1
+            if len(g) > 1:  # one op contracted is that op: it keeps its id
+                for op in g:
+                    self.unit[op] = n
+                n += 1
         import networkx as nx  # on first use, as `Graph.dag` does: `import engine` stays fast without it
 
         q = nx.DiGraph()
@@ -183,11 +189,19 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
     und = graph.dag.to_undirected(as_view=True)
     regions: list[frozenset] = []
     assigned: set[str] = set()
+    q = None  # the contraction of `regions`: built again only when a seed can grow and a region that joins paths is new
     for seed in graph.ops:
         if seed.name in assigned:
             continue
-        q = _Quotient(graph, regions)
-        region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=device[seed.name]: v not in taken and device[v] == dev)
+        dev = device[seed.name]
+        if not any(v not in assigned and device[v] == dev for v in und[seed.name]):
+            region = frozenset([seed.name])  # no neighbour can join: alone, and convex, without the contraction
+        else:
+            if q is None:
+                q = _Quotient(graph, regions)
+            region = _grow(q, und, seed.name, lambda v, taken=assigned, dev=dev: v not in taken and device[v] == dev)
+        if not _joins_no_paths(graph.dag, region):
+            q = None
         regions.append(region)
         assigned |= region
     regions = _merge_adjacent(graph, regions, device)
@@ -214,6 +228,32 @@ def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
                 mask, d, a, grown = mask | bit, nd, na, True
         frontier = (frontier | {n for v in added for n in und[v]}) - region
     return frozenset(region)
+
+
+def _joins_no_paths(dag, region: frozenset) -> bool:
+    """Whether contracting `region` adds no path between other ops: whatever enters it enters at one op that reaches
+    all of it inside it (or enters nowhere), so the contraction without it answers every convexity test alike.
+
+    A region of ops alternating with the other device's (a chain of conv, conv, softmax, ...) is such a region; not
+    building the contraction again for each of them keeps the growth linear in regions, not quadratic.
+    """
+    entries = [v for v in region if any(p not in region for p in dag.predecessors(v))]
+    if len(entries) > 1:
+        return False
+    if not entries:
+        return True
+    return len(_reached_within(dag.successors, entries[0], region)) == len(region)
+
+
+def _reached_within(step, start: str, region: frozenset) -> set[str]:
+    """The ops of `region` reached from `start` by `step` (successors or predecessors) without leaving it."""
+    reached, todo = {start}, [start]
+    while todo:
+        for w in step(todo.pop()):
+            if w in region and w not in reached:
+                reached.add(w)
+                todo.append(w)
+    return reached
 
 
 def _merge_adjacent(graph: Graph, regions: list[frozenset], device: dict[str, str]) -> list[frozenset]:
@@ -247,16 +287,19 @@ def _in_execution_order(graph: Graph, groups: list[frozenset]) -> list[frozenset
 
 
 # ---- post-pruning (Sec. 3) -----------------------------------------------------------
-def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> list[frozenset]:
+def _post_prune(graph: Graph, region: frozenset, others: Callable[[], list[frozenset]]) -> list[frozenset]:
     """Split one convex region into convex parts with at most one input op and one output op.
 
     From the earliest op e not yet placed, the candidate set D holds the ops whose every
     input is produced inside D (so e stays the only input op); for each x in D the part
     {v in D : v reaches x} has the single output op x when no other member's output
-    leaves it. The largest such part that keeps the contraction acyclic is taken.
+    leaves it. The largest such part that keeps the contraction acyclic is taken. `others()` lists the other
+    regions and pieces to contract (made only when a contraction is built: thousands of regions would copy it each).
     """
+    if _one_part(graph, region):
+        return [region]
     pieces: list[frozenset] = []
-    order = [op.name for op in graph.ops if op.name in region]
+    order = sorted(region, key=graph.position.__getitem__)
     left, at = set(order), 0
     while left:
         while order[at] not in left:
@@ -265,11 +308,16 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
         cand = _dominated(graph, e, left)
         best = frozenset([e])
         if len(cand) > 1:  # only a part larger than {e} needs the contraction (one op alone is always convex)
-            q = _Quotient(graph, [*others, *pieces])
+            q = _Quotient(graph, [*others(), *pieces])
             within, name = q.mask(cand), {q.unit[v]: v for v in cand}
+            # Two tests in bits before any set is built, each a reason the full test below would fail: an output op
+            # of cand is an output op of any part holding it; e is in every part, so its readers must be too
+            leaving = q.mask(_outputs_ops(graph, frozenset(cand)))
+            e_readers = q.mask({c for t in graph.op(e).outputs for c in graph.consumers(t) if c in cand})
             for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
                 mask = q.anc[q.unit[x]] & within | 1 << q.unit[x]  # x and the candidates reaching it
-                if mask.bit_count() <= len(best):  # sized in bits before any set is built: no larger part here
+                if (mask.bit_count() <= len(best) or mask & leaving & ~(1 << q.unit[x])
+                        or (x != e and e_readers & ~mask)):
                     continue
                 piece = frozenset(name[u] for u in bits(mask))
                 if not _outputs_ops(graph, piece) - {x} and _convex(*q.reach(mask), mask):
@@ -277,6 +325,17 @@ def _post_prune(graph: Graph, region: frozenset, others: list[frozenset]) -> lis
         pieces.append(best)
         left -= best
     return pieces
+
+
+def _one_part(graph: Graph, region: frozenset) -> bool:
+    """Whether the region is already one part: its first op dominates it and one op, which every op reaches, is
+    its only output op. The walk below would take it whole (the largest part, convex as the region is); found
+    here without building the contraction, once per region (a chain of conv, conv, softmax, ... has thousands)."""
+    first = min(region, key=graph.position.__getitem__)
+    outs = _outputs_ops(graph, region)
+    if len(outs) != 1 or _dominated(graph, first, set(region)) != region:
+        return False
+    return len(_reached_within(graph.predecessors, next(iter(outs)), region)) == len(region)
 
 
 def _dominated(graph: Graph, e: str, left: set[str]) -> set[str]:
@@ -320,8 +379,9 @@ def _describe(graph: Graph, groups: list[tuple[frozenset, int]], device: dict[st
         inputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).inputs if graph.producer(t) not in g))
         outputs = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).outputs
                                       if t in net_out or any(c not in g for c in graph.consumers(t))))
-        input_ops = tuple(v for v in ops if any(t in inputs for t in graph.op(v).inputs))
-        output_ops = tuple(v for v in ops if any(t in outputs for t in graph.op(v).outputs))
+        read, written = set(inputs), set(outputs)  # sets, not the tuples: a Concat of 25,000 inputs is one op
+        input_ops = tuple(v for v in ops if any(t in read for t in graph.op(v).inputs))
+        output_ops = tuple(v for v in ops if any(t in written for t in graph.op(v).outputs))
         cross_in = [t for t in inputs if _source_device(graph, t, device) != dev]
         cross_out = [t for t in outputs if _sink_devices(graph, t, device, net_out) - {dev}]
         parts.append(Part(dev, ops, inputs, outputs, input_ops, output_ops,

@@ -1,5 +1,7 @@
 """Module-based on-chip reuse: detection, Alg. 3-6 on hand-computed cases, and the paper's Table 1."""
 
+import importlib
+
 import pytest
 
 import engine
@@ -207,3 +209,75 @@ def test_imported_networks(model):
         assert all(g.producer(t) == m.start for t in g.op(m.layers[0]).inputs) or m.kind == "add"
         check_steps(m, plan.npu.mem_bytes)
     assert set(plan.outside) == {op.name for op in g.ops} - seen
+
+
+# ---- size: a module's span at the module's cost ---------------------------------------------
+@pytest.mark.parametrize("name", ["inception_v3", "resnet50", "densenet121", "nasnet_a_mobile"])
+def test_a_span_walked_back_from_its_merge_is_everything_between_it_and_its_dominator(name):
+    """`_between` against its definition, descendants(start) & ancestors(merge), at every merge of a zoo network."""
+    import networkx as nx
+
+    from engine.module_reuse.detect import _ROOT, _between, _is_merge, effective_dag, long_skips
+
+    graph = engine.load_network(name)
+    dag = effective_dag(graph, long_skips(graph, 16))
+    idom = nx.immediate_dominators(dag, _ROOT)
+    merges = [op.name for op in graph.ops if _is_merge(op, dag)]
+    assert merges
+    for m in merges:
+        assert _between(dag, idom[m], m) == nx.descendants(dag, idom[m]) & nx.ancestors(dag, m) | {m}
+
+
+def residual_chain(blocks: int) -> Graph:
+    """`blocks` x (Relu of x, Add of x and the Relu) on 16-channel 8x8 maps: the fuzz's residual chain."""
+    tensors, ops, x = [Tensor("x", (1, 16, 8, 8))], [], "x"
+    for k in range(blocks):
+        tensors += [Tensor(f"r{k}", (1, 16, 8, 8)), Tensor(f"a{k}", (1, 16, 8, 8))]
+        ops += [Op(f"r{k}", OpKind.ELTWISE, (x,), (f"r{k}",), source_type="Relu"),
+                Op(f"a{k}", OpKind.ELTWISE, (x, f"r{k}"), (f"a{k}",), source_type="Add")]
+        x = f"a{k}"
+    return Graph.build(f"residual_chain_{blocks}", ops, tensors, ["x"], [x])
+
+
+def test_a_long_residual_chain_is_one_module_per_add_found_in_linear_work(monkeypatch):
+    """Each Add is a module of one Relu branch and one identity branch, forwarded on chip to the next; detection
+    reads the DAG's neighbours a few times per op (it walked the whole graph once per Add: 215 s at 12,000)."""
+    import networkx as nx
+
+    detect_module = importlib.import_module("engine.module_reuse.detect")  # the package exports the function too
+
+    class Counting(nx.DiGraph):
+        reads = 0
+
+        def successors(self, n):
+            Counting.reads += 1
+            return super().successors(n)
+
+        def predecessors(self, n):
+            Counting.reads += 1
+            return super().predecessors(n)
+
+        neighbors = successors
+
+    real = detect_module.effective_dag
+    monkeypatch.setattr(detect_module, "effective_dag", lambda *a: Counting(real(*a)))
+    graph = residual_chain(2000)
+    structures, cut = detect_module.detect(graph)
+    assert len(structures) == 2000 and not cut
+    assert all(s.branches == ((f"r{k}",), ()) and s.start == (f"a{k - 1}" if k else None)
+               for k, s in enumerate(structures))
+    assert 0 < Counting.reads <= 10 * len(graph.ops)
+    plan = engine.plan_modules(graph, ACC)
+    fm = 16 * 8 * 8 * ACC.word_bits // 8  # bytes of one feature map
+    assert all(m.processing == "I" and m.forwards_output for m in plan.modules)
+    # only the first module reads its MIFM (the network input) from off chip; every output after it stays on chip
+    assert plan.proposed.read_bytes == fm and plan.proposed.write_bytes == 0
+    assert plan.naive.bytes == 2000 * 5 * fm  # Relu: 1 read, 1 write; Add: 2 reads, 1 write
+
+
+def test_a_modules_mifm_tensors_come_in_the_graphs_order_whatever_the_hash_seed():
+    """ShuffleNet-V2's units read both halves of a channel split; the branch reading the second half comes first in
+    the graph, so the MIFM lists it first (it followed a set's order before, which changed with PYTHONHASHSEED)."""
+    structures, _ = detect(engine.load_network("shufflenet_v2_x1_0"), max_layers=4)
+    split = [s.mifm for s in structures if len(s.mifm) == 2]
+    assert len(split) == 13 and all(a.endswith("chunk:1") and b.endswith("chunk:0") for a, b in split)

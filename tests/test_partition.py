@@ -1,5 +1,6 @@
 """CPU/accelerator partitioning: convex, connected, maximal parts; single-in/single-out after pruning."""
 
+import importlib
 import random
 
 import networkx as nx
@@ -193,3 +194,72 @@ def test_zoo_networks_by_kind(name):
     supported = {OpKind.CONV, OpKind.POOL, OpKind.CONCAT, OpKind.ELTWISE}
     result = engine.partition(g, supported)
     check_partition(g, lambda op: op.kind in supported, result)
+
+
+# ---- size: a wide Concat ------------------------------------------------------------
+def wide_concat(readers: int) -> Graph:
+    """A CPU op (Softmax) whose output `readers` Relus read, joined by one Concat: readers + 2 ops."""
+    tensors = [Tensor("x", (1, 8)), Tensor("s", (1, 8))] + [Tensor(f"r{k}", (1, 8)) for k in range(readers)]
+    tensors.append(Tensor("cat", (1, 8 * readers)))
+    ops = [Op("softmax", OpKind.SOFTMAX, ("x",), ("s",))]
+    ops += [Op(f"relu{k}", OpKind.ELTWISE, ("s",), (f"r{k}",)) for k in range(readers)]
+    ops.append(Op("concat", OpKind.CONCAT, tuple(f"r{k}" for k in range(readers)), ("cat",)))
+    return Graph.build(f"wide_concat_{readers}", ops, tensors, ["x"], ["cat"])
+
+
+def test_a_wide_concats_lone_relus_are_parts_without_a_contraction_each(monkeypatch):
+    """Each Relu sits between two CPU ops, so it is a one-op accelerator part whose input and output cross;
+    no region grows past one op, so the contraction is built once, to find that no two regions merge (it was
+    built once per Relu as well: quadratic)."""
+    partition_module = importlib.import_module("engine.partition")  # `engine.partition` is the function
+    built = []
+    real = partition_module._Quotient
+    monkeypatch.setattr(partition_module, "_Quotient", lambda *a: built.append(1) or real(*a))
+    got = engine.partition(wide_concat(2000), {"eltwise"}, word_bits=16)
+    acc = got.accelerator_parts
+    assert len(got.parts) == 2002 and len(acc) == 2000 and len(built) == 1
+    assert all(p.ops == p.input_ops == p.output_ops and p.crossing_bytes == 2 * 8 * 2 for p in acc)
+    concat = got.parts[got.part_of("concat")]
+    assert concat.input_ops == ("concat",) and len(concat.inputs) == 2000
+    # x and the concat's output start and end on the host; s, read by every Relu, crosses once, and so does each r_k
+    assert got.crossing_bytes == (1 + 2000) * 8 * 2
+
+
+def alternating_chain(n: int) -> Graph:
+    """A chain of `n` ops: two accelerator ops (Relu) then one CPU op (Softmax), again and again."""
+    tensors, ops, x = [Tensor("x", (1, 8))], [], "x"
+    for k in range(n):
+        tensors.append(Tensor(f"t{k}", (1, 8)))
+        ops.append(Op(f"o{k}", OpKind.SOFTMAX if k % 3 == 2 else OpKind.ELTWISE, (x,), (f"t{k}",)))
+        x = f"t{k}"
+    return Graph.build(f"alternating_{n}", ops, tensors, ["x"], [x])
+
+
+def test_regions_alternating_with_the_cpus_are_parts_without_a_contraction_each(monkeypatch):
+    """Each pair of Relus is a region that joins no paths (entered at its first op, which reaches the other) and
+    already one part, so neither the growth nor the post-prune builds the contraction for it (once per region
+    before: 29 CPU s at 3,000 ops)."""
+    partition_module = importlib.import_module("engine.partition")
+    built = []
+    real = partition_module._Quotient
+    monkeypatch.setattr(partition_module, "_Quotient", lambda *a: built.append(1) or real(*a))
+    got = engine.partition(alternating_chain(3000), {"eltwise"})
+    assert [p.ops for p in got.parts[:4]] == [("o0", "o1"), ("o2",), ("o3", "o4"), ("o5",)]
+    assert len(got.parts) == 2000 and len(got.accelerator_parts) == 1000 and len(built) == 2
+    # x (from the host) and each pair's input and output cross, but the last Softmax's output (it ends on the host)
+    assert got.crossing_bytes == (1 + 2 * 1000 - 1) * 8 * 2
+
+
+def test_a_chain_hanging_off_a_fork_is_pruned_below_its_first_op():
+    """conv's output is read by a Relu, by r0 and by a0 (all supported): conv alone (its output leaves to three
+    readers), the Relu alone, r0 alone (a0 reads conv's output too, so r0 does not dominate it), then a0 and
+    everything after it, which a0 dominates, whole (2,000 tests of the part ending at each op before: quadratic)."""
+    tensors, ops = [Tensor("x", (1, 8)), Tensor("c", (1, 8)), Tensor("r", (1, 8))], []
+    ops += [Op("conv", OpKind.CONV, ("x",), ("c",)), Op("relu", OpKind.ELTWISE, ("c",), ("r",))]
+    x = "c"
+    for k in range(1000):
+        tensors += [Tensor(f"r{k}", (1, 8)), Tensor(f"a{k}", (1, 8))]
+        ops += [Op(f"r{k}", OpKind.ELTWISE, (x,), (f"r{k}",)), Op(f"a{k}", OpKind.ELTWISE, (x, f"r{k}"), (f"a{k}",))]
+        x = f"a{k}"
+    got = engine.partition(Graph.build("fork", ops, tensors, ["x"], ["r", x]), lambda op: True)
+    assert [p.ops[0] for p in got.parts] == ["conv", "relu", "r0", "a0"] and len(got.parts[3].ops) == 1999

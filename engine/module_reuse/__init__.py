@@ -154,7 +154,7 @@ def _module(graph: Graph, s: Structure, npu: NpuModel, chosen: Run, resident: bo
                 proposed += Traffic(len(tensors), 0, size, 0)
             if u in s.ops and u != s.merge:
                 proposed += Traffic(0, len(tensors), 0, size)
-    ops = tuple(op.name for op in graph.ops if op.name in s.ops)
+    ops = tuple(sorted(s.ops, key=graph.position.__getitem__))  # the graph's order, at the module's cost
     branches = tuple(tuple(v for v in ops if v in _branch_ops(b)) for b in s.branches)
     return Module(
         name=_label(ops), start=s.start, merge=s.merge, kind=s.kind, ops=ops, layers=s.layers,

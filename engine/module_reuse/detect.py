@@ -88,16 +88,45 @@ def detect(graph: Graph, *, max_layers: int = 16) -> tuple[tuple[Structure, ...]
         if not _is_merge(op, dag):
             continue
         start = idom[op.name]
-        ops = (nx.descendants(dag, start) & nx.ancestors(dag, op.name)) | {op.name}
+        ops = _between(dag, start, op.name)
         if _single_entry_exit(graph, dag, start, op.name, ops):
             spans[op.name] = (start, frozenset(ops))
     built: dict[str, Structure] = {}
+    inside_another: set[str] = set()  # merges of built modules that a larger built module holds
     for merge in sorted(spans, key=graph.position.__getitem__):  # inner modules first
-        s = _structure(graph, dag, merge, spans, built, max_layers)
+        inner = _inside(spans[merge][1], merge, built, graph.position)
+        s = _structure(graph, dag, merge, spans[merge], inner, max_layers)
         if s is not None:
             built[merge] = s
-    top = [s for s in built.values() if not any(s.ops < o.ops for o in built.values())]
+            inside_another.update(i.merge for i in inner)
+    top = [s for m, s in built.items() if m not in inside_another]
     return tuple(sorted(top, key=lambda s: graph.position[s.merge])), cut
+
+
+def _between(dag: nx.DiGraph, start: str, merge: str) -> set[str]:
+    """The ops after `start` (merge's immediate dominator) and before `merge`, and `merge` itself.
+
+    Walked back from the merge, stopping at the start: as the start dominates the merge, every op reached
+    descends from it, and every op between them is reached, so this is descendants(start) & ancestors(merge)
+    at the cost of the module, not of the graph (a chain of 12,000 residual adds walked the whole graph
+    once per add).
+    """
+    ops, todo = {merge}, [merge]
+    while todo:
+        for p in dag.predecessors(todo.pop()):
+            if p != start and p not in ops:
+                ops.add(p)
+                todo.append(p)
+    return ops
+
+
+def _inside(ops: frozenset, merge: str, built: dict, position: dict) -> list[Structure]:
+    """Built modules whose ops lie strictly inside `ops`, in the order they were built.
+
+    Such a module's merge is one of `ops`, so only those merges are looked up (not every module built so far).
+    """
+    found = [built[v] for v in ops if v != merge and v in built and built[v].ops < ops]
+    return sorted(found, key=lambda s: position[s.merge])
 
 
 def _is_merge(op, dag: nx.DiGraph) -> bool:
@@ -118,12 +147,12 @@ def _single_entry_exit(graph: Graph, dag: nx.DiGraph, start: str, merge: str, op
     return True
 
 
-def _structure(graph: Graph, dag: nx.DiGraph, merge: str, spans: dict, built: dict,
+def _structure(graph: Graph, dag: nx.DiGraph, merge: str, span: tuple[str, frozenset], inner: list[Structure],
                max_layers: int) -> Structure | None:
-    """Decompose a span into branches (chains of ops and sub-modules); None when it is no module."""
-    start, ops = spans[merge]
-    subs = [built[m] for m in built if built[m].ops < ops]
-    subs = [s for s in subs if not any(s.ops < o.ops for o in subs)]
+    """Decompose a span ((start, ops)) into branches (chains of ops and the largest of the `inner` modules);
+    None when it is no module."""
+    start, ops = span
+    subs = [s for s in inner if not any(s.ops < o.ops for o in inner)]
     owner = {v: s for s in subs for v in s.ops}
     node = {v: owner.get(v, v) for v in ops}  # op -> item it belongs to
 
@@ -151,8 +180,8 @@ def _structure(graph: Graph, dag: nx.DiGraph, merge: str, spans: dict, built: di
     if covered | {merge} != set(ops) or len(branches) < 2:
         return None
     source = None if start == _ROOT else start
-    mifm = tuple(dict.fromkeys(t for v in ops for t in graph.op(v).inputs
-                               if graph.producer(t) == source and (source or t in graph.inputs)))
+    mifm = tuple(dict.fromkeys(t for v in sorted(ops, key=graph.position.__getitem__) for t in graph.op(v).inputs
+                               if graph.producer(t) == source and (source or t in graph.inputs)))  # in the graph's order
     kind = "concat" if graph.op(merge).kind == OpKind.CONCAT else "add"
     s = Structure(source, merge, kind, mifm, ops, tuple(branches))
     return s if len(s.layers) <= max_layers else None

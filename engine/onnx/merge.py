@@ -62,6 +62,7 @@ class _Merger:
                 if t:
                     self.readers.setdefault(t, []).append(name)
         self.node_by_name = {name: node for name, node in nodes}
+        self.reader_counts: dict[str, int] = {}  # tensor -> _reader_count(tensor), once per tensor (readers never change)
 
     def run(self) -> Merged:
         drafts: list[Draft] = []
@@ -109,7 +110,13 @@ class _Merger:
         return Merged(tuple(self._fold_pre_ops(drafts)), self.alias)
 
     def _reader_count(self, tensor: str) -> int:
-        """Readers of `tensor` through reshape-like nodes; a graph output counts as a reader."""
+        """Readers of `tensor` through reshape-like nodes; a graph output counts as a reader.
+
+        Memoised: a tensor read by n nodes is asked about by each of them, and n walks of n readers would be
+        quadratic (a Concat of 25,000 Relus of one tensor took 90 s to import).
+        """
+        if tensor in self.reader_counts:
+            return self.reader_counts[tensor]
         total, todo = 0, [tensor]
         while todo:
             t = todo.pop()
@@ -120,6 +127,7 @@ class _Merger:
                     todo.append(node.output[0])
                 else:
                     total += 1
+        self.reader_counts[tensor] = total
         return total
 
     def _draft(self, name: str, node, inputs: list[str], affine: bool = False) -> Draft:
