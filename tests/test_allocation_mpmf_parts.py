@@ -268,8 +268,9 @@ def test_parts_nested_past_max_depth_stay_sound(monkeypatch):
 
 
 def test_a_chain_with_a_side_output_at_every_op_does_not_recurse_without_end():
-    # 2,000 levels of parts within parts raised RecursionError; M_P = M_R = 8 (c_14 = 3 and s_14 = 5 on chip at s_14)
-    g = chain_with_sides(2000)
+    # 600 levels of parts within parts raised RecursionError without MAX_DEPTH (as 2,000 did); M_P = M_R = 8 (c_14 = 3
+    # and s_14 = 5 on chip at s_14)
+    g = chain_with_sides(600)
     mpmf.cache_clear()
     fp = mpmf(g, word_bits=BITS)
     assert (fp.status, fp.peak_bytes) == ("optimal", 8)
