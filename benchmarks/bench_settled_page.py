@@ -104,11 +104,12 @@ def main(repeats: int = 3) -> None:
         url = f"http://127.0.0.1:{port}/dashboard"
         rows = [settled_page(url) for _ in range(repeats)]
     print("## Dashboard: what a settled page costs its browser\n")
-    print(f"One SqueezeNet page, its search ended, left alone for {SETTLE_S} s, then {MEASURE_S} s measured in headless "
-          "Chromium: the renderer processes' CPU seconds (/proc), the renderer's task seconds, script seconds, style "
-          "recalculations and layouts (Chrome's Performance metrics), and the animation frames the page requested, by "
-          "script. Before FilePond's painter (`dashboard.panel_hooks.FRAME_PAINTER_JS`; commit 7e41716): 600 frames, "
-          "all from filepond.min.js, 599 style recalculations, 0.81 s of tasks, 1.04 CPU s of the renderers "
+    print(f"One SqueezeNet page, its search ended, left alone for {SETTLE_S} s, then {MEASURE_S} s measured in "
+          "headless Chromium: the renderer processes' CPU seconds (/proc), the renderer's task seconds, script "
+          "seconds, style recalculations and layouts (Chrome's Performance metrics), and the animation frames the page "
+          "requested, by script. Before FilePond's painter (`dashboard.panel_hooks.FRAME_PAINTER_JS`; commit "
+          "7e41716): 600 frames, all from filepond.min.js, 599 style recalculations, 0.81 s of tasks, 1.04 CPU s of "
+          "the renderers "
           f"(docs/dashboard.md, \"What a settled page costs its browser\"). Load at the end: {os.getloadavg()[0]:.1f}, "
           f"{os.getloadavg()[1]:.1f} (1, 5 min).\n")
     print("| run | s | renderer CPU s | renderer tasks s | scripts s | style recalcs | layouts | frames requested |")

@@ -176,7 +176,8 @@ LIMITS = {  # name -> (network, what is timed, time limit given in seconds or No
     "budgets_resnet1202": ("resnet1202", "budgets", None),
     "budgets_nasnet_a_mobile": ("nasnet_a_mobile", "budgets", None),
 }
-ALLOCATIONS = {  # name -> (graph source, argument): `budgets()` and `allocate(M_H, time_limit_s=1)` as the fuzz calls them
+# name -> (graph source, argument): `budgets()` and `allocate(M_H, time_limit_s=1)` as the fuzz calls them
+ALLOCATIONS = {
     # residual_chain, wide_concat and wide_fan of seed 1
     **{f"fuzz_case_{n}": (fuzz_case, n) for n in (34, 39, 276)},
     "alloc_fan_out_25k": (fan_out, 25_000), "alloc_fan_out_100k": (fan_out, 100_000),

@@ -270,7 +270,8 @@ def main_area(session: Session, dag: DagPlot | None = None) -> tuple[pn.Column, 
              "Sweep": lambda: [guide("Sweep"), SweepTab().panel()]}
     frames = {name: pn.Column(sizing_mode="stretch_width") for name in ("Fusion", *views)}
     tabs.extend(list(frames.items()))
-    pieces = [Piece(frames["Fusion"], partial(fusion_part, first, end)) for first, end in itertools.pairwise(FUSION_PIECES)]
+    pieces = [Piece(frames["Fusion"], partial(fusion_part, first, end))
+              for first, end in itertools.pairwise(FUSION_PIECES)]
     pieces += [Piece(frames[name], view) for name, view in views.items()]
     return pn.Column(pn.Column(session.status, session.notice, sizing_mode="stretch_width"), tabs,
                      sizing_mode="stretch_width"), pieces

@@ -189,7 +189,8 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
     und = graph.dag.to_undirected(as_view=True)
     regions: list[frozenset] = []
     assigned: set[str] = set()
-    q = None  # the contraction of `regions`: built again only when a seed can grow and a region that joins paths is new
+    # the contraction of `regions`: built again only when a seed can grow and a region that joins paths is new
+    q = None
     for seed in graph.ops:
         if seed.name in assigned:
             continue

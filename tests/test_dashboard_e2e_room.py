@@ -83,7 +83,8 @@ def test_a_settled_page_requests_no_animation_frames_its_upload_box_answers_and_
     logged a failed update."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     failed = []
-    page.on("console", lambda m: failed.append(m.text) if "update failed" in m.text or "RangeError" in m.text else None)
+    page.on("console",
+            lambda m: failed.append(m.text) if "update failed" in m.text or "RangeError" in m.text else None)
     page.on("pageerror", lambda e: failed.append(str(e)))
     page.add_init_script(COUNT_FRAMES)
     page.goto(server + "?network=squeezenet1_0")

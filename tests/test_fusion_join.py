@@ -154,9 +154,8 @@ def test_the_fewest_groups_bound_never_passes_the_brute_force_optimum(seed, n_op
     graph, acc, expect = solved_case(seed, n_ops, buffer)
     if expect is None:
         return
-    cap = Capacity.of(acc)
-    got = fewest.fewest_groups_bytes(graph, acc.word_bits,
-                                     fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), cap.fmap, tensor_views(graph)))
+    most = fewest.most_ops(graph, acc.word_bits, dataflow.of(acc), Capacity.of(acc).fmap, tensor_views(graph))
+    got = fewest.fewest_groups_bytes(graph, acc.word_bits, most)
     assert got <= expect
     assert (got == 0) == any(op.kind not in crossing.PLAIN for op in graph.ops)
 

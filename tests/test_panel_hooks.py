@@ -187,9 +187,9 @@ def test_the_frame_painter_is_in_the_pages_head_before_filepond_and_the_bundled_
 
     template = pn.template.FastListTemplate(title="x")
     assert panel_hooks.paint_filepond_only_when_busy(template)
-    html = template.template.render(macros=MACROS, bokeh_js='<script src="filepond.min.js"></script>', roots=defaultdict(str),
-                                    template_resources={"css": {}, "raw_css": [], "js": {}, "js_modules": {}},
-                                    meta_name="x", style=defaultdict(str), plot_script="")
+    html = template.template.render(macros=MACROS, bokeh_js='<script src="filepond.min.js"></script>',
+                                    roots=defaultdict(str), meta_name="x", style=defaultdict(str), plot_script="",
+                                    template_resources={"css": {}, "raw_css": [], "js": {}, "js_modules": {}})
     assert html.index("window.__framePainter = painter") < html.index("filepond.min.js") < html.index("</head>")
     assert html.index('<meta name="name" content="x">') < html.index("__framePainter")  # Panel's preamble kept
     assert "--sidebar-width" in html  # Panel's Fast list template around it

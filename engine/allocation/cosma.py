@@ -152,7 +152,8 @@ def _solve_problem(graph: Graph, prob, need_order, share: float, until: float, *
         return None, solve.SolveStats("time_limit", False, None, 0.0, "start")
     lb = spill_bound(prob, solver=solver, time_limit_s=_seconds(until, min(share / 10, 2.0)))
     free_first = prob.order is None and time.perf_counter() < until
-    orders = [prob.order if prob.order is not None else _first_order(prob, lb, need_order, until) if free_first else prob.ops]
+    orders = [prob.order if prob.order is not None
+              else _first_order(prob, lb, need_order, until) if free_first else prob.ops]
     known: dict = {}  # order -> the cover's plan in it (or None): MIP starts later, not built twice
     for order in orders:  # the relaxation's order joins the list after the first
         here = replace(prob, order=order)

@@ -181,7 +181,7 @@ def _structure(graph: Graph, dag: nx.DiGraph, merge: str, span: tuple[str, froze
         return None
     source = None if start == _ROOT else start
     mifm = tuple(dict.fromkeys(t for v in sorted(ops, key=graph.position.__getitem__) for t in graph.op(v).inputs
-                               if graph.producer(t) == source and (source or t in graph.inputs)))  # in the graph's order
+                               if graph.producer(t) == source and (source or t in graph.inputs)))  # graph's order
     kind = "concat" if graph.op(merge).kind == OpKind.CONCAT else "add"
     s = Structure(source, merge, kind, mifm, ops, tuple(branches))
     return s if len(s.layers) <= max_layers else None

@@ -62,7 +62,8 @@ class _Merger:
                 if t:
                     self.readers.setdefault(t, []).append(name)
         self.node_by_name = {name: node for name, node in nodes}
-        self.reader_counts: dict[str, int] = {}  # tensor -> _reader_count(tensor), once per tensor (readers never change)
+        # tensor -> _reader_count(tensor), once per tensor (readers never change)
+        self.reader_counts: dict[str, int] = {}
 
     def run(self) -> Merged:
         drafts: list[Draft] = []
