@@ -279,27 +279,34 @@ def _attach_new(models, values: list) -> None:
         models._new_models.add(model)
 
 
+def _wrapping_bokehjs(module: str, cls: str, method: str, guard: str, wrapper: str) -> str:
+    """A page script that replaces BokehJS's `cls.prototype.method` (from `module`) once by `wrapper`, a function
+    expression that may call `original`; when the release has no such method, the console says `guard` is off."""
+    return f"""
+let Class = null;
+try {{ Class = Bokeh.require("{module}").{cls}; }} catch (error) {{ }}
+if (Class == null || typeof Class.prototype.{method} !== "function") {{
+  console.warn("dashboard: {guard} is not applied (BokehJS has no {cls}.{method})");
+}} else if (!Class.prototype.{method}.guarded) {{
+  const original = Class.prototype.{method};
+  const guarded = {wrapper.strip()};
+  guarded.guarded = true;
+  Class.prototype.{method} = guarded;
+}}
+"""
+
+
 # BokehJS chains every view's asynchronous update into its root view's `ready` promise (`View._await_ready`), so one
 # update that fails leaves the root's `ready` rejected for good. Panel 1.9's Tabulator, after a resize, waits for that
 # promise in a loop that, on a rejection, asks again at once (`_request_resize_redraw`, a `finally`): a loop of
 # microtasks that never gives the page back. The tab froze at 100 % CPU; it was the rare cold load that never ended
 # (docs/dashboard.md, "The frozen tab"). The guard lets a failed update end in the console, not in `ready`.
-READY_GUARD_JS = """
-let View = null;
-try { View = Bokeh.require("core/view").View; } catch (error) { }
-if (View == null || typeof View.prototype._await_ready !== "function") {
-  console.warn("dashboard: the views' ready guard is not applied (BokehJS has no View._await_ready)");
-} else if (!View.prototype._await_ready.guarded) {
-  const chain = View.prototype._await_ready;
-  const guarded = function (promise) {
-    return chain.call(this, Promise.resolve(promise).catch((error) => {
+READY_GUARD_JS = _wrapping_bokehjs("core/view", "View", "_await_ready", "the views' ready guard", """
+  function (promise) {
+    return original.call(this, Promise.resolve(promise).catch((error) => {
       console.error("dashboard: a view's update failed (the page goes on without it):", error);
     }));
-  };
-  guarded.guarded = true;
-  View.prototype._await_ready = guarded;
-}
-"""
+  }""")
 
 
 # FilePond (the upload box Panel's FileDropper is made of) paints by `requestAnimationFrame` from the moment its script
@@ -373,38 +380,32 @@ def keep_views_ready_after_a_failed_update(doc) -> None:
     """Have the page of `doc` catch each view's failed asynchronous update where BokehJS would chain it into the root
     view's `ready` promise (READY_GUARD_JS), from the document's first render on. The browser's console says when
     BokehJS has no such method (another release): the guard is then off and the page as Bokeh made it."""
-    from bokeh.models import CustomJS
-
-    doc.js_on_event("document_ready", CustomJS(code=READY_GUARD_JS))
+    _on_first_render(doc, READY_GUARD_JS)
 
 
 # BokehJS's text glyph lays its labels out (`Text.after_visuals`) with the colours and fonts of the rows its renderer
-# shows. Its labels are made asynchronously (`_set_lazy_data`, awaited in `set_data`), so when the renderer's rows change
-# twice in one message (the DAG's outline source set or patched, and its view filter's rows recomputed for a moved
-# view), a layout can run with the rows and colours of the second change and the labels of the first: more labels
-# than colours, and `RangeError: Offset is outside the bounds of the DataView` (22 of 99 stress pages; docs/dashboard.md,
-# "The frozen tab"). Such a layout is skipped: the latest change lays its own labels out once they are made.
-TEXT_GUARD_JS = """
-let TextView = null;
-try { TextView = Bokeh.require("models/glyphs/text").TextView; } catch (error) { }
-if (TextView == null || typeof TextView.prototype.after_visuals !== "function") {
-  console.warn("dashboard: the text labels' guard is not applied (BokehJS has no Text.after_visuals)");
-} else if (!TextView.prototype.after_visuals.guarded) {
-  const layout = TextView.prototype.after_visuals;
-  const guarded = function () {
+# shows. Its labels are made asynchronously (`_set_lazy_data`, awaited in `set_data`), so when the renderer's rows
+# change twice in one message (the DAG's outline source set or patched, and its view filter's rows recomputed for a
+# moved view), a layout can run with the rows and colours of the second change and the labels of the first: more
+# labels than colours, and `RangeError: Offset is outside the bounds of the DataView` (22 of 99 stress pages;
+# docs/dashboard.md, "The frozen tab"). Such a layout is skipped: the latest change lays its own labels out once they
+# are made.
+TEXT_GUARD_JS = _wrapping_bokehjs("models/glyphs/text", "TextView", "after_visuals", "the text labels' guard", """
+  function () {
     const labels = this.labels;
     if (labels != null && labels.length !== this.data_size) return;  // an earlier change's labels: laid out later
-    return layout.call(this);
-  };
-  guarded.guarded = true;
-  TextView.prototype.after_visuals = guarded;
-}
-"""
+    return original.call(this);
+  }""")
 
 
 def lay_text_out_with_its_own_labels(doc) -> None:
     """Have the page of `doc` skip a text glyph's layout whose labels are an earlier change's (TEXT_GUARD_JS), from
     the document's first render on. The browser's console says when BokehJS has no such method (another release)."""
+    _on_first_render(doc, TEXT_GUARD_JS)
+
+
+def _on_first_render(doc, code: str) -> None:
+    """Run the script `code` in the page of `doc` once its document is first rendered (Bokeh's `document_ready`)."""
     from bokeh.models import CustomJS
 
-    doc.js_on_event("document_ready", CustomJS(code=TEXT_GUARD_JS))
+    doc.js_on_event("document_ready", CustomJS(code=code))
