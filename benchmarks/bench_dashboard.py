@@ -127,14 +127,15 @@ def wait_for_port(port: int, seconds: float = 90) -> None:
 
 
 @contextlib.contextmanager
-def served_dashboard(*apps: str, env: dict | None = None, setup: str = ""):
+def served_dashboard(*apps: str, env: dict | None = None, setup: str = "", cpus: str = ""):
     """(port, process) of `panel serve` on `apps` (the dashboard by default) with `make serve`'s session options, on
-    a free loopback port, running this checkout's code (and the `setup` script first, if any); stopped on exit
-    (killed if a search outlives 10 s)."""
+    a free loopback port, running this checkout's code (and the `setup` script first, if any), on the CPUs `cpus`
+    only if given (taskset's list, e.g. "0"); stopped on exit (killed if a search outlives 10 s)."""
     port = _free_port()
     panel = Path(sys.executable).parent / "panel"
-    server = subprocess.Popen([str(panel), "serve", *(apps or ("dashboard",)), "--port", str(port), "--address",
-                               "127.0.0.1", "--allow-websocket-origin", f"127.0.0.1:{port}",
+    pinned = ("taskset", "-c", cpus) if cpus else ()
+    server = subprocess.Popen([*pinned, str(panel), "serve", *(apps or ("dashboard",)), "--port", str(port),
+                               "--address", "127.0.0.1", "--allow-websocket-origin", f"127.0.0.1:{port}",
                                "--check-unused-sessions", "1000", "--unused-session-lifetime", "60000",
                                *(("--setup", setup) if setup else ())],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

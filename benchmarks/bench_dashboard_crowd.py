@@ -8,10 +8,13 @@ loop and timing each turn of it in the loop thread's CPU seconds; headless Chrom
 once, each on a different zoo network, while page X (SqueezeNet) drags its slider and a thread asks the server for a
 small static file every 50 ms (a static file is answered by the event loop itself: its wait is how long the loop was
 busy with something else). The crowd's pages render in a browser of their own at `nice -n 19` (they stand for other
-users' laptops; page X, the server and its workers run at the usual priority). Each page notes when the first message
-carrying a report's headline reached it. The server's resident memory is sampled meanwhile.
+users' laptops; page X, the server and its workers run at the usual priority). With `--apart`, both browsers run on
+the machine's last core and the server on the others (`taskset`): the figures then measure the server alone on its
+cores, not the room's laptops sharing them. Each page notes when the first message carrying a report's headline
+reached it. The server's resident memory is sampled meanwhile.
 Wall-clock waits grow with the machine's load; the turns' CPU seconds do not (the figure to compare between runs).
-Run: `.venv/bin/python -m benchmarks.run dashboard_crowd` (or `python -m benchmarks.bench_dashboard_crowd 1 10`).
+Run: `.venv/bin/python -m benchmarks.run dashboard_crowd` (or `python -m benchmarks.bench_dashboard_crowd 1 10`, and
+`--apart` before the sizes for the browsers on a core of their own).
 """
 
 from __future__ import annotations
@@ -135,28 +138,31 @@ def _moves(page, count: int) -> list[float]:
     return waits
 
 
-def _niced_chromium(folder: Path) -> str:
-    """A script in `folder` that starts Chromium at the lowest CPU priority (`nice -n 19`)."""
-    script = folder / "niced-chromium"
-    script.write_text(f'#!/bin/sh\nexec nice -n {CROWD_NICENESS} {shutil.which("chromium")} "$@"\n')
+def _chromium(script: Path, niceness: int, cpus: str) -> str:
+    """A script at `script` that starts Chromium at `niceness`, on the CPUs `cpus` only if given (taskset's list)."""
+    pinned = f"taskset -c {cpus} " if cpus else ""
+    script.write_text(f'#!/bin/sh\nexec {pinned}nice -n {niceness} {shutil.which("chromium")} "$@"\n')
     script.chmod(0o755)
     return str(script)
 
 
-def crowd(size: int) -> dict:
+def crowd(size: int, apart: bool = False) -> dict:
     """Page X's moves, the loop's blocks, the static waits, each page's first report and the server's memory while
-    `size` other pages load."""
+    `size` other pages load; with `apart`, the browsers on the last core and the server on the others."""
     from playwright.sync_api import sync_playwright
 
     log = Path(tempfile.mkdtemp()) / "loop_lag.log"
-    with served_dashboard(env={"LOOP_LAG_LOG": str(log)}, setup="benchmarks/loop_lag.py") as (port, server), \
-            sync_playwright() as p:
+    last = (os.cpu_count() or 1) - 1
+    server_cpus, browser_cpus = (f"0-{max(0, last - 1)}", str(last)) if apart else ("", "")
+    with served_dashboard(env={"LOOP_LAG_LOG": str(log)}, setup="benchmarks/loop_lag.py", cpus=server_cpus) as (
+            port, server), sync_playwright() as p:
         url = f"http://127.0.0.1:{port}/dashboard"
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=_chromium(log.parent / "chromium", 0, browser_cpus),
+                                    headless=True, args=CHROMIUM_ARGS)
         # the crowd's pages stand for other users' laptops: their rendering runs at the lowest priority, so that it
         # takes from the server's CPU only what the server leaves idle
-        crowd_browser = p.chromium.launch(executable_path=_niced_chromium(log.parent), headless=True,
-                                          args=CHROMIUM_ARGS)
+        crowd_browser = p.chromium.launch(executable_path=_chromium(log.parent / "niced-chromium", CROWD_NICENESS,
+                                                                    browser_cpus), headless=True, args=CHROMIUM_ARGS)
         x = browser.new_page(viewport={"width": 1500, "height": 1100})
         x.goto(url + "?network=squeezenet1_0&buffer_kb=64", timeout=300_000)
         x.get_by_text(re.compile(r"squeezenet1_0 \(batch 1\) on optimus, 64 KB")).first.wait_for(timeout=300_000)
@@ -195,8 +201,8 @@ def crowd(size: int) -> dict:
             "heaviest": sorted(turns, reverse=True)[:HEAVIEST]}
 
 
-def main(sizes=CROWDS):
-    rows = [crowd(size) for size in sizes]
+def main(sizes=CROWDS, apart: bool = False):
+    rows = [crowd(size, apart) for size in sizes]
     print("## Dashboard: a room of users on one server\n")
     print(f"`panel serve dashboard` on this machine; page X (SqueezeNet) drags its slider {MOVES} times while N other "
           "pages open at once, each on a different zoo network. The server's event loop logs each time it was blocked "
@@ -204,7 +210,9 @@ def main(sizes=CROWDS):
           "it); each page notes when its first report arrived; the CPU seconds of the server's event loop (its main "
           "thread), of the whole server process and of its worker processes from the pages' opening to the last one "
           f"loaded. The other pages' browser runs at `nice -n {CROWD_NICENESS}` (other users' laptops), page X's and "
-          "the server at the usual priority. Goals (issue 29): the loop never blocked over 0.1 s, a static file "
+          "the server at the usual priority"
+          + (", both browsers on the machine's last core and the server on the others (`--apart`, `taskset`)"
+             if apart else "") + ". Goals (issue 29): the loop never blocked over 0.1 s, a static file "
           "within 0.2 s, X's moves within 1 s.\n")
     print("| other pages | all loaded (s) | first report: median / max (s) | loop's longest block (s) "
           "| blocks over 0.1 s | static file: p50 / p95 / max (s) | X's moves: median / max (s) "
@@ -233,4 +241,5 @@ def main(sizes=CROWDS):
 
 
 if __name__ == "__main__":
-    main(tuple(int(n) for n in sys.argv[1:]) or CROWDS)  # crowd sizes to run, e.g. `... bench_dashboard_crowd 1 10`
+    # crowd sizes to run, e.g. `... bench_dashboard_crowd 1 10`; `--apart`: the browsers on a core of their own
+    main(tuple(int(n) for n in sys.argv[1:] if n != "--apart") or CROWDS, "--apart" in sys.argv[1:])

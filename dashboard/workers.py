@@ -26,6 +26,7 @@ from engine.explore import EvaluationStopped
 from engine.graph import Graph
 
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # the engine's work uses a core each; the event loop keeps its own
+WORKER_NICENESS = 10  # added to the server's: on a busy machine the event loop gets a core before the engine's work
 POLL_S = 0.25  # how often a waiting thread asks whether its page still wants the result
 CLOSED = "the page that asked for this work was closed"
 
@@ -72,7 +73,9 @@ def _kill_workers() -> None:
 
 
 def _start_worker() -> None:
-    """In each worker, before its first piece of work: die with the server, and dump its stacks when asked."""
+    """In each worker, before its first piece of work: run below the server's priority (the event loop answers every
+    page, a worker one page's report), die with the server, and dump its stacks when asked."""
+    os.nice(WORKER_NICENESS)
     _outlive_not()
     dump_stacks_on_signal()
 

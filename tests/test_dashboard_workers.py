@@ -23,7 +23,7 @@ import engine
 from dashboard import pieces
 from dashboard.session import Session, fusion_report
 from dashboard.state import ExplorerState
-from dashboard.workers import WORKERS, Runner, StopCheck, _wait, pool
+from dashboard.workers import WORKER_NICENESS, WORKERS, Runner, StopCheck, _wait, pool
 from engine.explore import EvaluationStopped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +72,11 @@ def test_a_superseded_requests_report_is_not_computed():
         s.compute_report(181, run=stale.runner)
     assert fusion_report.cache_info().misses == misses + 1 and not s.is_ready(181)
     assert s.compute_report(181, run=s.new_request().runner).acc.buffer_bytes == 181 * 1024  # the current one is
+
+
+def test_the_workers_run_below_the_servers_priority():
+    # os.nice(0) reads a process's niceness; the kernel caps it at 19
+    assert Runner(away=True)(os.nice, 0) == min(19, os.nice(0) + WORKER_NICENESS)
 
 
 def test_a_worker_that_died_fails_its_own_work_only():
