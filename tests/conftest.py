@@ -72,7 +72,9 @@ def conv_bn_relu_model(input_shape=(1, 3, 8, 8), opset=17, dynamic=False):
     return model
 
 
-# ---- the browser tests: one dashboard server and one Chromium per test module -------------------------------------
+# ---- the browser tests: one dashboard server and one Chromium per pytest worker ------------------------------------
+# (each browser file's xdist_group runs on one worker: tests/test_dashboard_e2e_room.py shares the server of
+# tests/test_dashboard_e2e_inputs.py, warm, instead of starting and warming a third: about 13 CPU s)
 
 # Every browser wait's hang guard (a page's default timeout, and the tests' polling deadlines): it ends only a test that
 # hangs, never one on a slow machine. At load 17-25 with three pytest workers a first report took over 120 s to show;
@@ -94,9 +96,9 @@ class Served(NamedTuple):
     log: Path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(tmp_path_factory):
-    """`Served`: `panel serve dashboard` on a free loopback port."""
+    """`Served`: `panel serve dashboard` on a free loopback port, for every browser test this process runs."""
     from engine.fusion.optimus import compile_ahead
 
     compile_ahead()  # Numba's cache filled first, as `make serve` does: the served page must not wait for the compiler
@@ -133,7 +135,7 @@ def served(tmp_path_factory):
     log.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(served):
     return served.url
 
@@ -224,9 +226,9 @@ class OfflineBrowser:
         return [page for page in self.pages if not page.is_closed()]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium():
-    """Headless Chromium, launched once for the test module that asks for a `browser`."""
+    """Headless Chromium, launched once for the browser tests this process runs."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -239,8 +241,12 @@ def chromium():
 
 @pytest.fixture
 def browser(chromium):
-    """The module's Chromium for one test: every page the test opens took everything from the dashboard's server
-    (stylesheets from cdn.holoviz.org came once a server had served a few sessions: issue 29), else it fails."""
+    """The worker's Chromium for one test: every page the test opens took everything from the dashboard's server
+    (stylesheets from cdn.holoviz.org came once a server had served a few sessions: issue 29), else it fails. The pages
+    the test left open are closed after it: a settled page's renderer and its server session spend about 0.035 CPU s
+    a second (a GoogLeNet page), for as long as it stays open."""
     offline = OfflineBrowser(chromium)
     yield offline
+    for page in offline.open_pages():
+        page.close()
     assert not offline.outside, sorted(set(offline.outside))

@@ -13,7 +13,7 @@ from benchmarks.bench_dashboard_crowd import cpu_seconds, workers_cpu_seconds
 # the server and browser fixtures (`served`, `server`, `browser`: no page may leave loopback) are tests/conftest.py's
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason="Debian's chromium is not installed (make test installs it when run as root)"),
-              pytest.mark.xdist_group("browser")]  # one server for the module, on one worker
+              pytest.mark.xdist_group("browser")]  # on one worker, with its server (tests/conftest.py)
 
 
 # What a click on a DAG node does in BokehJS: select that node in the nodes' data source.

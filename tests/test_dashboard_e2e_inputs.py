@@ -10,7 +10,7 @@ from conftest import CHROMIUM
 
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason="Debian's chromium is not installed (make test installs it when run as root)"),
-              pytest.mark.xdist_group("browser-inputs")]  # one server for the module, on one worker
+              pytest.mark.xdist_group("browser-inputs")]  # on one worker, with its server (tests/conftest.py)
 
 
 def _open(server, browser, query: str, height: int = 1100):
