@@ -40,7 +40,7 @@ SCHEDULES = ("free", "mpmf")
 # (ResNet-1202, 1,807 ops: a pass 2.9-3.8 ms, check 11, baseline 14, spill-everything 2.3 CPU ms on this machine).
 RESERVE_SCANS = 12
 PACK_RESERVE_SCANS = 4  # the same, for the no-spill packing tried first: its check, or else the plan built without
-# a search (no search follows a packing that ran this late)
+# a search (no search follows a packing that ran this late); it starts only with 2 more passes left (its set-up)
 NO_SPILL = ("no tensor leaves the chip: each stays at one address from its first use to its last (the no-spill "
             "packing of this order), so no plan costs less")
 
@@ -91,8 +91,9 @@ def _allocate(graph: Graph, budget_bytes: int, method: str, schedule, include_pa
         search_until = deadline - RESERVE_SCANS * scan
         as_given = (None if schedule == "mpmf" or divide is not None  # a division asked for is searched
                     else tuple(op.name for op in graph.ops) if schedule == "free" else tuple(schedule))
-        packed = None if as_given is None else pack_steps(_steps_in(graph, table, as_given), sizes, budget_bytes,
-                                                          deadline=deadline - PACK_RESERVE_SCANS * scan)
+        pack_until = deadline - PACK_RESERVE_SCANS * scan
+        packed = (None if as_given is None or time.perf_counter() + 2 * scan >= pack_until
+                  else pack_steps(_steps_in(graph, table, as_given), sizes, budget_bytes, deadline=pack_until))
         if as_given is not None and packed is not None:  # no traffic at all: nothing is cheaper, whatever the order
             return _checked(Allocation(as_given, packed, (), (), 0, peak_bytes(packed, len(as_given)),
                                        "optimal", 0.0, time.perf_counter() - start, **common,
