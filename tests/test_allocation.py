@@ -245,8 +245,9 @@ def test_divide_and_conquer_is_valid_and_bounded_by_the_optimum():
     for budget in sorted(set(budgets(g, word_bits=BITS))):
         best = oracle(g, budget)
         split = allocate(g, budget, word_bits=BITS, divide=["d"])
-        assert split.status == "feasible" and "2 segments" in split.message
+        assert "2 segments" in split.message
         assert check(split, g) == split.offchip_bytes >= best  # a heuristic: never below the optimum
+        assert split.status == "feasible" or split.offchip_bytes == best  # "optimal" only where it is
         auto = allocate(g, budget, word_bits=BITS, divide="auto")  # 7 ops fit one segment: exact
         assert check(auto, g) == auto.offchip_bytes == best
 

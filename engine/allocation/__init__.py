@@ -17,6 +17,7 @@ from engine.allocation import baselines, collector
 from engine.allocation.cosma import solve_cosma
 from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.mpmf import budgets, mpmf
+from engine.allocation.packing import pack_steps
 from engine.allocation.record import Allocation, Placement, op_table, peak_bytes
 from engine.allocation.solve import SOLVERS
 from engine.allocation.spillall import spill_all
@@ -38,6 +39,10 @@ SCHEDULES = ("free", "mpmf")
 # their bytes): the result's check takes about 3 of them, a baseline about 4 and the plan built without a search 1
 # (ResNet-1202, 1,807 ops: a pass 2.9-3.8 ms, check 11, baseline 14, spill-everything 2.3 CPU ms on this machine).
 RESERVE_SCANS = 12
+PACK_RESERVE_SCANS = 4  # the same, for the no-spill packing tried first: its check, or else the plan built without
+# a search (no search follows a packing that ran this late); it starts only with 2 more passes left (its set-up)
+NO_SPILL = ("no tensor leaves the chip: each stays at one address from its first use to its last (the no-spill "
+            "packing of this order), so no plan costs less")
 
 __all__ = ["allocate", "Allocation", "Placement", "budgets", "mpmf", "METHODS", "SCHEDULES"]
 
@@ -84,6 +89,15 @@ def _allocate(graph: Graph, budget_bytes: int, method: str, schedule, include_pa
                                   f"is {budget_bytes} bytes; M_R = {need}")
     if method == "cosma":
         search_until = deadline - RESERVE_SCANS * scan
+        as_given = (None if schedule == "mpmf" or divide is not None  # a division asked for is searched
+                    else tuple(op.name for op in graph.ops) if schedule == "free" else tuple(schedule))
+        pack_until = deadline - PACK_RESERVE_SCANS * scan
+        packed = (None if as_given is None or time.perf_counter() + 2 * scan >= pack_until
+                  else pack_steps(_steps_in(graph, table, as_given), sizes, budget_bytes, deadline=pack_until))
+        if as_given is not None and packed is not None:  # no traffic at all: nothing is cheaper, whatever the order
+            return _checked(Allocation(as_given, packed, (), (), 0, peak_bytes(packed, len(as_given)),
+                                       "optimal", 0.0, time.perf_counter() - start, **common,
+                                       message=NO_SPILL), graph, start, common)
         got = None
         if time.perf_counter() < search_until:
             order, fixed = _order(graph, schedule, include_params, word_bits,
@@ -106,12 +120,26 @@ def _allocate(graph: Graph, budget_bytes: int, method: str, schedule, include_pa
     result = Allocation(tuple(order), tuple(placements), tuple(spills), tuple(retrievals),
                         _bytes(graph, spills + retrievals, word_bits), peak_bytes(placements, len(order)), status, gap,
                         time.perf_counter() - start, **common, message=message)
-    if method == "cosma" and result.has_plan:
+    return _checked(result, graph, start, common) if method == "cosma" else result
+
+
+def _checked(result: Allocation, graph: Graph, start: float, common: _Common) -> Allocation:
+    """`result` once the validity checker passes it; else the best baseline in its order (never a rejected plan)."""
+    if result.has_plan:
         try:
             result.validate()
-        except EngineError as err:  # never hand out a plan the checker rejects: the best baseline in its order
+        except EngineError as err:
             return _baseline_instead(result, graph, str(err), start, common)
     return result
+
+
+def _steps_in(graph: Graph, table, order) -> list:
+    """The (reads, writes) of each op of `order`, from `table` (`record.op_table` in the graph's order)."""
+    steps = table[0]
+    if order == tuple(op.name for op in graph.ops):
+        return steps
+    by_name = dict(zip((op.name for op in graph.ops), steps))
+    return [by_name[op] for op in order]
 
 
 def _in_time(graph: Graph, table, order, until: float, start: float, common: _Common, why: str) -> Allocation:
@@ -120,10 +148,7 @@ def _in_time(graph: Graph, table, order, until: float, start: float, common: _Co
     pass from `table`, `record.op_table` in the graph's order), status "time_limit", no gap known."""
     names = tuple(op.name for op in graph.ops)
     order = names if order is None else order
-    steps, sizes = table
-    if order != names:
-        by_name = dict(zip(names, steps))
-        steps = [by_name[op] for op in order]
+    steps, sizes = _steps_in(graph, table, order), table[1]
     *plan, cost = spill_all(steps, sizes, frozenset(graph.outputs))
     name = "spill-everything"
     for policy in baselines.POLICIES:

@@ -86,18 +86,19 @@ def _cut(p: Problem, pos: dict, accesses: dict, chosen: set) -> tuple[list, list
     time for a network input or weight (`carry.fresh`), a listed retrieval otherwise.
     """
     n = len(pos)
+    ends: dict[str, set[int]] = {}  # tensor -> the steps that end its chosen gaps (its next read, or n)
+    for a, rest in chosen:
+        ends.setdefault(a, set()).add(min((pos[r] for r in rest if r != END), default=n))
     stays, spills, retrievals = [], [], []
     for a, steps in accesses.items():
         if not steps:
             continue
-        readers = p.consumers.get(a, ())
-        later = {END} if a in p.keep else set()
         written = a in p.carry.host or a in p.free_spill  # DRAM has it, or writing it costs nothing
         lo = steps[0]
         if lo >= 0 and a not in p.producer and a not in p.carry.fresh:
             retrievals.append((a, lo))
         for prev, nxt in zip(steps, steps[1:]):
-            if (a, frozenset(r for r in readers if pos[r] > prev) | later) not in chosen:
+            if nxt not in ends.get(a, ()):  # a gap is keyed by the reads after it: the first of them ends it
                 continue
             if prev >= 0:
                 stays.append((a, max(lo, 0), prev))

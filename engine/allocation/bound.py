@@ -17,6 +17,7 @@ and the full ILP can be given the bound as a valid row without changing its opti
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -190,48 +191,32 @@ def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
     """Per op whose step is over budget: (excess units, [(surely-live tensor, its reads still to come)]).
 
     A tensor is surely live at an op it does not touch when it has surely been on chip before
-    (`_started`) and is read after. Each tensor's set of such ops is computed once, as a bitset
-    over `p.ops` (an interval of positions in a fixed order; descendants of its start and
-    ancestors of its readers in a free one), so the work follows the live pairs, not ops x tensors.
+    (`_started`) and is read after. In a fixed order these ops are an interval of positions: a running sum
+    gives every step's load and one sweep lists the tensors live at the steps over budget, so the work is
+    linear in the ops and tensors plus the cover's own size (a Concat of 25,000 inputs: no step over budget
+    at M_P, and none of its 3 x 10^8 live pairs listed). In a free one each tensor's set of such ops is a
+    bitset over `p.ops` (descendants of its start and ancestors of its readers), so the work follows the live
+    pairs, not ops x tensors.
     """
+    reads = {a: p.consumers.get(a, ()) + ((END,) if a in p.keep else ()) for a in p.tensors}
+    if p.order is not None:
+        return _excess_in_order(p, reads)
     unit, budget, n = p.unit, p.budget // p.unit, len(p.ops)
     index = {op: i for i, op in enumerate(p.ops)}
     every = (1 << n) - 1
-    reads = {a: p.consumers.get(a, ()) + ((END,) if a in p.keep else ()) for a in p.tensors}
-    if p.order is not None:
-        pos = {op: t for t, op in enumerate(p.order)}
-        prefix = [0]  # prefix[t]: bits of the ops at positions before t
-        for op in p.order:
-            prefix.append(prefix[-1] | 1 << index[op])
+    anc = ancestors(p)
+    desc = dict.fromkeys(p.ops, 0)
+    for op in reversed(p.ops):  # topological order reversed: successors first
+        for q in p.preds[op]:
+            desc[q] |= desc[op] | 1 << index[op]
 
-        def span(first: int, last: int) -> int:  # ops at positions first < t < last
-            return prefix[max(last, first + 1)] & ~prefix[first + 1]
+    def live_ops(a: str) -> int:
+        later = every if END in reads[a] else _union(anc[r] for r in reads[a])
+        if a in p.carry.resident:
+            return later
+        starts = (p.producer[a],) if a in p.producer else reads[a]
+        return later & _union(desc[r] for r in starts if r != END)
 
-        def live_ops(a: str) -> int:
-            last = n if END in reads[a] else max((pos[r] for r in reads[a]), default=-1)
-            if a in p.carry.resident:
-                return span(-1, last)
-            first = pos[p.producer[a]] if a in p.producer else min((pos[r] for r in reads[a] if r != END), default=n)
-            return span(first, last)
-
-        def after(a: str, op: str) -> frozenset:
-            return frozenset(r for r in reads[a] if r == END or pos[op] < pos[r])
-    else:
-        anc = ancestors(p)
-        desc = dict.fromkeys(p.ops, 0)
-        for op in reversed(p.ops):  # topological order reversed: successors first
-            for q in p.preds[op]:
-                desc[q] |= desc[op] | 1 << index[op]
-
-        def live_ops(a: str) -> int:
-            later = every if END in reads[a] else _union(anc[r] for r in reads[a])
-            if a in p.carry.resident:
-                return later
-            starts = (p.producer[a],) if a in p.producer else reads[a]
-            return later & _union(desc[r] for r in starts if r != END)
-
-        def after(a: str, op: str) -> frozenset:
-            return frozenset()
     touched = dict.fromkeys(p.tensors, 0)
     for op in p.ops:
         for a in (*p.reads[op], *p.writes[op]):
@@ -246,7 +231,53 @@ def _excess_cover(p: Problem) -> list[tuple[int, list[tuple[str, frozenset]]]]:
             live[i].append(a)
             load[i] += p.size[a] // unit
             bits ^= low
-    return [(load[i] - budget, [(a, after(a, op)) for a in live[i]]) for i, op in enumerate(p.ops) if load[i] > budget]
+    return [(load[i] - budget, [(a, frozenset()) for a in live[i]]) for i in range(n) if load[i] > budget]
+
+
+def _excess_in_order(p: Problem, reads: dict) -> list[tuple[int, list[tuple[str, frozenset]]]]:
+    """`_excess_cover` of a fixed order: a tensor is surely live at the steps strictly between its start (made,
+    first read, or on chip before the segment) and its last read, but those it is used at."""
+    assert p.order is not None
+    unit, budget, n = p.unit, p.budget // p.unit, len(p.order)
+    pos = {op: t for t, op in enumerate(p.order)}
+    load = [0] * (n + 1)  # step -> units its own tensors and the surely-live others take (first a running sum)
+    starting: list[list[str]] = [[] for _ in range(n + 1)]  # step -> tensors whose span starts there
+    span = {}  # tensor -> (first, stop): surely live at first <= t < stop, the steps it is used at aside
+    for a in p.tensors:
+        stop = n if END in reads[a] else max((pos[r] for r in reads[a]), default=-1)
+        first = (-1 if a in p.carry.resident else pos[p.producer[a]] if a in p.producer
+                 else min((pos[r] for r in reads[a] if r != END), default=n)) + 1
+        if first < stop:
+            span[a] = (first, stop)
+            load[first] += p.size[a] // unit
+            load[stop] -= p.size[a] // unit
+            starting[first].append(a)
+    load = list(itertools.accumulate(load))
+    for t, op in enumerate(p.order):
+        for a in {*p.reads[op], *p.writes[op]}:
+            if not (a in span and span[a][0] <= t < span[a][1]):  # already counted when surely live
+                load[t] += p.size[a] // unit
+    rank = {a: k for k, a in enumerate(p.tensors)}
+    index = {op: i for i, op in enumerate(p.ops)}
+    rows = []
+    active: dict[str, None] = {}  # tensors whose span has begun (those ended leave lazily)
+    rests: dict[tuple[str, int], frozenset] = {}  # (tensor, its next read) -> its reads from then on: a gap's key
+    for t, op in enumerate(p.order):
+        active.update(dict.fromkeys(starting[t]))
+        if load[t] <= budget:
+            continue
+        own = {*p.reads[op], *p.writes[op]}
+        live = []
+        for a in list(active):
+            if span[a][1] <= t:
+                del active[a]
+            elif a not in own:
+                nxt = min((pos[r] for r in reads[a] if r != END and pos[r] > t), default=n)
+                if (a, nxt) not in rests:
+                    rests[a, nxt] = frozenset(r for r in reads[a] if r == END or pos[r] > t)
+                live.append((rank[a], a, rests[a, nxt]))
+        rows.append((index[op], load[t] - budget, [(a, rest) for _, a, rest in sorted(live)]))
+    return [(excess, live) for _, excess, live in sorted(rows)]
 
 
 def _union(masks) -> int:

@@ -2,9 +2,9 @@
 
 Walking every step of a new stay and collecting what is live there costs its lifetime times the stays live at once:
 on a fan (one tensor read by N ops, joined by one Sum) N outputs live until the Sum, so placing them was cubic in N
-(1,000 readers: 50 s in the greedy packing, 20 s in `solution.compact`). Stays longer than `LONG` steps are kept
-apart and tested by their ends instead, so a stay costs its own steps plus the short stays beside it plus the long
-ones: quadratic on a fan, linear on a chain.
+(1,000 readers: 50 s in the greedy packing, 20 s in `solution.compact`, which now reads `skyline.py`). Stays longer
+than `LONG` steps are kept apart and tested by their ends instead, so a stay costs its own steps plus the short stays
+beside it plus the long ones: quadratic on a fan, linear on a chain.
 """
 
 from __future__ import annotations

@@ -172,7 +172,9 @@ def _check(alloc: Allocation, g: Graph) -> None:
 
 
 def _covering(stays: list[Placement], t: int) -> Placement | None:
-    return next((p for p in stays if p.first_step <= t <= p.last_step), None)
+    """The stay of `stays` (sorted by first step, none overlapping) on chip at step `t`, or None."""
+    k = bisect.bisect_right(stays, t, key=lambda p: p.first_step) - 1
+    return stays[k] if k >= 0 and stays[k].last_step >= t else None
 
 
 def _check_uses(alloc, step_of, by_tensor) -> None:

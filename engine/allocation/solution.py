@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from engine.allocation.model import Model
-from engine.allocation.occupancy import Occupancy
 from engine.allocation.problem import Carry, Problem
 from engine.allocation.record import Placement
+from engine.allocation.skyline import Skyline
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,12 @@ def compact(stays, size: dict[str, int], unit: int) -> tuple[Placement, ...]:
     solution met every no-overlap constraint, no stay moves up, so the budget still holds.
     """
     ranked = sorted(range(len(stays)), key=lambda i: (stays[i][3] + size[stays[i][0]] / 2, stays[i][0]))
-    placed = Occupancy(1 + max((s[2] for s in stays), default=0))
+    tops = Skyline(1 + max((s[2] for s in stays), default=0))  # step -> the top of the stays laid down there
     address: dict[int, int] = {}
     for i in ranked:
         a, first, last, _, pinned = stays[i]
-        floor = max((address[j] + size[stays[j][0]] for j in placed.beside(first, last)), default=0)
-        address[i] = pinned if pinned is not None else floor
-        placed.add(i, first, last)
+        address[i] = pinned if pinned is not None else tops.highest(first, last)
+        tops.raise_to(first, last, address[i] + size[a])
     out = [Placement(a, first, last, address[i] * unit, size[a] * unit)
            for i, (a, first, last, _, _) in enumerate(stays)]
     return tuple(sorted(out, key=lambda pl: (pl.first_step, pl.address)))
