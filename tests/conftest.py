@@ -72,7 +72,7 @@ def conv_bn_relu_model(input_shape=(1, 3, 8, 8), opset=17, dynamic=False):
     return model
 
 
-# ---- the browser tests: one dashboard server and one Chromium per pytest worker ------------------------------------
+# ---- the browser tests: one dashboard server per pytest worker, one Chromium per test module ---------------------
 # (each browser file's xdist_group runs on one worker: tests/test_dashboard_e2e_room.py shares the server of
 # tests/test_dashboard_e2e_inputs.py, warm, instead of starting and warming a third: about 13 CPU s)
 
@@ -226,9 +226,11 @@ class OfflineBrowser:
         return [page for page in self.pages if not page.is_closed()]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """Headless Chromium, launched once for the browser tests this process runs."""
+    """Headless Chromium, launched once for the test module that asks for a `browser`: per module, not per worker,
+    since Playwright's sync API keeps an event loop running in the thread until it stops, and a later module's
+    `asyncio.run` (tests/test_dashboard.py's, on the same worker) then fails."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -241,7 +243,7 @@ def chromium():
 
 @pytest.fixture
 def browser(chromium):
-    """The worker's Chromium for one test: every page the test opens took everything from the dashboard's server
+    """The module's Chromium for one test: every page the test opens took everything from the dashboard's server
     (stylesheets from cdn.holoviz.org came once a server had served a few sessions: issue 29), else it fails. The pages
     the test left open are closed after it: a settled page's renderer and its server session spend about 0.035 CPU s
     a second (a GoogLeNet page), for as long as it stays open."""
