@@ -184,6 +184,7 @@ ALLOCATIONS = {
 }
 PARTITIONS = {  # name -> (builder, argument): `partition` with every op supported (one region, post-pruned)
     "partition_fan_out_10k": (fan_out, 10_000), "partition_chain_10k": (chain, 10_000),
+    "partition_fan_out_100k": (fan_out, 100_000), "partition_chain_100k": (chain, 100_000),
 }
 
 IMPORTS = {  # name -> (ONNX file builder, ops): the import, `partition` and `plan_modules` of the fuzz's stress shapes

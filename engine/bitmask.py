@@ -8,7 +8,7 @@ def bits(mask: int) -> list[int]:
 
     A dense mask is read off its binary string from the lowest set bit (the fastest way in Python); a sparse one
     (under one set bit in 64) by clearing its lowest bit in turn, so a mask with 2 of 25,000 bits set costs two
-    steps, not a 25,000-character walk (the partition's post-prune asks this once per candidate op).
+    steps, not a 25,000-character walk.
     """
     if not mask:
         return []

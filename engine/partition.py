@@ -11,12 +11,12 @@ part waits for inputs it needs late or holds back outputs it made early
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from engine.bitmask import bits
 from engine.errors import EngineError, UnknownNameError
 from engine.graph import Graph, Op, OpKind
 
@@ -129,12 +129,13 @@ def _predicate(supported) -> Callable[[Op], bool]:
 
 # ---- reachability on the graph with some op sets contracted -----------------------------
 class _Quotient:
-    """The op DAG with each of `groups` contracted to one node; descendant/ancestor sets as bitsets.
+    """The op DAG with each of `groups` contracted to one node, its edges and a topological rank of its nodes.
 
     A group of one op is that op's own node, so regions of one op cost nothing to contract.
 
-    A set S of nodes is convex iff no node outside S is both reachable from S and
-    reaching S; with bitsets that is `(desc(S) & anc(S)) & ~S == 0`.
+    A set S of nodes is convex iff no path leaves S and comes back; such a path passes only nodes ranked between
+    S's first and last, so a search bounded by rank answers it with nothing stored per node but the edges (bitsets
+    of every node's descendants and ancestors took memory quadratic in the ops: 2.29 GB at 100,000).
     """
 
     def __init__(self, graph: Graph, groups: Iterable[frozenset]):
@@ -145,42 +146,69 @@ class _Quotient:
                 for op in g:
                     self.unit[op] = n
                 n += 1
-        import networkx as nx  # on first use, as `Graph.dag` does: `import engine` stays fast without it
+        self.succ: list[set[int]] = [set() for _ in range(n)]
+        self.pred: list[set[int]] = [set() for _ in range(n)]
+        for a, b in graph.dag.edges:
+            u, v = self.unit[a], self.unit[b]
+            if u != v:
+                self.succ[u].add(v)
+                self.pred[v].add(u)
+        self.order = _topological(sorted(set(self.unit.values())), self.succ, self.pred)
+        self.rank = [0] * n
+        for r, u in enumerate(self.order):
+            self.rank[u] = r
 
-        q = nx.DiGraph()
-        q.add_nodes_from(set(self.unit.values()))
-        q.add_edges_from((self.unit[a], self.unit[b]) for a, b in graph.dag.edges if self.unit[a] != self.unit[b])
-        order = list(nx.topological_sort(q))  # raises if a contraction made a cycle: a bug, not bad input
-        self.desc = dict.fromkeys(q, 0)
-        self.anc = dict.fromkeys(q, 0)
-        for u in reversed(order):
-            for v in q.successors(u):
-                self.desc[u] |= self.desc[v] | (1 << v)
-        for u in order:
-            for v in q.predecessors(u):
-                self.anc[u] |= self.anc[v] | (1 << v)
+    def convex(self, nodes: set[int]) -> bool:
+        """Whether no path leaves `nodes` and comes back (it would pass only nodes ranked below their last)."""
+        last = max(self.rank[u] for u in nodes)
+        leaving = [w for u in nodes for w in self.succ[u] if w not in nodes]
+        return not any(w in nodes for w in _walk(leaving, self.succ, lambda w: self.rank[w] < last))
 
-    def mask(self, ops: Iterable[str]) -> int:
-        m = 0
-        for op in ops:
-            m |= 1 << self.unit[op]
-        return m
+    def convex_with(self, nodes: set[int], first: int, last: int, v: int) -> bool:
+        """Whether the convex set `nodes`, ranked `first`..`last`, stays convex with `v` added: a path out and back
+        would now run through v, so only v's outside successors and predecessors are searched from."""
+        first, last = min(first, self.rank[v]), max(last, self.rank[v])
+        after = [w for w in self.succ[v] if w not in nodes]
+        before = [w for w in self.pred[v] if w not in nodes]
+        return not (any(w in nodes for w in _walk(after, self.succ, lambda w: self.rank[w] < last))
+                    or any(w in nodes for w in _walk(before, self.pred, lambda w: self.rank[w] > first)))
 
-    def reach(self, mask: int) -> tuple[int, int]:
-        """(descendants, ancestors) of the node set `mask`."""
-        d = a = 0
-        u = 0
-        while mask:
-            if mask & 1:
-                d |= self.desc[u]
-                a |= self.anc[u]
-            mask >>= 1
-            u += 1
-        return d, a
+    def ancestors(self, u: int, first: int) -> set[int]:
+        """The ancestors of node `u` ranked `first` or later (a path between two of those passes no earlier one)."""
+        return {w for w in _walk(self.pred[u], self.pred, lambda w: self.rank[w] > first) if self.rank[w] >= first}
 
 
-def _convex(d: int, a: int, mask: int) -> bool:
-    return (d & a) & ~mask == 0
+def _topological(nodes: list[int], succ: list[set[int]], pred: list[set[int]]) -> list[int]:
+    """`nodes` in a topological order (Kahn's); a cycle left by a contraction is a bug, not bad input."""
+    waiting = {u: len(pred[u]) for u in nodes}
+    ready = [u for u in nodes if not waiting[u]]
+    order = []
+    while ready:
+        u = ready.pop()
+        order.append(u)
+        for v in succ[u]:
+            waiting[v] -= 1
+            if not waiting[v]:
+                ready.append(v)
+    if len(order) != len(nodes):
+        raise RuntimeError("partition: a contraction made a cycle (a bug in the convexity tests, not bad input)")
+    return order
+
+
+def _walk(starts: Iterable[int], step: list[set[int]], inside: Callable[[int], bool]) -> Iterator[int]:
+    """The nodes a walk by `step` (successors or predecessors) reaches from `starts`, starts included, each once,
+    going on only from nodes `inside` the bound."""
+    seen = set(starts)
+    todo = list(seen)
+    yield from todo
+    while todo:
+        u = todo.pop()
+        if inside(u):
+            for w in step[u]:
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+                    yield w
 
 
 # ---- maximal convex subgraphs --------------------------------------------------------
@@ -211,8 +239,8 @@ def _maximal_regions(graph: Graph, device: dict[str, str]) -> list[frozenset]:
 
 def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
     """Add eligible neighbours to {seed} while the set stays convex, until none can join."""
-    region, mask = {seed}, q.mask([seed])
-    d, a = q.desc[q.unit[seed]], q.anc[q.unit[seed]]
+    region, nodes = {seed}, {q.unit[seed]}
+    first = last = q.rank[q.unit[seed]]
     frontier = set(und[seed]) - region  # the region's neighbours, kept as it grows (not gathered again per round)
     grown = True
     while grown:
@@ -221,12 +249,12 @@ def _grow(q: _Quotient, und, seed: str, eligible) -> frozenset:
         for v in sorted(frontier, key=q.unit.__getitem__):
             if not eligible(v):
                 continue
-            bit = 1 << q.unit[v]
-            nd, na = d | q.desc[q.unit[v]], a | q.anc[q.unit[v]]
-            if _convex(nd, na, mask | bit):
+            u = q.unit[v]
+            if q.convex_with(nodes, first, last, u):
                 region.add(v)
                 added.append(v)
-                mask, d, a, grown = mask | bit, nd, na, True
+                nodes.add(u)
+                first, last, grown = min(first, q.rank[u]), max(last, q.rank[u]), True
         frontier = (frontier | {n for v in added for n in und[v]}) - region
     return frozenset(region)
 
@@ -267,8 +295,7 @@ def _merge_adjacent(graph: Graph, regions: list[frozenset], device: dict[str, st
         pairs = sorted({tuple(sorted((owner[a], owner[b]))) for a, b in graph.dag.edges
                         if owner[a] != owner[b] and device[a] == device[b]})
         for i, j in pairs:
-            mask = q.mask([next(iter(regions[i])), next(iter(regions[j]))])
-            if _convex(*q.reach(mask), mask):
+            if q.convex({q.unit[next(iter(regions[i]))], q.unit[next(iter(regions[j]))]}):
                 regions = [r for k, r in enumerate(regions) if k not in (i, j)] + [regions[i] | regions[j]]
                 merged = True
                 break
@@ -310,18 +337,21 @@ def _post_prune(graph: Graph, region: frozenset, others: Callable[[], list[froze
         best = frozenset([e])
         if len(cand) > 1:  # only a part larger than {e} needs the contraction (one op alone is always convex)
             q = _Quotient(graph, [*others(), *pieces])
-            within, name = q.mask(cand), {q.unit[v]: v for v in cand}
-            # Two tests in bits before any set is built, each a reason the full test below would fail: an output op
-            # of cand is an output op of any part holding it; e is in every part, so its readers must be too
-            leaving = q.mask(_outputs_ops(graph, frozenset(cand)))
-            e_readers = q.mask({c for t in graph.op(e).outputs for c in graph.consumers(t) if c in cand})
+            within = {q.unit[v]: v for v in cand}
+            ranks = sorted(q.rank[u] for u in within)
+            # Two tests before the part's convexity, each a reason it would fail: an output op of cand is an output
+            # op of any part holding it; e is in every part, so its readers must be too
+            leaving = {q.unit[v] for v in _outputs_ops(graph, frozenset(cand))}
+            e_readers = {q.unit[c] for t in graph.op(e).outputs for c in graph.consumers(t) if c in cand}
             for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
-                mask = q.anc[q.unit[x]] & within | 1 << q.unit[x]  # x and the candidates reaching it
-                if (mask.bit_count() <= len(best) or mask & leaving & ~(1 << q.unit[x])
-                        or (x != e and e_readers & ~mask)):
+                ux = q.unit[x]
+                if bisect.bisect_right(ranks, q.rank[ux]) <= len(best):  # at most that many candidates reach x
                     continue
-                piece = frozenset(name[u] for u in bits(mask))
-                if not _outputs_ops(graph, piece) - {x} and _convex(*q.reach(mask), mask):
+                nodes = q.ancestors(ux, ranks[0]) & within.keys() | {ux}  # x and the candidates reaching it
+                if len(nodes) <= len(best) or (nodes & leaving) - {ux} or (x != e and e_readers - nodes):
+                    continue
+                piece = frozenset(within[u] for u in nodes)
+                if not _outputs_ops(graph, piece) - {x} and q.convex(nodes):
                     best = piece
         pieces.append(best)
         left -= best
