@@ -20,7 +20,7 @@ from types import MappingProxyType
 from engine.allocation import model, solve
 from engine.allocation.divide import lossless_cuts
 from engine.allocation.problem import Carry, make_problem, requirement
-from engine.allocation.record import needs
+from engine.allocation.record import needs, peak_of
 from engine.bitmask import bits
 from engine.graph import Graph
 
@@ -50,11 +50,7 @@ def footprint(graph: Graph, order, *, include_params: bool = False, word_bits: i
         for a in reads + writes:
             first.setdefault(a, t)
             last[a] = t
-    change = [0] * (len(order) + 1)  # bytes each step brings on chip and lets go: linear however long lives are
-    for a, t0 in first.items():
-        change[t0] += graph.tensor(a).nbytes(word_bits)
-        change[last[a] + 1] -= graph.tensor(a).nbytes(word_bits)
-    return max(itertools.accumulate(change[:len(order)]), default=0)
+    return peak_of(((t0, last[a], graph.tensor(a).nbytes(word_bits)) for a, t0 in first.items()), len(order))
 
 
 DP_STATES = 200_000  # down-sets a segment may have before the DP gives way to the ILP

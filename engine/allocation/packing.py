@@ -23,7 +23,7 @@ from engine.allocation.freelist import FreeList
 from engine.allocation.occupancy import Occupancy
 from engine.allocation.place import Stay
 from engine.allocation.problem import Problem
-from engine.allocation.record import Placement
+from engine.allocation.record import Placement, peak_of
 
 
 def pack(problem: Problem, order, *, deadline: float = math.inf) -> tuple[Placement, ...] | None:
@@ -50,11 +50,7 @@ def pack_steps(steps, sizes: Mapping[str, int], room: int, *, resident: dict | N
     for a in keep & first.keys():
         last[a] = len(steps) - 1  # later segments read it: it stays to the end
     stays = [Stay(a, first[a], last[a], sizes[a]) for a in first]
-    change = [0] * (len(steps) + 1)
-    for s in stays:
-        change[s.first] += s.size
-        change[s.last + 1] -= s.size
-    if max(itertools.accumulate(change), default=0) > room or time.perf_counter() >= deadline:
+    if peak_of(((s.first, s.last, s.size) for s in stays), len(steps)) > room or time.perf_counter() >= deadline:
         return None  # more bytes live at one step than the room holds: no packing fits
     pinned = {i: resident[s.tensor] for i, s in enumerate(stays) if s.tensor in resident}
     at = greedy(stays, room, pinned=pinned, deadline=deadline)

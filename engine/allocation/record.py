@@ -116,11 +116,17 @@ def op_table(graph: Graph, order, *, include_params: bool, word_bits: int):
 
 
 def peak_bytes(placements, steps: int) -> int:
-    """The most bytes on chip at any of `steps` steps: a running sum of the bytes each step brings and lets go."""
+    """The most bytes on chip at any of `steps` steps of `placements`."""
+    return peak_of(((p.first_step, p.last_step, p.size) for p in placements), steps)
+
+
+def peak_of(spans, steps: int) -> int:
+    """The most bytes live at any of `steps` steps, of (first step, last step, bytes) spans: a running sum of the
+    bytes each step brings and lets go, linear however long the spans are."""
     change = [0] * (steps + 1)
-    for p in placements:
-        change[p.first_step] += p.size
-        change[p.last_step + 1] -= p.size
+    for first, last, size in spans:
+        change[first] += size
+        change[last + 1] -= size
     return max(itertools.accumulate(change[:steps]), default=0)
 
 
