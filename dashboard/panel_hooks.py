@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
+from _weakrefset import _IterationGuard
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -193,6 +195,47 @@ def make_models_ahead(frame: pn.layout.ListLike, views: list, doc) -> int:
                     child._get_model(doc, view[1], parent, None)
                     made += 1
     return made
+
+
+class _SnapshotRegistry(weakref.WeakKeyDictionary):
+    """A weak-keyed dictionary whose iterations go over a copy of its entries taken in one step, under the guard
+    its own iterations hold (a key collected meanwhile is dropped after): another thread may add entries while one
+    iterates, which a WeakKeyDictionary's iterations refuse ("dictionary changed size during iteration")."""
+
+    def _entries(self) -> list:
+        with _IterationGuard(self):
+            return [(key, value) for ref, value in list(self.data.items()) if (key := ref()) is not None]
+
+    def items(self):  # type: ignore[override]
+        return self._entries()
+
+    def keys(self):  # type: ignore[override]
+        return [key for key, _ in self._entries()]
+
+    def values(self):  # type: ignore[override]
+        return [value for _, value in self._entries()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+def share_the_link_registry_between_threads() -> bool:
+    """Let the page-building thread (`dashboard.pieces`) make widgets while the event loop updates a page; whether
+    it was applied. Panel keeps every JavaScript link in one process-wide weak-keyed dictionary
+    (`panel.links.Callback.registry`): a DiscreteSlider adds its own as it is made, and each layout change walks all
+    of them (`Callback._process_callbacks`). When the builder made one page's buffer slider while the loop added
+    another page's piece, the walk failed with "dictionary changed size during iteration" and that page never
+    showed its report (a CI run, two cold pages at once)."""
+    _checked_release()
+    from panel.links import Callback
+
+    registry = vars(Callback).get("registry")
+    if isinstance(registry, _SnapshotRegistry):
+        return True
+    if not isinstance(registry, weakref.WeakKeyDictionary):
+        return _not_applied("share_the_link_registry_between_threads", "panel.links.Callback.registry")
+    Callback.registry = _SnapshotRegistry(registry)
+    return True
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
-from dashboard.panel_hooks import make_models_ahead, walking_only_new_models
+from dashboard.panel_hooks import make_models_ahead, share_the_link_registry_between_threads, walking_only_new_models
 
 WAIT_S = 1.0  # how often a task waiting on a document callback asks whether the page is gone
 SWITCH_S = 0.001  # the GIL's switch interval in a server (CPython's is 5 ms; BENCHMARKS.md, "a room of users")
@@ -102,7 +102,9 @@ def _turn() -> asyncio.Lock:
 
 @lru_cache(maxsize=1)
 def _builder() -> ThreadPoolExecutor:
-    """The server's one thread that makes pages' pieces (one piece at a time: they take turns)."""
+    """The server's one thread that makes pages' pieces (one piece at a time: they take turns), with Panel's
+    process-wide link registry made safe to add to from it while the loop walks it."""
+    share_the_link_registry_between_threads()
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="page-builder")
 
 

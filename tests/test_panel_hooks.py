@@ -40,12 +40,17 @@ def test_stylesheets_come_from_this_server_once_the_document_says_where_its_file
     assert all(url.startswith("static/extensions/panel/") for url in local), local
 
 
-def test_a_hook_whose_private_name_is_gone_changes_nothing_and_says_so(caplog):
+def test_a_hook_whose_private_name_is_gone_changes_nothing_and_says_so(caplog, monkeypatch):
+    from panel.links import Callback
+
+    monkeypatch.setattr(Callback, "registry", {})  # a release that keeps its links otherwise
     with caplog.at_level(logging.WARNING, logger="dashboard.panel_hooks"):
         assert not panel_hooks.serve_stylesheets_locally(SimpleNamespace())
         assert panel_hooks.send_frames_at_once(SimpleNamespace(session_context=SimpleNamespace(session=object()))) == 0
-    assert [r.message.split(" not applied")[0] for r in caplog.records] == ["serve_stylesheets_locally",
-                                                                            "send_frames_at_once"]
+        assert not panel_hooks.share_the_link_registry_between_threads()
+    assert Callback.registry == {}
+    assert [r.message.split(" not applied")[0] for r in caplog.records] == [
+        "serve_stylesheets_locally", "send_frames_at_once", "share_the_link_registry_between_threads"]
 
 
 def test_frames_go_out_at_once_on_every_socket_of_the_session():
@@ -103,6 +108,38 @@ def test_models_made_ahead_in_another_thread_are_the_ones_the_page_shows():
     assert shown[1].value == 3 and "&lt;p&gt;b&lt;/p&gt;" in shown[2].children[0].text
     # a frame whose model is in another document is left alone
     assert panel_hooks.make_models_ahead(pn.Column(), [pn.pane.Markdown("c")], doc) == 0
+
+
+def test_a_slider_made_in_the_builder_thread_while_the_loop_walks_panels_links_breaks_neither(monkeypatch):
+    """The CI failure: a page's buffer slider (a DiscreteSlider: Panel adds its JavaScript link to one process-wide
+    registry as it is made) made in the page-building thread while the loop, adding another page's piece, walked
+    that registry: "dictionary changed size during iteration", and that page never showed its report. Once the
+    server has its builder, a walk finishes over the entries it began with, the new one there for the next."""
+    import weakref
+
+    from panel.links import Callback
+
+    from dashboard.pieces import _builder
+
+    def walk_with_a_slider_made_midway(registry) -> list:
+        walk = iter(registry.values())
+        next(walk)
+        sliders.append(pn.widgets.DiscreteSlider(options=[1, 2, 3]))  # the other thread's slider, made meanwhile
+        return list(walk)
+
+    sliders = [pn.widgets.DiscreteSlider(options=[1, 2]) for _ in range(3)]
+    with monkeypatch.context() as patched:  # Panel's own registry, as it was
+        patched.setattr(Callback, "registry", weakref.WeakKeyDictionary(vars(Callback)["registry"]))
+        with pytest.raises(RuntimeError, match="changed size during iteration"):
+            walk_with_a_slider_made_midway(Callback.registry)
+    _builder()
+    before = len(Callback.registry)
+    rest = walk_with_a_slider_made_midway(Callback.registry)
+    assert len(rest) == before - 1 and len(Callback.registry) == before + 1
+    assert all(slider._slider in Callback.registry for slider in sliders[:3] + sliders[-1:])
+    assert sorted(map(id, Callback.registry)) == sorted(map(id, Callback.registry.keys()))
+    assert [link for links in Callback.registry.values() for link in links] \
+        == [link for _, links in Callback.registry.items() for link in links]
 
 
 def _page_with_a_frame():
