@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import sys
 import weakref
 from collections.abc import Callable, Iterable
@@ -24,6 +25,9 @@ from functools import lru_cache, partial
 
 from dashboard.panel_hooks import make_models_ahead, share_the_link_registry_between_threads, walking_only_new_models
 
+LOG = logging.getLogger(__name__)
+BROKEN = ("This part of the page could not be drawn ({error}); the rest of the page works. The server's log has the "
+          "details; reloading the page draws it again.")
 WAIT_S = 1.0  # how often a task waiting on a document callback asks whether the page is gone
 SWITCH_S = 0.001  # the GIL's switch interval in a server (CPython's is 5 ms; BENCHMARKS.md, "a room of users")
 
@@ -122,15 +126,22 @@ class Piece:
             make_models_ahead(self.frame, views, doc)
         return views
 
-    def show(self, views: list, doc=None) -> None:
-        """Add the views to the frame (on the loop, the document `doc` locked, in a server)."""
-        if doc is None:
-            self.frame.extend(views)
-            return
-        # Bokeh walks only the piece's new models (`walking_only_new_models`), not the whole document: 0.021-0.023
-        # CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md, "a page's pieces attached")
-        with walking_only_new_models(doc):
-            self.frame.extend(views)
+    def show(self, views: list | BaseException, doc=None) -> None:
+        """Add the views to the frame (on the loop, the document `doc` locked, in a server); in their place, say
+        that the piece could not be drawn when making them failed (`views` is then the error) or adding them does."""
+        try:
+            if isinstance(views, BaseException):
+                raise views
+            if doc is None:
+                self.frame.extend(views)
+                return
+            # Bokeh walks only the piece's new models (`walking_only_new_models`), not the whole document: 0.021-0.023
+            # CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md, "a page's pieces attached")
+            with walking_only_new_models(doc):
+                self.frame.extend(views)
+        except Exception as error:  # a defect, not the user's input: the page says so and its other pieces follow
+            LOG.exception("a piece of the page could not be drawn")
+            self.frame.append(_broken(error))
 
     def __call__(self) -> None:
         """Make and show the piece at once (outside a server)."""
@@ -139,7 +150,7 @@ class Piece:
 
 async def build(doc, pieces: Iterable[Piece]) -> None:
     """Make each piece in the page-building thread and add it to the document on the loop, in order, each in its
-    own turn (see the module's docstring); stops once the page is gone."""
+    own turn (see the module's docstring); stops once the page is gone. A piece that fails says so in its place."""
     loop = asyncio.get_running_loop()
     for piece in pieces:
         async with _page(doc):
@@ -147,7 +158,17 @@ async def build(doc, pieces: Iterable[Piece]) -> None:
                 if gone(doc):
                     return
                 # with this task's context: Panel's current document (a context variable) is the page's there too
-                views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
+                try:
+                    views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
+                except Exception as error:  # shown in the piece's place (`Piece.show`)
+                    views = error
             if gone(doc):
                 return
             await on_loop(doc, partial(piece.show, views, doc))
+
+
+def _broken(error: BaseException):
+    """What a page shows in place of a piece that could not be drawn."""
+    import panel as pn
+
+    return pn.pane.Alert(BROKEN.format(error=f"{type(error).__name__}: {error}"), alert_type="danger")

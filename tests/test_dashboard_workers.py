@@ -4,6 +4,7 @@ pages built in pieces that take turns."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -261,6 +262,35 @@ def test_a_report_is_shown_between_two_pieces_of_its_page_never_while_one_is_mad
     asyncio.run(page_and_report())
     pieces._turn.cache_clear()
     assert events[:2] == ["make p1", "report after ['p1']"] and frame == ["p1", "p2"]
+
+
+def test_a_piece_that_fails_says_so_in_its_place_and_the_pages_other_pieces_follow(monkeypatch, caplog):
+    """A piece whose views could not be made, or not added (as when Panel's link registry was walked while the
+    builder added to it), left its frame empty, and a failure in the builder ended the page's build: the pieces
+    after it never came. Each now shows an alert naming the error, logged, and the next piece follows."""
+    monkeypatch.setattr(pieces, "WAIT_S", 0.01)
+    monkeypatch.setattr(pieces, "make_models_ahead", lambda frame, views, doc: None)
+    pieces._turn.cache_clear()
+
+    class Refusing(Frame):
+        def extend(self, views):
+            raise RuntimeError("dictionary changed size during iteration")
+
+    def unmakeable():
+        raise ValueError("no such view")
+
+    made_badly, shown_badly, fine = Frame(), Refusing(), Frame()
+    with caplog.at_level(logging.ERROR, logger="dashboard.pieces"):
+        asyncio.run(pieces.build(FakeDoc(), [pieces.Piece(made_badly, unmakeable),
+                                             pieces.Piece(shown_badly, lambda: ["x"]),
+                                             pieces.Piece(fine, lambda: ["y"])]))
+    pieces._turn.cache_clear()
+    assert fine == ["y"]
+    alerts = made_badly + shown_badly
+    assert [alert.alert_type for alert in alerts] == ["danger", "danger"]
+    assert "(ValueError: no such view)" in alerts[0].object
+    assert "(RuntimeError: dictionary changed size during iteration)" in alerts[1].object
+    assert [record.exc_info[0] for record in caplog.records] == [ValueError, RuntimeError]
 
 
 def test_a_piece_whose_page_ended_before_it_ran_does_not_wait_forever(monkeypatch):
