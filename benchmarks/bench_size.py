@@ -123,37 +123,38 @@ def fuzz_case(number: int) -> Graph:
 def onnx_wide_concat(ops: int) -> bytes:
     """An ONNX file: a Conv on x[1, 4, 8, 8] whose output `ops` - 2 Relus read, joined by one Concat along the
     channels (the fuzz's `wide_concat`): `ops` ops."""
-    relus = [f"r{k}" for k in range(ops - 2)]
-    nodes = [_onnx_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1])]
-    nodes += [_onnx_node("Relu", ["c"], [r], r) for r in relus]
-    nodes.append(_onnx_node("Concat", relus, ["y"], "concat", axis=1))
-    return _onnx_file(f"onnx_wide_concat_{ops}", nodes, "y")
+    from tests.fuzz_cases import relus_joined
+
+    graph = _onnx_graph(f"onnx_wide_concat_{ops}")
+    relus_joined(graph, "c", [f"r{k}" for k in range(ops - 2)], "Concat", "y", axis=1)
+    return _onnx_file(graph, "y")
 
 
 def onnx_residual_chain(ops: int) -> bytes:
     """An ONNX file: a Conv on x[1, 4, 8, 8], then (`ops` - 1) / 2 x (Relu of x, Add of x and the Relu), the fuzz's
     `residual_chain`: `ops` ops when odd."""
-    nodes, x = [_onnx_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1])], "c"
-    for k in range((ops - 1) // 2):
-        nodes += [_onnx_node("Relu", [x], [f"r{k}"], f"r{k}"), _onnx_node("Add", [x, f"r{k}"], [f"a{k}"], f"a{k}")]
-        x = f"a{k}"
-    return _onnx_file(f"onnx_residual_chain_{ops}", nodes, x)
+    from tests.fuzz_cases import residual_blocks
+
+    graph = _onnx_graph(f"onnx_residual_chain_{ops}")
+    return _onnx_file(graph, residual_blocks(graph, "c", (ops - 1) // 2))
 
 
-def _onnx_node(op_type: str, inputs: list[str], outputs: list[str], name: str, **attrs):
-    from onnx import helper
-
-    return helper.make_node(op_type, inputs, outputs, name=name, **attrs)
-
-
-def _onnx_file(name: str, nodes: list, output: str) -> bytes:
-    """The model's bytes: `nodes` reading x[1, 4, 8, 8] and a 4x4x3x3 weight w, returning `output`."""
+def _onnx_graph(name: str):
+    """An ONNX graph of one Conv, c = conv(x[1, 4, 8, 8], a 4x4x3x3 weight w, padded): the stress shapes' start."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((4, 4, 3, 3), dtype=np.float32), "w")
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], initializer=[w])
+    return helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])], name,
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])], [],
+                             initializer=[w])
+
+
+def _onnx_file(graph, output: str) -> bytes:
+    """The model's bytes: `graph` returning `output`."""
+    from onnx import TensorProto, helper
+
+    graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, None))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 

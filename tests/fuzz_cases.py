@@ -266,34 +266,42 @@ def _fan_out(model, rng):
     g.output.append(helper.make_tensor_value_info("fan_sum", TensorProto.FLOAT, None))
 
 
+def residual_blocks(graph, last: str, blocks: int) -> str:
+    """Append `blocks` x (Relu of `last`, Add of `last` and the Relu) to an ONNX graph; the last Add's output."""
+    for k in range(blocks):
+        graph.node.append(helper.make_node("Relu", [last], [f"res_r{k}"], name=f"res_r{k}"))
+        graph.node.append(helper.make_node("Add", [last, f"res_r{k}"], [f"res_a{k}"], name=f"res_a{k}"))
+        last = f"res_a{k}"
+    return last
+
+
+def relus_joined(graph, src: str, relus: list[str], join: str, out: str, **attrs) -> None:
+    """Append a Relu of `src` to an ONNX graph for each name of `relus`, joined by one `join` node (a Sum, a Concat
+    with its axis) whose output is `out`."""
+    graph.node.extend(helper.make_node("Relu", [src], [r], name=r) for r in relus)
+    graph.node.append(helper.make_node(join, relus, [out], name=out, **attrs))
+
+
 def _residual_chain(model, rng, scale):
     """Thousands of (Relu, Add of the block's input) after the first node: a chain past the fusion's window limit."""
     g = model.graph
-    last = g.node[0].output[0]
-    for k in range(max(1, round(rng.choice((1_100, 2_100, 12_000)) * scale))):
-        g.node.append(helper.make_node("Relu", [last], [f"res_r{k}"], name=f"res_r{k}"))
-        g.node.append(helper.make_node("Add", [last, f"res_r{k}"], [f"res_a{k}"], name=f"res_a{k}"))
-        last = f"res_a{k}"
+    last = residual_blocks(g, g.node[0].output[0], max(1, round(rng.choice((1_100, 2_100, 12_000)) * scale)))
     g.output.append(helper.make_tensor_value_info(last, TensorProto.FLOAT, None))
 
 
 def _wide_fan(model, rng, scale):
     """One tensor read by thousands of Relus, joined by one Sum."""
     g = model.graph
-    src = g.node[0].output[0]
-    outs = [f"wfan{k}" for k in range(max(2, round(rng.choice((600, 2_500, 12_000)) * scale)))]
-    g.node.extend(helper.make_node("Relu", [src], [o], name=o) for o in outs)
-    g.node.append(helper.make_node("Sum", outs, ["wfan_sum"], name="wfan_sum"))
+    width = max(2, round(rng.choice((600, 2_500, 12_000)) * scale))
+    relus_joined(g, g.node[0].output[0], [f"wfan{k}" for k in range(width)], "Sum", "wfan_sum")
     g.output.append(helper.make_tensor_value_info("wfan_sum", TensorProto.FLOAT, None))
 
 
 def _wide_concat(model, rng, scale):
     """Thousands of Relus of one tensor joined by one Concat along the channels."""
     g = model.graph
-    src = g.node[0].output[0]
-    outs = [f"wcat{k}" for k in range(max(2, round(rng.choice((3_000, 25_000)) * scale)))]
-    g.node.extend(helper.make_node("Relu", [src], [o], name=o) for o in outs)
-    g.node.append(helper.make_node("Concat", outs, ["wcat"], name="wcat", axis=1))
+    width = max(2, round(rng.choice((3_000, 25_000)) * scale))
+    relus_joined(g, g.node[0].output[0], [f"wcat{k}" for k in range(width)], "Concat", "wcat", axis=1)
     g.output.append(helper.make_tensor_value_info("wcat", TensorProto.FLOAT, None))
 
 

@@ -18,7 +18,7 @@ from engine.allocation import allocate, budgets, mpmf
 from engine.allocation.divide import lossless_cuts
 from engine.allocation.lifetimes import OutOfTime, analyse
 from engine.allocation.mpmf import footprint
-from engine.allocation.packing import greedy
+from engine.allocation.packing import greedy_by_size, pack_stays
 from engine.allocation.place import Stay, place
 from engine.allocation.problem import Carry, make_problem
 from tests.test_allocation import BITS, SLACK_S, check, graph_of, random_dag
@@ -206,10 +206,12 @@ def test_cuts_of_a_part_ignore_edges_leaving_it():
 
 
 def test_the_packing_stops_at_its_deadline():
-    # N stays live together cost N^2 to place: past the deadline the greedy gives up (None: no plan from it)
+    # N stays live together cost N^2 to place by greedy-by-size: past the deadline the heuristics give up (None: no
+    # plan from them)
     stays = [Stay(f"s{i}", 0, 10, 1) for i in range(200)]
-    assert greedy(stays, 200) is not None
-    assert greedy(stays, 200, deadline=time.perf_counter() - 1) is None
+    for heuristic in (pack_stays, greedy_by_size):
+        assert heuristic(stays, 200) is not None
+        assert heuristic(stays, 200, deadline=time.perf_counter() - 1) is None
 
 
 def test_allocate_keeps_its_limit_on_a_wide_fan():

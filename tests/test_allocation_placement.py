@@ -11,7 +11,7 @@ import engine
 from engine.allocation import allocate, budgets, cosma, model
 from engine.allocation.atbound import cost, plan_at_bound
 from engine.allocation.bound import relaxed_bound, spill_bound
-from engine.allocation.packing import arrange, greedy
+from engine.allocation.packing import arrange, pack_stays
 from engine.allocation.place import Stay, place
 from engine.allocation.problem import Carry, make_problem
 from engine.allocation.record import Allocation
@@ -71,17 +71,17 @@ def test_placement_ilp_and_arrange_agree_with_brute_force(seed):
         assert (got is not None) == truth and (got is None or fits(stays, room, got))
 
 
-def test_the_ilp_places_what_greedy_by_size_cannot():
-    # greedy-by-size (largest first, lowest address) fragments some instances that have a placement:
+def test_the_ilp_places_what_the_heuristics_cannot():
+    # the sweep and greedy-by-size (largest first, lowest address) fragment some instances that have a placement:
     # the first such random instance, which the ILP must place
     found = None
     for seed in range(500):
         stays = random_stays(seed)
         room = peak(stays)
-        if greedy(stays, room) is None and brute(stays, room):
+        if pack_stays(stays, room) is None and brute(stays, room):
             found = (stays, room)
             break
-    assert found is not None  # such instances exist: greedy is a heuristic
+    assert found is not None  # such instances exist: they are heuristics
     stays, room = found
     at = place(stays, room, time_limit_s=10)
     assert at is not None and fits(stays, room, at)

@@ -53,7 +53,7 @@ def pack_steps(steps, sizes: Mapping[str, int], room: int, *, resident: dict | N
     if peak_of(((s.first, s.last, s.size) for s in stays), len(steps)) > room or time.perf_counter() >= deadline:
         return None  # more bytes live at one step than the room holds: no packing fits
     pinned = {i: resident[s.tensor] for i, s in enumerate(stays) if s.tensor in resident}
-    at = greedy(stays, room, pinned=pinned, deadline=deadline)
+    at = pack_stays(stays, room, pinned=pinned, deadline=deadline)
     if at is None:
         return None
     return tuple(sorted((Placement(s.tensor, s.first, s.last, at[i], s.size) for i, s in enumerate(stays)),
@@ -64,18 +64,25 @@ CLOCK_EVERY = 64  # stays placed between two looks at the clock
 TIES = (lambda lo, hi: lo, lambda lo, hi: lo - hi)  # among equal sizes: earliest first, or longest-lived first
 
 
-def greedy(stays, room: int, *, pinned: dict | None = None, deadline: float = math.inf) -> list[int] | None:
-    """An address per stay within `room`: the sweep's (`sweep`) forward in time, or backward (a large tensor that
-    ends the order, as a Concat's, is then placed first), else the largest first, each at the lowest address
-    free over its steps (ties broken each way of `TIES` until one fits); None when none fits, or at `deadline`:
-    the second costs the stays live together squared (a fan of N readers joined by one op: N outputs beside each
-    other). `pinned`: stay index -> its fixed address."""
+def pack_stays(stays, room: int, *, pinned: dict | None = None, deadline: float = math.inf) -> list[int] | None:
+    """An address per stay within `room` by the heuristics, the cheap one first: the sweep (`sweep`) forward in
+    time, then backward (a large tensor that ends the order, as a Concat's, is then placed first), then
+    greedy-by-size (`greedy_by_size`); None when none fits, or at `deadline`. `pinned`: stay index -> its fixed
+    address."""
     pinned = pinned or {}
     end = max((s.last for s in stays), default=0)
     for way in (stays, [s._replace(first=end - s.last, last=end - s.first) for s in stays]):  # forward, backward
         at = sweep(way, room, pinned=pinned, deadline=deadline)
         if at is not None:
             return at
+    return greedy_by_size(stays, room, pinned=pinned, deadline=deadline)
+
+
+def greedy_by_size(stays, room: int, *, pinned: dict | None = None, deadline: float = math.inf) -> list[int] | None:
+    """TensorFlow Lite's arena planner: the largest stay first, each at the lowest address free over its steps (ties
+    in size broken each way of `TIES` until one fits); None when none fits, or at `deadline`. It costs the stays
+    live together squared (a fan of N readers joined by one op: N outputs beside each other)."""
+    pinned = pinned or {}
     rest = [i for i in range(len(stays)) if i not in pinned]
     for tie in TIES:
         ranked = sorted(rest, key=lambda i: (-stays[i].size, tie(stays[i].first, stays[i].last), stays[i].tensor, i))
@@ -95,7 +102,7 @@ def sweep(stays, room: int, *, pinned: dict | None = None, deadline: float = mat
     at = [0] * len(stays)
     for i, address in pinned.items():
         if stays[i].size and not free.reserve(address, stays[i].size):
-            return None  # pinned stays that share addresses at different steps: the greedy places those
+            return None  # pinned stays that share addresses at different steps: greedy-by-size places those
         at[i] = address
     arrivals = sorted((i for i in range(len(stays)) if i not in pinned),
                       key=lambda i: (stays[i].first, -stays[i].size, -stays[i].last, stays[i].tensor, i))
@@ -145,14 +152,14 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
             deadline: float) -> Sequence[float] | None:
     """Addresses for `stays` within `room` by `deadline`, or None when no method below finds them.
 
-    The greedy packing first; else window by window (cut where at most one stay crosses,
-    earlier windows' stays pinned), each by the greedy or the ILP of `place.py`, a window
+    The heuristics (`pack_stays`) first; else window by window (cut where at most one stay crosses,
+    earlier windows' stays pinned), each by the heuristics or the ILP of `place.py`, a window
     that does not fit being merged with the one before and both solved again; the whole
     is the last window. The ILP is tried with stays of equal steps glued into one block
     (far fewer pairs; a restriction, so what it finds is valid), then as it is.
     """
     pinned = dict(pinned or {})
-    at = greedy(stays, room, pinned=pinned, deadline=deadline)
+    at = pack_stays(stays, room, pinned=pinned, deadline=deadline)
     if at is not None:
         return at
     solved: list[tuple[list[int], dict]] = []  # (window's stays, their addresses), in order
@@ -180,8 +187,8 @@ def arrange(stays, room: int, *, pinned: dict | None = None, solver: str = "high
 
 
 def _exact(stays, room: int, pinned: dict, solver: str, deadline: float) -> Sequence[float] | None:
-    """The greedy, else the placement ILP with equal stays glued, else the ILP as it is, by `deadline`."""
-    at = greedy(stays, room, pinned=pinned, deadline=deadline)
+    """The heuristics, else the placement ILP with equal stays glued, else the ILP as it is, by `deadline`."""
+    at = pack_stays(stays, room, pinned=pinned, deadline=deadline)
     if at is not None:
         return at
     glued, parts = _glue(stays, pinned)
