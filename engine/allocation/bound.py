@@ -17,7 +17,6 @@ and the full ILP can be given the bound as a valid row without changing its opti
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pulp
 from engine.allocation import model, solve
 from engine.allocation.lifetimes import ancestors
 from engine.allocation.problem import Carry, Problem
+from engine.allocation.record import live_per_step
 
 END = "<end>"  # the reader standing for later segments, after every op
 
@@ -240,7 +240,6 @@ def _excess_in_order(p: Problem, reads: dict) -> list[tuple[int, list[tuple[str,
     assert p.order is not None
     unit, budget, n = p.unit, p.budget // p.unit, len(p.order)
     pos = {op: t for t, op in enumerate(p.order)}
-    load = [0] * (n + 1)  # step -> units its own tensors and the surely-live others take (first a running sum)
     starting: list[list[str]] = [[] for _ in range(n + 1)]  # step -> tensors whose span starts there
     span = {}  # tensor -> (first, stop): surely live at first <= t < stop, the steps it is used at aside
     for a in p.tensors:
@@ -249,10 +248,9 @@ def _excess_in_order(p: Problem, reads: dict) -> list[tuple[int, list[tuple[str,
                  else min((pos[r] for r in reads[a] if r != END), default=n)) + 1
         if first < stop:
             span[a] = (first, stop)
-            load[first] += p.size[a] // unit
-            load[stop] -= p.size[a] // unit
             starting[first].append(a)
-    load = list(itertools.accumulate(load))
+    # step -> units the surely-live tensors take, then its own tensors too
+    load = live_per_step(((first, stop - 1, p.size[a] // unit) for a, (first, stop) in span.items()), n + 1)
     for t, op in enumerate(p.order):
         for a in {*p.reads[op], *p.writes[op]}:
             if not (a in span and span[a][0] <= t < span[a][1]):  # already counted when surely live

@@ -13,7 +13,6 @@ places any set of stays: these first, then the exact ILP of `place.py`.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from engine.allocation.freelist import FreeList
 from engine.allocation.occupancy import Occupancy
 from engine.allocation.place import Stay
 from engine.allocation.problem import Problem
-from engine.allocation.record import Placement, peak_of
+from engine.allocation.record import Placement, live_per_step, peak_of
 
 
 def pack(problem: Problem, order, *, deadline: float = math.inf) -> tuple[Placement, ...] | None:
@@ -205,11 +204,7 @@ def _windows(stays) -> list[list[int]]:
     if not stays:
         return []
     end = max(s.last for s in stays)
-    change = [0] * (end + 2)
-    for s in stays:
-        change[s.first] += 1
-        change[s.last] -= 1
-    crossing = list(itertools.accumulate(change))  # step t -> stays on chip at both t and t + 1
+    crossing = live_per_step(((s.first, s.last - 1, 1) for s in stays), end + 1)  # t -> stays on chip at t and t + 1
     window, k = [0] * (end + 1), 0
     for t in range(end + 1):
         window[t] = k

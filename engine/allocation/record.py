@@ -120,14 +120,19 @@ def peak_bytes(placements, steps: int) -> int:
     return peak_of(((p.first_step, p.last_step, p.size) for p in placements), steps)
 
 
-def peak_of(spans, steps: int) -> int:
-    """The most bytes live at any of `steps` steps, of (first step, last step, bytes) spans: a running sum of the
-    bytes each step brings and lets go, linear however long the spans are."""
+def live_per_step(spans, steps: int) -> list[int]:
+    """The weight live at each of `steps` steps, of (first step, last step, weight) spans (one that ends before it
+    begins adds nothing): a running sum of what each step brings and lets go, linear however long the spans are."""
     change = [0] * (steps + 1)
-    for first, last, size in spans:
-        change[first] += size
-        change[last + 1] -= size
-    return max(itertools.accumulate(change[:steps]), default=0)
+    for first, last, weight in spans:
+        change[first] += weight
+        change[last + 1] -= weight
+    return list(itertools.accumulate(change[:steps]))
+
+
+def peak_of(spans, steps: int) -> int:
+    """The most bytes live at any of `steps` steps, of (first step, last step, bytes) spans."""
+    return max(live_per_step(spans, steps), default=0)
 
 
 def _start_events(alloc: Allocation, g: Graph) -> list[str]:
