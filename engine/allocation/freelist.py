@@ -1,4 +1,5 @@
-"""`FreeList`: the free gaps of an address range, kept in order of address and of size, for best-fit placement.
+"""`FreeList`: the free gaps of an address range, kept in order of address and of size, for best-fit placement
+(and first fit, for the baselines' arena).
 
 The best-fit allocator with an address-ordered free list that Wilson, Johnstone, Neely and Boles found among the
 least fragmenting ("Dynamic Storage Allocation: A Survey and Critical Review", IWMM 1995): taking a block picks the
@@ -30,6 +31,14 @@ class FreeList:
         if gap > size:
             self._put(start + size, start + gap)
         return start
+
+    def lowest(self, size: int) -> int | None:
+        """The start of the lowest gap that holds `size` bytes (first fit), or None; nothing is taken. A walk over
+        the gaps, not the blocks in use: a few where the blocks pack tightly."""
+        for start in self._starts:
+            if self._end[start] - start >= size:
+                return start
+        return None
 
     def reserve(self, address: int, size: int) -> bool:
         """Mark [address, address + size) in use; False (nothing changed) unless one gap holds it whole."""
