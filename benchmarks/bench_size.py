@@ -227,7 +227,8 @@ def child(name: str, call: str) -> dict:
                               + (f" (>= {fp.lower_bytes})" if fp.status != "optimal" else "")}
         start, cpu = time.perf_counter(), time.process_time()
         try:
-            status = engine.allocate(g, got[1], time_limit_s=1.0).status + " (limit 1 s)"
+            plan = engine.allocate(g, got[1], time_limit_s=1.0)
+            status = f"{plan.status} (limit 1 s), {plan.offchip_bytes:,} B off chip"
         except MemoryError:
             status = f"MemoryError (over {MEMORY_CAP_BYTES // 1024**3} GB of address space)"
         return {"ops": len(g.ops), "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
