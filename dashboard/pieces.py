@@ -126,22 +126,24 @@ class Piece:
             make_models_ahead(self.frame, views, doc)
         return views
 
-    def show(self, views: list | BaseException, doc=None) -> None:
-        """Add the views to the frame (on the loop, the document `doc` locked, in a server); in their place, say
-        that the piece could not be drawn when making them failed (`views` is then the error) or adding them does."""
+    def show(self, views: list, doc=None) -> None:
+        """Add the views to the frame (on the loop, the document `doc` locked, in a server); in a server, say in
+        their place that the piece could not be drawn when adding them fails (`fail`)."""
+        if doc is None:
+            self.frame.extend(views)
+            return
         try:
-            if isinstance(views, BaseException):
-                raise views
-            if doc is None:
-                self.frame.extend(views)
-                return
             # Bokeh walks only the piece's new models (`walking_only_new_models`), not the whole document: 0.021-0.023
             # CPU s -> 0.002-0.004 for a tab's piece (BENCHMARKS.md, "a page's pieces attached")
             with walking_only_new_models(doc):
                 self.frame.extend(views)
         except Exception as error:  # a defect, not the user's input: the page says so and its other pieces follow
-            LOG.exception("a piece of the page could not be drawn")
-            self.frame.append(_broken(error))
+            self.fail(error)
+
+    def fail(self, error: Exception) -> None:
+        """Say in the frame that the piece could not be drawn, naming `error`; the log has its traceback."""
+        LOG.error("a piece of the page could not be drawn", exc_info=error)
+        self.frame.append(_broken(error))
 
     def __call__(self) -> None:
         """Make and show the piece at once (outside a server)."""
@@ -160,11 +162,12 @@ async def build(doc, pieces: Iterable[Piece]) -> None:
                 # with this task's context: Panel's current document (a context variable) is the page's there too
                 try:
                     views = await loop.run_in_executor(_builder(), contextvars.copy_context().run, piece.make, doc)
-                except Exception as error:  # shown in the piece's place (`Piece.show`)
-                    views = error
+                    show = partial(piece.show, views, doc)
+                except Exception as error:  # said in the piece's place; the page's next pieces follow
+                    show = partial(piece.fail, error)
             if gone(doc):
                 return
-            await on_loop(doc, partial(piece.show, views, doc))
+            await on_loop(doc, show)
 
 
 def _broken(error: BaseException):

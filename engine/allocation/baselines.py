@@ -27,9 +27,8 @@ POLICIES = ("belady", "greedy")
 
 @dataclass
 class _Arena:
-    """Mutable state of one baseline run. A step is tried on it with its changes journaled, so a failed step is
-    undone in the time it took (copying the state before each step made a run quadratic in the ops: 24,000 ops,
-    a third of its second)."""
+    """Mutable state of one baseline run. A step is tried on it with its changes journaled, so that a failed step
+    is undone in the time it took (a copy of the whole state before each step made a run quadratic in the ops)."""
 
     budget: int
     resident: dict = field(default_factory=dict)  # tensor -> (address, step it arrived)
@@ -49,11 +48,13 @@ class _Arena:
                 raise RuntimeError(f"the carried tensor '{a}' at {address} overlaps another or leaves the budget")
 
     def arrive(self, a: str, address: int, size: int, t: int) -> None:
+        """`a` on chip at `address` from step `t`."""
         self.resident[a] = (address, t)
         self.free.reserve(address, size)
         self.journal.append((self._unarrive, (a, size)))
 
     def leave(self, a: str, size: int) -> tuple[int, int]:
+        """`a` off chip: the (address, step it arrived) it had."""
         where = self.resident.pop(a)
         self.free.release(where[0], size)
         self.journal.append((self._unleave, (a, where, size)))
@@ -69,11 +70,13 @@ class _Arena:
         self.free.reserve(where[0], size)
 
     def to_host(self, a: str) -> None:
+        """DRAM holds a copy of `a` from now on."""
         if a not in self.host:
             self.host.add(a)
             self.journal.append((self.host.discard, a))
 
     def first_load(self, a: str) -> None:
+        """`a`'s compulsory load is done: a later one is a retrieval."""
         self.fresh.discard(a)
         self.journal.append((self.fresh.add, a))
 
