@@ -2,6 +2,7 @@
 the no-spill packing."""
 
 import itertools
+import time
 
 import pulp
 import pytest
@@ -135,6 +136,9 @@ def test_a_timed_out_start_gets_its_gap_from_the_spill_bound():
     m = model.build(problem_of(g, m_r, order=order))
     floor = floor_of(g, m_r, order)
     start = best_baseline(m, g, [tuple(order)], include_params=False, word_bits=BITS)
+    # a start's plans keep the search's deadline: none is made past it
+    assert best_baseline(m, g, [tuple(order)], include_params=False, word_bits=BITS,
+                         deadline=time.perf_counter() - 1) is None
     stats = solve.take_start(m.lp, start, bound=floor // m.problem.unit)
     value = m.lp.objective.value() * m.problem.unit
     assert floor > 0 and stats.has_solution and value == objective_at(m, start) * m.problem.unit >= floor

@@ -342,7 +342,7 @@ def _start(m: model.Model, graph: Graph, need_order, fixed_values: dict | None, 
     opts = _Scope(include_params=include_params, word_bits=word_bits)
     ops = set(prob.ops)
     spread = prob.order or tuple(op for op in need_order(0.25) if op in ops)
-    sources = [lambda: best_baseline(m, graph, [spread], **opts)]
+    sources = [lambda: best_baseline(m, graph, [spread], **opts, deadline=until)]
     if whole or prob.order is not None:
         sources.append(lambda: _at_bound_start(m, spread, solver, _seconds(until, cap), known))
     if fixed_values is not None:

@@ -11,20 +11,27 @@ from __future__ import annotations
 import math
 
 from engine.allocation import baselines
+from engine.allocation.lifetimes import OutOfTime
 from engine.allocation.model import Model
 from engine.allocation.packing import pack
 from engine.graph import Graph
 
 
-def best_baseline(m: Model, graph: Graph, orders, *, include_params: bool, word_bits: int) -> dict | None:
+def best_baseline(m: Model, graph: Graph, orders, *, include_params: bool, word_bits: int,
+                  deadline: float = math.inf) -> dict | None:
     """Values of the cheapest plan the model can represent over `orders`: the baselines' (each policy) and the
-    no-spill packing's (`packing.pack`, where it fits), or None."""
+    no-spill packing's (`packing.pack`, where it fits), of those done by `deadline` (a perf_counter time), or None."""
     p = m.problem
     best, cost = None, math.inf
     for order in orders:
-        plans = [baselines.run(graph, p.budget, order, policy, include_params=include_params, word_bits=word_bits,
-                               carry=p.carry, later=p.keep) for policy in baselines.POLICIES]
-        placements = pack(p, order)
+        plans = []
+        for policy in baselines.POLICIES:
+            try:
+                plans.append(baselines.run(graph, p.budget, order, policy, include_params=include_params,
+                                           word_bits=word_bits, carry=p.carry, later=p.keep, deadline=deadline))
+            except OutOfTime:
+                break
+        placements = pack(p, order, deadline=deadline)
         if placements is not None:
             plans.insert(0, (placements, [], []))
         for placements, spills, retrievals in plans:
