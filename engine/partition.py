@@ -379,7 +379,7 @@ def _may_end_a_part(graph: Graph, e: str, cand: set[str], leaving: set[str], rea
     reach: dict[str, int] = {}  # op -> the readers among it and its ancestors in cand
     tainted: dict[str, bool] = {}  # op -> whether a leaving op is among its ancestors in cand
     for v in sorted(cand, key=graph.position.__getitem__):
-        preds = {graph.producer(t) for t in graph.op(v).inputs} & cand if v != e else set()
+        preds = {u for t in graph.op(v).inputs if (u := graph.producer(t)) in cand} if v != e else set()
         mask = bit.get(v, 0)
         for u in preds:
             mask |= reach[u]
