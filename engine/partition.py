@@ -349,17 +349,15 @@ def _post_prune(graph: Graph, region: frozenset, others: Callable[[], list[froze
             within = {q.unit[v]: v for v in cand}
             ranks = sorted(q.rank[u] for u in within)
             # Two tests before the part's convexity, each a reason it would fail: an output op of cand is an output
-            # op of any part holding it; e is in every part, so its readers must be too
-            leaving_ops = _outputs_ops(graph, frozenset(cand))
+            # op of any part holding it; e is in every part, so its readers must be too (`_may_end_a_part`)
             reader_ops = {c for t in graph.op(e).outputs for c in graph.consumers(t) if c in cand}
-            leaving, e_readers = {q.unit[v] for v in leaving_ops}, {q.unit[c] for c in reader_ops}
-            viable = _may_end_a_part(graph, e, cand, leaving_ops, reader_ops)
+            viable = _may_end_a_part(graph, e, cand, _outputs_ops(graph, frozenset(cand)), reader_ops)
             for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
                 ux = q.unit[x]
                 if x not in viable or bisect.bisect_right(ranks, q.rank[ux]) <= len(best):  # (at most that many
                     continue  # candidates reach x)
                 nodes = q.ancestors(ux, ranks[0]) & within.keys() | {ux}  # x and the candidates reaching it
-                if len(nodes) <= len(best) or (nodes & leaving) - {ux} or (x != e and e_readers - nodes):
+                if len(nodes) <= len(best):
                     continue
                 piece = frozenset(within[u] for u in nodes)
                 if not _outputs_ops(graph, piece) - {x} and q.convex(nodes):
