@@ -55,6 +55,7 @@ def check(alloc, g, include_params=False):
     at = {op: i for i, op in enumerate(order)}
     assert all(at[g.producer(t)] < at[op.name] for op in g.ops for t in op.inputs if g.producer(t))
     where = {}  # (tensor, step) -> (address, size)
+    on_chip: list[list] = [[] for _ in order]  # step -> (address, size) of each tensor on chip then
     starts = {}
     for p in alloc.placements:
         assert p.size == size[p.tensor] and 0 <= p.address and p.address + p.size <= alloc.budget_bytes
@@ -62,8 +63,9 @@ def check(alloc, g, include_params=False):
         for t in range(p.first_step, p.last_step + 1):
             assert (p.tensor, t) not in where, f"{p.tensor} placed twice at {t}"
             where[p.tensor, t] = (p.address, p.size)
-    for t in range(len(order)):  # no overlap: sort the intervals on chip at t
-        spans = sorted(v for (a, s), v in where.items() if s == t)
+            on_chip[t].append((p.address, p.size))
+    for t, spans in enumerate(on_chip):  # no overlap: sort the intervals on chip at t
+        spans.sort()
         assert all(lo + n <= hi for (lo, n), (hi, _) in zip(spans, spans[1:])), f"overlap at step {t}"
     dram = set(g.inputs) | ({w for op in g.ops for w in op.weights} if include_params else set())
     first_load = set(dram)
