@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
+import panel as pn
+
 from dashboard.panel_hooks import make_models_ahead, share_the_link_registry_between_threads, walking_only_new_models
 
 LOG = logging.getLogger(__name__)
@@ -170,8 +172,6 @@ async def build(doc, pieces: Iterable[Piece]) -> None:
             await on_loop(doc, show)
 
 
-def _broken(error: BaseException):
+def _broken(error: BaseException) -> pn.pane.Alert:
     """What a page shows in place of a piece that could not be drawn."""
-    import panel as pn
-
     return pn.pane.Alert(BROKEN.format(error=f"{type(error).__name__}: {error}"), alert_type="danger")

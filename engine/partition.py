@@ -12,6 +12,7 @@ part waits for inputs it needs late or holds back outputs it made early
 from __future__ import annotations
 
 import bisect
+import graphlib
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -153,9 +154,8 @@ class _Quotient:
             if u != v:
                 self.succ[u].add(v)
                 self.pred[v].add(u)
-        self.order = _topological(sorted(set(self.unit.values())), self.succ, self.pred)
         self.rank = [0] * n
-        for r, u in enumerate(self.order):
+        for r, u in enumerate(_topological(set(self.unit.values()), self.pred)):
             self.rank[u] = r
 
     def convex(self, nodes: set[int]) -> bool:
@@ -187,21 +187,14 @@ class _Quotient:
         return {w for w in _walk(self.pred[u], self.pred, lambda w: self.rank[w] > first) if self.rank[w] >= first}
 
 
-def _topological(nodes: list[int], succ: list[set[int]], pred: list[set[int]]) -> list[int]:
-    """`nodes` in a topological order (Kahn's); a cycle left by a contraction is a bug, not bad input."""
-    waiting = {u: len(pred[u]) for u in nodes}
-    ready = [u for u in nodes if not waiting[u]]
-    order = []
-    while ready:
-        u = ready.pop()
-        order.append(u)
-        for v in succ[u]:
-            waiting[v] -= 1
-            if not waiting[v]:
-                ready.append(v)
-    if len(order) != len(nodes):
-        raise RuntimeError("partition: a contraction made a cycle (a bug in the convexity tests, not bad input)")
-    return order
+def _topological(nodes: set[int], pred: list[set[int]]) -> list[int]:
+    """`nodes` in a topological order (the standard library's `graphlib`); a cycle left by a contraction is a bug,
+    not bad input."""
+    try:
+        return list(graphlib.TopologicalSorter({u: pred[u] for u in nodes}).static_order())
+    except graphlib.CycleError:
+        raise RuntimeError("partition: a contraction made a cycle (a bug in the convexity tests, not bad input)") \
+            from None
 
 
 def _walk(starts: Iterable[int], step: list[set[int]], inside: Callable[[int], bool]) -> Iterator[int]:
@@ -354,8 +347,9 @@ def _post_prune(graph: Graph, region: frozenset, others: Callable[[], list[froze
             viable = _may_end_a_part(graph, e, cand, _outputs_ops(graph, frozenset(cand)), reader_ops)
             for x in sorted(cand, key=graph.position.__getitem__, reverse=True):
                 ux = q.unit[x]
-                if x not in viable or bisect.bisect_right(ranks, q.rank[ux]) <= len(best):  # (at most that many
-                    continue  # candidates reach x)
+                # at most as many candidates as are ranked up to x reach it
+                if x not in viable or bisect.bisect_right(ranks, q.rank[ux]) <= len(best):
+                    continue
                 nodes = q.ancestors(ux, ranks[0]) & within.keys() | {ux}  # x and the candidates reaching it
                 if len(nodes) <= len(best):
                     continue
